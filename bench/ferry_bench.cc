@@ -1,0 +1,245 @@
+// ferry-bench: throughput tools. Each subcommand prints one machine-readable summary
+// as its last stdout line (see README.md and BENCHMARKS.md).
+//
+//   ferry-bench pipeline --data DIR [--pipeline P] [--threads N] [--seconds S] [--batch-size B]
+//       last line: pipeline img/s=<x> img_per_cpu_s=<y> threads=<N>
+//   ferry-bench pipeline --data DIR --epochs E [--errors FILE]
+//       last line: samples=<delivered> skipped=<n>
+//   ferry-bench decode-baseline --data DIR [--seconds S]
+//       a bare full-size tjDecompress2 loop over the same files (one thread)
+//       last line: decode img/s=<x> img_per_cpu_s=<y>
+//   ferry-bench list --data DIR      prints `index<TAB>label<TAB>path` per sample
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cpu_time.h"
+#include "data/dataset.h"
+#include "ferry/loader.h"
+
+namespace ferry::bench {
+namespace {
+
+struct PipelineArgs {
+  std::string data;
+  std::string pipeline = "imagenet-train";
+  int threads = 0;
+  double seconds = 10;
+  double warmup = 2;
+  int batch_size = 64;
+  int64_t epochs = 0;
+  std::string errors;
+  std::string last_batch = "keep";
+  uint64_t seed = 0;
+  int prefetch = 2;
+  bool progress = false;
+};
+
+void DrawProgress(double done_frac, double rate, int64_t samples) {
+  const int width = 30;
+  const int filled = int(done_frac * width + 0.5);
+  std::fprintf(stderr, "\r[%.*s%*s] %3d%%  %8.1f img/s  %lld images", filled,
+               "##############################", width - filled, "", int(done_frac * 100 + 0.5), rate,
+               static_cast<long long>(samples));
+  std::fflush(stderr);
+}
+
+int RunPipeline(const PipelineArgs& a) {
+  LoaderOptions o;
+  o.data = a.data;
+  auto spec = PipelineSpec::Parse(a.pipeline);
+  if (!spec.ok()) {
+    std::cerr << "error: " << spec.status().ToString() << "\n";
+    return 2;
+  }
+  o.pipeline = *spec;
+  o.batch_size = a.batch_size;
+  o.threads = a.threads;
+  o.seed = a.seed;
+  o.prefetch = a.prefetch;
+  bool ok = false;
+  o.last_batch = ParseLastBatch(a.last_batch, &ok);
+  if (!ok) {
+    std::cerr << "error: --last-batch must be drop, pad or keep\n";
+    return 2;
+  }
+  const bool timed = a.epochs <= 0;
+  o.epochs = timed ? 0 : a.epochs;  // 0 = forever, until the timed window ends
+  auto loader_or = Loader::Open(o);
+  if (!loader_or.ok()) {
+    std::cerr << "error: " << loader_or.status().ToString() << "\n";
+    return 1;
+  }
+  Loader& loader = **loader_or;
+  const int threads = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
+  std::ofstream errors;
+  if (!a.errors.empty()) {
+    errors.open(a.errors);
+    if (!errors) {
+      std::cerr << "error: cannot write " << a.errors << "\n";
+      return 1;
+    }
+  }
+  const bool show = a.progress || isatty(STDERR_FILENO);
+  const int64_t total = timed ? 0 : loader.batches_per_epoch() * a.epochs;
+  double t_start = WallSeconds(), cpu_start = ProcessCpuSeconds();
+  bool measuring = !timed || a.warmup <= 0;
+  int64_t samples = 0, batches = 0, skipped = 0;
+  double last_draw = 0;
+  for (;;) {
+    Result<Batch> b = loader.Next();
+    if (!b.ok()) {
+      if (b.status().IsOutOfRange()) break;
+      std::cerr << "error: " << b.status().ToString() << "\n";
+      return 1;
+    }
+    for (const SkippedSample& s : loader.TakeSkipped()) {
+      ++skipped;
+      if (errors.is_open()) errors << s.path << '\t' << s.reason << '\n';
+    }
+    const double now = WallSeconds();
+    if (!measuring) {
+      if (now - t_start >= a.warmup) {
+        measuring = true;
+        t_start = now;
+        cpu_start = ProcessCpuSeconds();
+      }
+      continue;
+    }
+    samples += b->valid_rows();
+    ++batches;
+    const double elapsed = now - t_start;
+    if (show && now - last_draw > 0.2) {
+      last_draw = now;
+      DrawProgress(timed ? std::min(1.0, elapsed / a.seconds) : double(batches) / std::max<int64_t>(total, 1),
+                   samples / std::max(elapsed, 1e-9), samples);
+    }
+    if (timed && elapsed >= a.seconds) break;
+  }
+  for (const SkippedSample& s : loader.TakeSkipped()) {
+    ++skipped;
+    if (errors.is_open()) errors << s.path << '\t' << s.reason << '\n';
+  }
+  const double wall = WallSeconds() - t_start, cpu = ProcessCpuSeconds() - cpu_start;
+  if (show) {
+    DrawProgress(1.0, samples / std::max(wall, 1e-9), samples);
+    std::fprintf(stderr, "\n");
+  }
+  if (timed) {
+    std::printf("pipeline img/s=%.1f img_per_cpu_s=%.1f threads=%d\n", samples / wall, samples / cpu, threads);
+  } else {
+    const IteratorStats st = loader.stats();
+    std::printf("epochs=%lld batches=%lld img/s=%.1f img_per_cpu_s=%.1f wait_s=%.2f\n",
+                static_cast<long long>(a.epochs), static_cast<long long>(batches), samples / wall,
+                samples / cpu, st.wait_seconds);
+    std::printf("samples=%lld skipped=%lld\n", static_cast<long long>(samples), static_cast<long long>(skipped));
+  }
+  return 0;
+}
+
+int RunDecodeBaseline(const std::string& data, double seconds) {
+  auto ds_or = OpenDataset(data);
+  if (!ds_or.ok()) {
+    std::cerr << "error: " << ds_or.status().ToString() << "\n";
+    return 1;
+  }
+  const Dataset& ds = **ds_or;
+  if (ds.size() == 0) {
+    std::cerr << "error: empty dataset\n";
+    return 1;
+  }
+  std::string bytes;
+  std::vector<unsigned char> pixels;
+  tjhandle handle = tjInitDecompress();
+  int64_t images = 0, failed = 0;
+  const double t0 = WallSeconds(), c0 = ProcessCpuSeconds();
+  double elapsed = 0;
+  for (int64_t i = 0; elapsed < seconds; i = (i + 1) % ds.size()) {
+    if (!ds.ReadSample(i, &bytes).ok()) {
+      ++failed;
+      continue;
+    }
+    int w = 0, h = 0, subsamp = 0, cs = 0;
+    const auto* src = reinterpret_cast<const unsigned char*>(bytes.data());
+    if (tjDecompressHeader3(handle, src, static_cast<unsigned long>(bytes.size()), &w, &h, &subsamp, &cs) != 0 ||
+        w <= 0 || h <= 0) {
+      // After one failed header the handle fails on every later file (2.1.5): recreate.
+      tjDestroy(handle);
+      handle = tjInitDecompress();
+      ++failed;
+      continue;
+    }
+    pixels.resize(size_t(w) * h * 3);
+    if (tjDecompress2(handle, src, static_cast<unsigned long>(bytes.size()), pixels.data(), w, 0, h, TJPF_RGB,
+                      0) != 0) {
+      ++failed;
+    } else {
+      ++images;
+    }
+    if ((images & 15) == 0) elapsed = WallSeconds() - t0;
+  }
+  tjDestroy(handle);
+  const double wall = WallSeconds() - t0, cpu = ProcessCpuSeconds() - c0;
+  if (failed) std::fprintf(stderr, "decode-baseline: %lld files failed\n", static_cast<long long>(failed));
+  std::printf("decode img/s=%.1f img_per_cpu_s=%.1f\n", images / wall, images / cpu);
+  return 0;
+}
+
+int RunList(const std::string& data) {
+  auto ds_or = OpenDataset(data);
+  if (!ds_or.ok()) {
+    std::cerr << "error: " << ds_or.status().ToString() << "\n";
+    return 1;
+  }
+  const Dataset& ds = **ds_or;
+  for (int64_t i = 0; i < ds.size(); ++i) std::printf("%lld\t%d\t%s\n", static_cast<long long>(i), ds.Label(i), ds.Path(i).c_str());
+  for (const ListingIssue& issue : ds.listing_issues()) std::fprintf(stderr, "skipped\t%s\t%s\n", issue.path.c_str(), issue.reason.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ferry::bench
+
+int main(int argc, char** argv) {
+  using namespace ferry::bench;
+  CLI::App app{"ferry-bench: Ferry's throughput tools"};
+  app.require_subcommand(1);
+
+  PipelineArgs p;
+  auto* pipeline = app.add_subcommand("pipeline", "run the in-process loader and report throughput");
+  pipeline->add_option("--data", p.data, "dataset: ImageFolder root, .tsv list or .tar shards")->required();
+  pipeline->add_option("--pipeline", p.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
+  pipeline->add_option("--threads", p.threads, "decode threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  pipeline->add_option("--seconds", p.seconds, "length of the timed window")->check(CLI::PositiveNumber);
+  pipeline->add_option("--warmup", p.warmup, "seconds of warm-up before the timed window");
+  pipeline->add_option("--batch-size", p.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  pipeline->add_option("--epochs", p.epochs, "run exactly this many epochs instead of a timed window");
+  pipeline->add_option("--errors", p.errors, "write `path<TAB>reason` per skipped file here");
+  pipeline->add_option("--last-batch", p.last_batch, "drop, pad or keep (default keep)");
+  pipeline->add_option("--seed", p.seed, "seed of the epoch order and the augmentation");
+  pipeline->add_option("--prefetch", p.prefetch, "batches in flight")->check(CLI::PositiveNumber);
+  pipeline->add_flag("--progress", p.progress, "draw a progress bar on stderr even when it is not a terminal");
+
+  std::string decode_data;
+  double decode_seconds = 10;
+  auto* decode = app.add_subcommand("decode-baseline", "bare full-size tjDecompress2 loop, one thread");
+  decode->add_option("--data", decode_data, "dataset")->required();
+  decode->add_option("--seconds", decode_seconds, "length of the timed window")->check(CLI::PositiveNumber);
+
+  std::string list_data;
+  auto* list = app.add_subcommand("list", "print the dataset listing: index, label, path");
+  list->add_option("--data", list_data, "dataset")->required();
+
+  CLI11_PARSE(app, argc, argv);
+  if (pipeline->parsed()) return RunPipeline(p);
+  if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);
+  if (list->parsed()) return RunList(list_data);
+  return 2;
+}

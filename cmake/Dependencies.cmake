@@ -1,0 +1,35 @@
+# All dependencies come from Debian 12 packages (see README.md).
+find_package(Threads REQUIRED)
+find_package(Boost 1.74 REQUIRED)          # header-only Asio; no components on purpose
+find_package(TBB REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+
+# OpenCVConfig.cmake ships only in the large libopencv-dev, so the three component
+# libraries we need are found by hand from libopencv-{core,imgproc,imgcodecs}-dev.
+find_path(OPENCV_INCLUDE_DIR opencv2/core.hpp PATH_SUFFIXES opencv4 REQUIRED)
+foreach(m core imgproc imgcodecs)
+  find_library(OPENCV_${m}_LIB opencv_${m} REQUIRED)
+  add_library(ferry_opencv_${m} UNKNOWN IMPORTED)
+  set_target_properties(ferry_opencv_${m} PROPERTIES
+    IMPORTED_LOCATION ${OPENCV_${m}_LIB}
+    INTERFACE_INCLUDE_DIRECTORIES ${OPENCV_INCLUDE_DIR})
+endforeach()
+
+# libjpeg-turbo: the libjpeg API (ROI/DCT-scaled decode) and TurboJPEG (the baseline).
+# Its CMake config names a static archive Debian does not ship, so find by hand too.
+find_path(JPEG_TURBO_INCLUDE_DIR jpeglib.h REQUIRED)
+find_library(JPEG_TURBO_LIB NAMES jpeg REQUIRED)
+find_library(TURBOJPEG_LIB NAMES turbojpeg REQUIRED)
+add_library(ferry_libjpeg UNKNOWN IMPORTED)
+set_target_properties(ferry_libjpeg PROPERTIES IMPORTED_LOCATION ${JPEG_TURBO_LIB}
+  INTERFACE_INCLUDE_DIRECTORIES ${JPEG_TURBO_INCLUDE_DIR})
+add_library(ferry_turbojpeg UNKNOWN IMPORTED)
+set_target_properties(ferry_turbojpeg PROPERTIES IMPORTED_LOCATION ${TURBOJPEG_LIB})
+
+if(FERRY_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(FERRY_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

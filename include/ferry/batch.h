@@ -1,0 +1,53 @@
+// Batch: what every Ferry iterator yields (in-process Loader and remote Client alike).
+//
+// A Batch owns a reference to the memory its tensors view (a pooled, 64-byte-aligned
+// buffer); the views stay valid while the Batch, or a copy of `keepalive`, lives, and the
+// buffer returns to its pool afterwards. Batches are move-only.
+//
+// Rows: `images`, `labels` and `indices` all have `rows()` rows. The first
+// `valid_rows()` are real samples; any rows after them are padding (last-batch policy
+// `pad`, or skipped bad files under `pad`), with label -1, index -1 and zero pixels.
+#ifndef FERRY_BATCH_H_
+#define FERRY_BATCH_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "ferry/tensor.h"
+
+namespace ferry {
+
+struct BatchProvenance {
+  uint64_t epoch = 0;
+  int64_t batch_in_epoch = 0;  // position of this batch in the epoch's batch order
+  int64_t split = 0;           // reserved for the dispatcher's splits (0 in-process)
+  int64_t batch_in_split = 0;
+  int64_t batches_in_split = 0;
+  bool last_in_epoch = false;  // this is the epoch's final batch
+};
+
+class Batch {
+ public:
+  Batch() = default;
+  Batch(Batch&&) = default;
+  Batch& operator=(Batch&&) = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  TensorView images;   // [B,H,W,C] uint8 or [B,C,H,W] float32
+  TensorView labels;   // [B] int64
+  TensorView indices;  // [B] int64 global sample indices (-1 for padding)
+  BatchProvenance provenance;
+  int64_t valid = 0;   // rows that are real samples (they come first)
+  int64_t skipped = 0; // samples of this batch that were bad files and left out
+
+  int64_t rows() const { return labels.rank ? labels.shape[0] : 0; }
+  int64_t valid_rows() const { return valid; }
+  // Holds the memory the views point into. Copy it to keep the memory alive beyond
+  // the Batch (e.g. a Python tensor that outlives the iteration step).
+  std::shared_ptr<void> keepalive;
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_BATCH_H_

@@ -1,0 +1,71 @@
+// Loader: the in-process iterator. It lists a dataset, and on a TBB arena of exactly
+// `threads` threads decodes and augments samples in parallel, straight into pooled
+// batch buffers, with bounded prefetch. Batches come in a deterministic order for a
+// given seed (epoch permutation order), whatever the thread count.
+//
+// Bad files (corrupt, truncated, empty, non-image, unsupported, oversized, unreadable)
+// are skipped, counted and reported through TakeSkipped(); the rest of their batch is
+// still delivered (compacted; under LastBatch::kPad the batch keeps its shape with
+// padding rows at the end).
+#ifndef FERRY_LOADER_H_
+#define FERRY_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ferry/iterator.h"
+#include "ferry/pipeline_spec.h"
+
+namespace ferry {
+
+enum class LastBatch : uint8_t {
+  kDrop,  // the epoch's final short batch is not delivered
+  kPad,   // it is padded to batch_size with padding rows (label -1, index -1, zeros)
+  kKeep,  // it is delivered short
+};
+
+struct LoaderOptions {
+  std::string data;  // an ImageFolder root, a .tsv list, or .tar shards (see OpenDataset)
+  PipelineSpec pipeline = PipelineSpec::ImagenetTrain();
+  int batch_size = 256;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  LastBatch last_batch = LastBatch::kDrop;
+  int64_t epochs = 1;       // <= 0: forever
+  uint64_t first_epoch = 0;
+  int threads = 0;          // decode threads (the TBB arena's size); 0 = all cores
+  int prefetch = 2;         // batches produced ahead of the consumer (>= 1)
+  // Static sharding of each epoch's permutation: this loader takes every
+  // num_shards-th sample starting at shard_index.
+  int shard_index = 0;
+  int num_shards = 1;
+};
+
+class Loader : public BatchIterator {
+ public:
+  static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options);
+  ~Loader() override;
+
+  Result<Batch> Next() override;
+  std::vector<SkippedSample> TakeSkipped() override;
+  IteratorStats stats() const override;
+
+  int64_t dataset_size() const;
+  // Batches per epoch for this shard under the last-batch policy (before skips).
+  int64_t batches_per_epoch() const;
+  // Fingerprint of (listing, pipeline spec).
+  uint64_t fingerprint() const;
+
+  class Impl;
+
+ private:
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+LastBatch ParseLastBatch(const std::string& s, bool* ok);
+
+}  // namespace ferry
+
+#endif  // FERRY_LOADER_H_

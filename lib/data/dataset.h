@@ -1,0 +1,81 @@
+// Datasets: a listing of samples, each an encoded image plus an integer label.
+//
+// Glossary
+//   sample index  i in [0, size()): global, stable for a given listing.
+//   listing       the ordered list of (location, label) the index points into.
+//   fingerprint   a 64-bit hash of the listing (locations, labels, order); two
+//                 processes that compute the same fingerprint mean the same samples.
+//   epoch order   a permutation of [0, size()) drawn from (seed, epoch): see
+//                 permutation.h.
+//
+// Three sources share this interface:
+//   ImageFolder  root/<class>/<file>: classes sorted, files sorted within a class,
+//                only image extensions, exactly as torchvision.datasets.ImageFolder.
+//   FileList     a TSV file of `path<TAB>label` lines (relative paths are taken
+//                relative to the TSV's folder).
+//   TarShards    WebDataset-style .tar shards: `key.jpg|jpeg|png|...` plus `key.cls`;
+//                image members are read in place (pread at their offset).
+//
+// Thread safety: after Open*(), a Dataset is immutable and ReadSample() may be called
+// concurrently from any number of threads.
+#ifndef FERRY_DATA_DATASET_H_
+#define FERRY_DATA_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry {
+
+// A problem found while listing a dataset (e.g. a directory named like an image).
+// It is reported like a sample that failed to decode, but it has no sample index.
+struct ListingIssue {
+  std::string path;
+  std::string reason;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  virtual int64_t size() const = 0;
+  virtual int32_t Label(int64_t index) const = 0;
+  // A human-readable location for messages: a file path, or "shard.tar:member".
+  virtual std::string Path(int64_t index) const = 0;
+  // Reads the encoded bytes of sample `index` into *out (resized to fit; its capacity
+  // is reused across calls, which is why this is an output parameter).
+  // Errors: NotFound / PermissionDenied / DataLoss / InvalidArgument, with the reason.
+  virtual Status ReadSample(int64_t index, std::string* out) const = 0;
+
+  // Class names in label order (ImageFolder); empty when labels have no names.
+  virtual const std::vector<std::string>& classes() const = 0;
+  // Fingerprint of the listing: a stable hash of locations, labels and order.
+  virtual uint64_t fingerprint() const = 0;
+  // Problems found while listing (never fatal).
+  virtual const std::vector<ListingIssue>& listing_issues() const = 0;
+  // "image_folder", "file_list" or "tar_shards".
+  virtual std::string_view kind() const = 0;
+};
+
+// Lower-case extensions torchvision.datasets.folder.IMG_EXTENSIONS accepts.
+bool HasImageExtension(std::string_view filename);
+
+Result<std::unique_ptr<Dataset>> OpenImageFolder(const std::string& root);
+Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path);
+// `shards`: paths of .tar files, in shard order.
+Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& shards);
+
+// Opens `spec` by its shape:
+//   a .tsv or .txt file           -> FileList
+//   a .tar file, or a comma-separated list of .tar files, or a directory holding
+//   .tar files and no subdirectories -> TarShards
+//   any other directory           -> ImageFolder
+Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec);
+
+}  // namespace ferry
+
+#endif  // FERRY_DATA_DATASET_H_

@@ -1,0 +1,229 @@
+// What the three dataset sources share: the image-extension rule, OpenDataset's
+// dispatch by the shape of the spec, and POSIX file reads that report Status.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/file_util.h"
+
+namespace ferry {
+
+namespace internal {
+
+Status ErrnoToStatus(int err, std::string_view path) {
+  char buf[256];
+  // GNU strerror_r: returns a pointer to the message (maybe not into buf).
+  const char* reason = strerror_r(err, buf, sizeof buf);
+  std::string m(path);
+  m += ": ";
+  m += reason;
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return Status::NotFound(std::move(m));
+    case EACCES:
+    case EPERM:
+      return Status::PermissionDenied(std::move(m));
+    case EISDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+      return Status::InvalidArgument(std::move(m));
+    case EIO:
+      return Status::DataLoss(std::move(m));
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+      return Status::ResourceExhausted(std::move(m));
+    case EAGAIN:
+    case EINTR:
+    case ESTALE:
+    case ETIMEDOUT:
+      return Status::Unavailable(std::move(m));
+    default:
+      return Status::Internal(std::move(m));
+  }
+}
+
+void ScopedFd::Reset() {
+  if (fd_ >= 0) ::close(fd_);  // close() errors on a read-only fd carry no information
+  fd_ = -1;
+}
+
+Status PreadFully(int fd, uint64_t offset, size_t n, char* dst, std::string_view what) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, what);
+    }
+    if (r == 0) {
+      return Status::DataLoss(std::string(what) + ": short read: wanted " + std::to_string(n) +
+                              " bytes at offset " + std::to_string(offset) + ", the file ends after " +
+                              std::to_string(done));
+    }
+    done += static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+Status ReadWholeFile(const std::string& path, std::string* out, uint64_t max_bytes) {
+  int fd;
+  // O_NONBLOCK so that a FIFO named like an image cannot block us in open(); it has
+  // no effect on regular files.
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat lst;
+    if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      return Status::NotFound(path + ": dangling symlink (its target does not exist)");
+    }
+    return ErrnoToStatus(err, path);
+  }
+  ScopedFd file(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoToStatus(errno, path);
+  if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    return Status::InvalidArgument(path + ": file too large (" + std::to_string(size) +
+                                   " bytes, the limit is " + std::to_string(max_bytes) + ")");
+  }
+  out->resize(size);
+  return PreadFully(fd, 0, size, out->data(), path);
+}
+
+bool EndsWithIgnoreCase(std::string_view s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  const std::string_view tail = s.substr(s.size() - suffix.size());
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    char c = tail[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    char d = suffix[i];
+    if (d >= 'A' && d <= 'Z') d = static_cast<char>(d - 'A' + 'a');
+    if (c != d) return false;
+  }
+  return true;
+}
+
+std::string_view Basename(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+std::string JoinPath(std::string_view base, std::string_view rel) {
+  if (base.empty() || (!rel.empty() && rel.front() == '/')) return std::string(rel);
+  std::string out(base);
+  if (out.back() != '/') out += '/';
+  out += rel;
+  return out;
+}
+
+}  // namespace internal
+
+namespace {
+
+// If `dir` holds at least one .tar file and no subdirectories, returns its .tar
+// files (full paths, sorted by name); otherwise returns an empty list.
+Result<std::vector<std::string>> TarShardsInDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return internal::ErrnoToStatus(errno, dir);
+  std::vector<std::string> names;
+  bool has_subdir = false;
+  int err = 0;
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      err = errno;
+      break;
+    }
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_LNK || e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir = ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (is_dir) {
+      has_subdir = true;
+      break;
+    }
+    if (internal::EndsWithIgnoreCase(name, ".tar")) names.emplace_back(name);
+  }
+  ::closedir(d);
+  if (err != 0) return internal::ErrnoToStatus(err, dir);
+  if (has_subdir) return std::vector<std::string>{};
+  std::sort(names.begin(), names.end());
+  for (std::string& n : names) n = internal::JoinPath(dir, n);
+  return names;
+}
+
+}  // namespace
+
+bool HasImageExtension(std::string_view filename) {
+  // torchvision.datasets.folder.IMG_EXTENSIONS, matched like
+  // `filename.lower().endswith(IMG_EXTENSIONS)`.
+  static constexpr std::array<std::string_view, 9> kExtensions = {
+      ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+  for (std::string_view ext : kExtensions) {
+    if (internal::EndsWithIgnoreCase(filename, ext)) return true;
+  }
+  return false;
+}
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
+  if (spec.empty()) return Status::InvalidArgument("empty dataset spec");
+  struct stat st;
+  if (::stat(spec.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      FERRY_ASSIGN_OR_RETURN(std::vector<std::string> shards, TarShardsInDirectory(spec));
+      if (!shards.empty()) return OpenTarShards(shards);
+      return OpenImageFolder(spec);
+    }
+    if (internal::EndsWithIgnoreCase(spec, ".tsv") || internal::EndsWithIgnoreCase(spec, ".txt")) {
+      return OpenFileList(spec);
+    }
+    if (internal::EndsWithIgnoreCase(spec, ".tar")) return OpenTarShards({spec});
+    return Status::InvalidArgument(
+        spec + ": cannot tell the dataset kind: expected a directory, a .tsv/.txt file list, "
+               "or .tar shards");
+  }
+  const int err = errno;
+  // Not an existing path: maybe a comma-separated list of shards.
+  if (spec.find(',') != std::string::npos) {
+    std::vector<std::string> shards;
+    size_t begin = 0;
+    while (begin <= spec.size()) {
+      size_t end = spec.find(',', begin);
+      if (end == std::string::npos) end = spec.size();
+      std::string piece = spec.substr(begin, end - begin);
+      if (!piece.empty()) {
+        if (!internal::EndsWithIgnoreCase(piece, ".tar")) {
+          return Status::InvalidArgument("dataset spec '" + spec + "': '" + piece +
+                                         "' in a comma-separated list is not a .tar shard");
+        }
+        shards.push_back(std::move(piece));
+      }
+      begin = end + 1;
+    }
+    if (shards.empty()) return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
+    return OpenTarShards(shards);
+  }
+  return internal::ErrnoToStatus(err, spec);
+}
+
+}  // namespace ferry

@@ -1,0 +1,451 @@
+// TarShards: WebDataset-style .tar shards, read in place.
+//
+// Tar format (what we parse; POSIX.1-1988 ustar, GNU and POSIX.1-2001 pax):
+//   The archive is a sequence of 512-byte blocks. Each member is one header block
+//   followed by its data, padded to a multiple of 512. A zero block ends the archive.
+//   Header fields used: name[100]@0, size[12]@124 (octal, or GNU base-256 when the
+//   top bit of the first byte is set), chksum[8]@148, typeflag@156, magic[6]@257,
+//   prefix[155]@345 (POSIX ustar only: "ustar\0").
+//   The checksum is the sum of the 512 header bytes with chksum read as spaces
+//   (unsigned; historic signed sums are accepted too).
+//   typeflag '0', '\0', '7': a regular file, a candidate member.
+//            'L' (GNU): its data is the name of the next member.
+//            'x' (pax): "<len> <key>=<value>\n" records for the next member; we use
+//                       path= and size=.
+//            '1'..'6' (links, devices, directories, FIFOs): no data, skipped.
+//            anything else ('g', 'K', 'S', vendor types): data skipped.
+//
+// Grouping (WebDataset's convention): a member path splits into key and extension
+// at the first '.' of its basename ("d/n0001.seg.png" -> key "d/n0001", extension
+// "seg.png"); extensions are lower-cased; a basename with no '.' before other text
+// is not part of any sample. Consecutive members with the same key form one group.
+// A group is a sample when it has an image member (jpg jpeg png webp bmp ppm pgm
+// tif tiff; the first one wins) and a `cls` member whose text is a non-negative
+// integer. Other groups are ListingIssues "shard.tar:key". Order: shard order, then
+// member order.
+//
+// Each shard keeps one fd open for the dataset's lifetime; ReadSample is a pread at
+// the image member's offset, so it is thread-safe.
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/hash.h"
+#include "data/dataset.h"
+#include "data/file_util.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view kKind = "tar_shards";
+constexpr size_t kBlock = 512;
+// Bounds on the metadata members we read into memory at open time.
+constexpr uint64_t kMaxNameBytes = uint64_t{1} << 20;  // 'L' and 'x' members
+constexpr uint64_t kMaxClsBytes = 256;
+
+struct Shard {
+  std::string path;
+  internal::ScopedFd fd;
+};
+
+class TarShardsDataset final : public Dataset {
+ public:
+  // Per-sample location; members of one shard. INVARIANT: size <= kMaxSampleBytes.
+  struct Location {
+    uint64_t offset;
+    uint32_t size;
+    uint32_t shard;
+  };
+
+  TarShardsDataset(std::vector<Shard> shards, internal::StringTable members,
+                   std::vector<Location> locations, std::vector<int32_t> labels,
+                   std::vector<ListingIssue> issues, uint64_t fingerprint)
+      : shards_(std::move(shards)),
+        members_(std::move(members)),
+        locations_(std::move(locations)),
+        labels_(std::move(labels)),
+        issues_(std::move(issues)),
+        fingerprint_(fingerprint) {
+    FERRY_CHECK(members_.size() == static_cast<int64_t>(locations_.size()));
+    FERRY_CHECK(locations_.size() == labels_.size());
+  }
+
+  int64_t size() const override { return members_.size(); }
+  int32_t Label(int64_t index) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    return labels_[static_cast<size_t>(index)];
+  }
+  std::string Path(int64_t index) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    std::string p = shards_[locations_[static_cast<size_t>(index)].shard].path;
+    p += ':';
+    p += members_.Get(index);
+    return p;
+  }
+  Status ReadSample(int64_t index, std::string* out) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    const Location& loc = locations_[static_cast<size_t>(index)];
+    out->resize(loc.size);
+    const Status s =
+        internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size, out->data(),
+                             shards_[loc.shard].path);
+    if (!s.ok()) return s.WithContext(Path(index));
+    return s;
+  }
+  const std::vector<std::string>& classes() const override { return no_classes_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
+  std::string_view kind() const override { return kKind; }
+
+ private:
+  const std::vector<Shard> shards_;
+  const internal::StringTable members_;  // member path of each sample's image
+  const std::vector<Location> locations_;
+  const std::vector<int32_t> labels_;
+  const std::vector<ListingIssue> issues_;
+  const uint64_t fingerprint_;
+  const std::vector<std::string> no_classes_;
+};
+
+// The text of a NUL-terminated (or full-width) header field.
+std::string_view Field(const char* p, size_t n) {
+  size_t len = 0;
+  while (len < n && p[len] != '\0') ++len;
+  return std::string_view(p, len);
+}
+
+// Parses a numeric header field: octal digits with optional leading blanks and a
+// NUL/space terminator, or GNU base-256 (first byte 0x80, then big-endian bytes).
+std::optional<uint64_t> ParseNumber(const char* p, size_t n) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  if (u[0] & 0x80) {
+    if (u[0] != 0x80) return std::nullopt;  // negative or unknown encoding
+    uint64_t v = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (v >> 56) return std::nullopt;
+      v = (v << 8) | u[i];
+    }
+    return v;
+  }
+  size_t i = 0;
+  while (i < n && (p[i] == ' ' || p[i] == '\0')) {
+    if (p[i] == '\0') return 0;  // all blank: 0
+    ++i;
+  }
+  uint64_t v = 0;
+  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
+    if (v >> 60) return std::nullopt;
+    v = v * 8 + static_cast<uint64_t>(p[i] - '0');
+  }
+  for (; i < n; ++i) {  // only terminators may follow
+    if (p[i] != ' ' && p[i] != '\0') return std::nullopt;
+  }
+  return v;
+}
+
+bool ChecksumOk(const char* h) {
+  const std::optional<uint64_t> stored = ParseNumber(h + 148, 8);
+  if (!stored) return false;
+  uint64_t unsigned_sum = 0;
+  int64_t signed_sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    const bool in_field = i >= 148 && i < 156;
+    unsigned_sum += in_field ? uint8_t{' '} : static_cast<uint8_t>(h[i]);
+    signed_sum += in_field ? int8_t{' '} : static_cast<int8_t>(h[i]);
+  }
+  return *stored == unsigned_sum || static_cast<int64_t>(*stored) == signed_sum;
+}
+
+// Applies the records of a pax extended header to `path` / `size`.
+// Returns false if the records are malformed.
+bool ParsePax(std::string_view data, std::optional<std::string>* path,
+              std::optional<uint64_t>* size) {
+  while (!data.empty()) {
+    if (data.front() == '\0') break;  // NUL padding after the last record
+    uint64_t len = 0;
+    const auto [ptr, ec] = std::from_chars(data.data(), data.data() + data.size(), len);
+    if (ec != std::errc() || ptr == data.data() || len > data.size()) return false;
+    const size_t digits = static_cast<size_t>(ptr - data.data());
+    if (len < digits + 3 || data[digits] != ' ' || data[len - 1] != '\n') return false;
+    const std::string_view record = data.substr(digits + 1, len - digits - 2);
+    data.remove_prefix(len);
+    const size_t eq = record.find('=');
+    if (eq == std::string_view::npos) return false;
+    const std::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      *path = std::string(value);
+    } else if (key == "size") {
+      uint64_t v = 0;
+      const auto [p, e] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (e != std::errc() || p != value.data() + value.size()) return false;
+      *size = v;
+    }
+  }
+  return true;
+}
+
+bool IsImageExtension(std::string_view ext) {
+  static constexpr std::array<std::string_view, 9> kExtensions = {
+      "jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff"};
+  for (std::string_view e : kExtensions) {
+    if (ext == e) return true;
+  }
+  return false;
+}
+
+// WebDataset's base_plus_ext: key = directories + basename up to its first '.',
+// extension = the rest. Returns false when the basename has no '.' or starts
+// with one (WebDataset then ignores the member).
+bool SplitKey(std::string_view path, std::string_view* key, std::string_view* ext) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  if (dot == std::string_view::npos || dot == base) return false;
+  *key = path.substr(0, dot);
+  *ext = path.substr(dot + 1);
+  return true;
+}
+
+// One regular member of a shard.
+struct Member {
+  std::string name;
+  uint64_t offset;  // of its data
+  uint64_t size;
+};
+
+// Calls on_member(const Member&) -> Status for each regular member of the shard open
+// as `fd`, in archive order. Errors name the shard and the header's offset.
+template <typename OnMember>
+Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on_member) {
+  std::array<char, kBlock> h;
+  std::optional<std::string> long_name, pax_path;
+  std::optional<uint64_t> pax_size;
+  std::string meta;
+  uint64_t off = 0;
+  auto where = [&](uint64_t at) { return shard + ": at offset " + std::to_string(at) + ": "; };
+  for (;;) {
+    if (off >= file_size) {
+      return Status::DataLoss(where(off) +
+                              "truncated tar: the file ends before the end-of-archive block");
+    }
+    if (file_size - off < kBlock) {
+      return Status::DataLoss(where(off) + "truncated tar: partial header block");
+    }
+    FERRY_RETURN_IF_ERROR(internal::PreadFully(fd, off, kBlock, h.data(), shard));
+    bool zero = true;
+    for (char c : h) {
+      if (c != 0) {
+        zero = false;
+        break;
+      }
+    }
+    if (zero) return Status::OK();  // end of archive
+    if (!ChecksumOk(h.data())) return Status::DataLoss(where(off) + "bad tar header checksum");
+    std::optional<uint64_t> size = ParseNumber(h.data() + 124, 12);
+    if (!size) return Status::DataLoss(where(off) + "bad size field in tar header");
+    const char type = h[156];
+    const bool has_data = !(type >= '1' && type <= '6');
+    if (pax_size && type != 'x' && type != 'g') size = pax_size;
+    const uint64_t data_off = off + kBlock;
+    const uint64_t data_size = has_data ? *size : 0;
+    if (data_size > file_size - data_off) {
+      return Status::DataLoss(where(off) + "truncated tar: member '" +
+                              std::string(Field(h.data(), 100)) + "' needs " +
+                              std::to_string(data_size) + " bytes of data, the file has " +
+                              std::to_string(file_size - data_off) + " left");
+    }
+    if (type == 'L' || type == 'x') {
+      if (data_size > kMaxNameBytes) {
+        return Status::DataLoss(where(off) + "oversized long-name/pax header (" +
+                                std::to_string(data_size) + " bytes)");
+      }
+      meta.resize(data_size);
+      FERRY_RETURN_IF_ERROR(internal::PreadFully(fd, data_off, data_size, meta.data(), shard));
+      if (type == 'L') {
+        while (!meta.empty() && meta.back() == '\0') meta.pop_back();
+        long_name = meta;
+      } else if (!ParsePax(meta, &pax_path, &pax_size)) {
+        return Status::DataLoss(where(off) + "malformed pax extended header");
+      }
+    } else if (type == '0' || type == '\0' || type == '7') {
+      Member m;
+      if (pax_path) {
+        m.name = std::move(*pax_path);
+      } else if (long_name) {
+        m.name = std::move(*long_name);
+      } else {
+        const std::string_view magic(h.data() + 257, 6);
+        const std::string_view prefix = Field(h.data() + 345, 155);
+        if (magic == std::string_view("ustar\0", 6) && !prefix.empty()) {
+          m.name = std::string(prefix) + "/";
+        }
+        m.name += Field(h.data(), 100);
+      }
+      m.offset = data_off;
+      m.size = data_size;
+      FERRY_RETURN_IF_ERROR(on_member(m));
+    }
+    // 'L', 'x' and 'K' describe the next member; anything else consumes them.
+    if (type != 'L' && type != 'x' && type != 'K') {
+      long_name.reset();
+      pax_path.reset();
+      pax_size.reset();
+    }
+    off = data_off + (data_size + kBlock - 1) / kBlock * kBlock;
+  }
+}
+
+// Opens a shard for reading, raising the soft limit on open files once if it is
+// what stops us (one fd per shard: thousands of shards are common).
+Result<internal::ScopedFd> OpenShard(const std::string& path) {
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) return internal::ScopedFd(fd);
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err == EMFILE && attempt == 0) {
+      struct rlimit rl;
+      if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &rl) == 0) continue;
+      }
+    }
+    Status s = internal::ErrnoToStatus(err, path);
+    if (err == EMFILE) s = s.WithContext("too many shards open at once (raise `ulimit -n`)");
+    return s;
+  }
+}
+
+// Accumulates the members of one key (one group) while a shard is scanned.
+struct Group {
+  std::string key;
+  std::vector<std::string> extensions;  // seen so far, lower-cased
+  std::optional<Member> image;
+  std::optional<int32_t> label;
+  std::string cls_problem;  // why the cls member was unusable, if it was
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& shard_paths) {
+  if (shard_paths.empty()) return Status::InvalidArgument("TarShards: no shards given");
+  if (shard_paths.size() > UINT32_MAX) return Status::InvalidArgument("TarShards: too many shards");
+
+  std::vector<Shard> shards;
+  shards.reserve(shard_paths.size());
+  internal::StringTable members;
+  std::vector<TarShardsDataset::Location> locations;
+  std::vector<int32_t> labels;
+  std::vector<ListingIssue> issues;
+  Fingerprinter fp;
+  fp.Add(kKind);
+
+  for (uint32_t s = 0; s < shard_paths.size(); ++s) {
+    const std::string& path = shard_paths[s];
+    FERRY_ASSIGN_OR_RETURN(internal::ScopedFd fd, OpenShard(path));
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return internal::ErrnoToStatus(errno, path);
+    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
+    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+    const std::string_view shard_name = internal::Basename(path);
+
+    Group g;
+    std::string cls_text;
+    auto flush = [&] {
+      if (g.key.empty()) return;
+      const std::string where = path + ":" + g.key;
+      if (!g.image) {
+        issues.push_back({where, "no image member"});
+      } else if (!g.label) {
+        issues.push_back({where, g.cls_problem.empty() ? "no cls member" : g.cls_problem});
+      } else if (g.image->size > internal::kMaxSampleBytes) {
+        issues.push_back({path + ":" + g.image->name,
+                          "image member too large (" + std::to_string(g.image->size) + " bytes)"});
+      } else {
+        members.Append(g.image->name);
+        locations.push_back({g.image->offset, static_cast<uint32_t>(g.image->size), s});
+        labels.push_back(*g.label);
+        fp.Add(shard_name);
+        fp.Add(g.image->name);
+        fp.AddU64(static_cast<uint64_t>(*g.label));
+      }
+      g = Group();
+    };
+    auto on_member = [&](const Member& m) -> Status {
+      std::string_view key, ext_raw;
+      if (!SplitKey(m.name, &key, &ext_raw)) return Status::OK();
+      if (key != g.key) {
+        flush();
+        g.key = std::string(key);
+      }
+      std::string ext(ext_raw);
+      for (char& c : ext) {
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      }
+      for (const std::string& seen : g.extensions) {
+        if (seen == ext) {
+          issues.push_back({path + ":" + m.name, "duplicate member for key; ignored"});
+          return Status::OK();
+        }
+      }
+      g.extensions.push_back(ext);
+      if (IsImageExtension(ext)) {
+        if (!g.image) g.image = m;
+      } else if (ext == "cls") {
+        if (m.size > kMaxClsBytes) {
+          g.cls_problem = "cls member too large (" + std::to_string(m.size) + " bytes)";
+          return Status::OK();
+        }
+        cls_text.resize(m.size);
+        FERRY_RETURN_IF_ERROR(internal::PreadFully(fd.get(), m.offset, m.size, cls_text.data(), path));
+        std::string_view t(cls_text);
+        while (!t.empty() && (t.front() == ' ' || t.front() == '\t' || t.front() == '\n' ||
+                              t.front() == '\r')) {
+          t.remove_prefix(1);
+        }
+        while (!t.empty() &&
+               (t.back() == ' ' || t.back() == '\t' || t.back() == '\n' || t.back() == '\r')) {
+          t.remove_suffix(1);
+        }
+        int64_t v = -1;
+        const auto [p, e] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || e != std::errc() || p != t.data() + t.size() || v < 0 || v > INT32_MAX) {
+          g.cls_problem = "cls member is not a non-negative integer: '" + std::string(t) + "'";
+        } else {
+          g.label = static_cast<int32_t>(v);
+        }
+      }
+      return Status::OK();
+    };
+    FERRY_RETURN_IF_ERROR(
+        ScanTar(fd.get(), path, static_cast<uint64_t>(st.st_size), on_member));
+    flush();
+    shards.push_back({path, std::move(fd)});
+  }
+  if (locations.empty()) {
+    return Status::NotFound("TarShards: no samples (image + cls members) in " +
+                            std::to_string(shard_paths.size()) + " shard(s), first " +
+                            shard_paths.front());
+  }
+  members.ShrinkToFit();
+  locations.shrink_to_fit();
+  labels.shrink_to_fit();
+  return std::unique_ptr<Dataset>(new TarShardsDataset(std::move(shards), std::move(members),
+                                                       std::move(locations), std::move(labels),
+                                                       std::move(issues), fp.Finish()));
+}
+
+}  // namespace ferry

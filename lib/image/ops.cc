@@ -1,0 +1,205 @@
+#include "image/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <opencv2/imgproc.hpp>
+
+namespace ferry {
+
+namespace {
+// Python's round(): half to even (std::nearbyint in the default rounding mode).
+int PyRound(double v) { return int(std::nearbyint(v)); }
+}  // namespace
+
+cv::Rect RandomResizedCropBox(int width, int height, const PipelineSpec& spec, SampleRng& rng) {
+  const double area = double(width) * height;
+  const double log_lo = std::log(spec.ratio_min), log_hi = std::log(spec.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.Uniform(spec.scale_min, spec.scale_max);
+    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+    const int w = PyRound(std::sqrt(target_area * aspect));
+    const int h = PyRound(std::sqrt(target_area / aspect));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int i = int(rng.Below(uint64_t(height - h + 1)));
+      const int j = int(rng.Below(uint64_t(width - w + 1)));
+      return {j, i, w, h};
+    }
+  }
+  const double in_ratio = double(width) / height;
+  int w, h;
+  if (in_ratio < spec.ratio_min) {
+    w = width;
+    h = PyRound(w / spec.ratio_min);
+  } else if (in_ratio > spec.ratio_max) {
+    h = height;
+    w = PyRound(h * spec.ratio_max);
+  } else {
+    w = width;
+    h = height;
+  }
+  w = std::clamp(w, 1, width);
+  h = std::clamp(h, 1, height);
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+cv::Rect CenterCropBox(int width, int height, const PipelineSpec& spec) {
+  // torchvision Resize(int): the shorter side becomes `resize_shorter`, the longer
+  // int(resize_shorter * long / short) (truncation, as in torchvision).
+  const int r = spec.resize_shorter;
+  int new_w, new_h;
+  if (width <= height) {
+    new_w = r;
+    new_h = int(int64_t(r) * height / width);
+  } else {
+    new_h = r;
+    new_w = int(int64_t(r) * width / height);
+  }
+  new_w = std::max(new_w, 1);
+  new_h = std::max(new_h, 1);
+  const int s = spec.size;
+  const int top = PyRound((new_h - s) / 2.0), left = PyRound((new_w - s) / 2.0);
+  const double sx = double(width) / new_w, sy = double(height) / new_h;
+  int x0 = PyRound(left * sx), x1 = PyRound((left + s) * sx);
+  int y0 = PyRound(top * sy), y1 = PyRound((top + s) * sy);
+  x0 = std::clamp(x0, 0, width - 1);
+  y0 = std::clamp(y0, 0, height - 1);
+  x1 = std::clamp(x1, x0 + 1, width);
+  y1 = std::clamp(y1, y0 + 1, height);
+  return {x0, y0, x1 - x0, y1 - y0};
+}
+
+cv::Rect OrientedToStored(cv::Rect r, int o, int W, int H) {
+  switch (o) {
+    case 2: return {W - r.x - r.width, r.y, r.width, r.height};
+    case 3: return {W - r.x - r.width, H - r.y - r.height, r.width, r.height};
+    case 4: return {r.x, H - r.y - r.height, r.width, r.height};
+    case 5: return {r.y, r.x, r.height, r.width};
+    case 6: return {r.y, H - r.x - r.width, r.height, r.width};
+    case 7: return {W - r.y - r.height, H - r.x - r.width, r.height, r.width};
+    case 8: return {W - r.y - r.height, r.x, r.height, r.width};
+    default: return r;
+  }
+}
+
+cv::Mat ApplyOrientation(const cv::Mat& m, int o) {
+  cv::Mat out;
+  switch (o) {
+    case 2: cv::flip(m, out, 1); break;
+    case 3: cv::rotate(m, out, cv::ROTATE_180); break;
+    case 4: cv::flip(m, out, 0); break;
+    case 5: cv::transpose(m, out); break;
+    case 6: cv::rotate(m, out, cv::ROTATE_90_CLOCKWISE); break;
+    case 7: cv::transpose(m, out); cv::rotate(out, out, cv::ROTATE_180); break;
+    case 8: cv::rotate(m, out, cv::ROTATE_90_COUNTERCLOCKWISE); break;
+    default: return m;
+  }
+  return out;
+}
+
+void ResizeInto(const cv::Mat& src, cv::Mat& dst) {
+  if (src.cols == dst.cols && src.rows == dst.rows) {
+    src.copyTo(dst);
+    return;
+  }
+  const bool shrink = src.cols >= dst.cols && src.rows >= dst.rows;
+  cv::resize(src, dst, dst.size(), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+}
+
+void HFlipInPlace(uint8_t* p, int width, int height, int c) {
+  for (int y = 0; y < height; ++y) {
+    uint8_t* row = p + size_t(y) * width * c;
+    for (int a = 0, b = width - 1; a < b; ++a, --b) {
+      for (int k = 0; k < c; ++k) std::swap(row[a * c + k], row[b * c + k]);
+    }
+  }
+}
+
+JitterFactors DrawJitter(const PipelineSpec& spec, SampleRng& rng) {
+  JitterFactors f;
+  // torchvision: fn_idx = randperm(4), then one uniform factor per enabled op.
+  int perm[3] = {0, 1, 2};
+  for (int i = 2; i > 0; --i) std::swap(perm[i], perm[rng.Below(uint64_t(i) + 1)]);
+  std::copy(perm, perm + 3, f.order);
+  auto draw = [&rng](double v) {
+    return v > 0 ? float(rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v)) : 1.f;
+  };
+  f.brightness = draw(spec.brightness);
+  f.contrast = draw(spec.contrast);
+  f.saturation = draw(spec.saturation);
+  return f;
+}
+
+namespace {
+inline uint8_t Sat(float v) { return uint8_t(std::clamp(v + 0.5f, 0.f, 255.f)); }
+inline float Luma(const uint8_t* p) { return 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2]; }
+}  // namespace
+
+void ApplyJitter(uint8_t* p, int n, int c, const JitterFactors& f) {
+  for (int op : f.order) {
+    if (op == 0 && f.brightness != 1.f) {
+      for (int i = 0; i < n * c; ++i) p[i] = Sat(p[i] * f.brightness);
+    } else if (op == 1 && f.contrast != 1.f) {
+      double sum = 0;
+      if (c == 3) {
+        for (int i = 0; i < n; ++i) sum += Luma(p + 3 * i);
+      } else {
+        for (int i = 0; i < n; ++i) sum += p[i];
+      }
+      const float mean = float(std::floor(sum / n + 0.5));
+      const float k = f.contrast, b = (1.f - f.contrast) * mean;
+      for (int i = 0; i < n * c; ++i) p[i] = Sat(p[i] * k + b);
+    } else if (op == 2 && f.saturation != 1.f && c == 3) {
+      const float k = f.saturation;
+      for (int i = 0; i < n; ++i) {
+        uint8_t* q = p + 3 * i;
+        const float g = (1.f - k) * Luma(q);
+        q[0] = Sat(q[0] * k + g);
+        q[1] = Sat(q[1] * k + g);
+        q[2] = Sat(q[2] * k + g);
+      }
+    }
+  }
+}
+
+void WriteFloatCHW(const uint8_t* hwc, int h, int w, int c, bool flip, const PipelineSpec& spec,
+                   float* out) {
+  float scale[3], bias[3];
+  for (int k = 0; k < c; ++k) {
+    const float mean = spec.normalize ? spec.mean[k] : 0.f;
+    const float sd = spec.normalize ? spec.std[k] : 1.f;
+    scale[k] = 1.f / (255.f * sd);
+    bias[k] = -mean / sd;
+  }
+  const size_t plane = size_t(h) * w;
+  if (c == 3) {
+    float* o0 = out;
+    float* o1 = out + plane;
+    float* o2 = out + 2 * plane;
+    for (int y = 0; y < h; ++y) {
+      const uint8_t* row = hwc + size_t(y) * w * 3;
+      const size_t base = size_t(y) * w;
+      if (!flip) {
+        for (int x = 0; x < w; ++x) {
+          o0[base + x] = row[3 * x] * scale[0] + bias[0];
+          o1[base + x] = row[3 * x + 1] * scale[1] + bias[1];
+          o2[base + x] = row[3 * x + 2] * scale[2] + bias[2];
+        }
+      } else {
+        for (int x = 0; x < w; ++x) {
+          const uint8_t* s = row + 3 * (w - 1 - x);
+          o0[base + x] = s[0] * scale[0] + bias[0];
+          o1[base + x] = s[1] * scale[1] + bias[1];
+          o2[base + x] = s[2] * scale[2] + bias[2];
+        }
+      }
+    }
+  } else {
+    for (int y = 0; y < h; ++y) {
+      const uint8_t* row = hwc + size_t(y) * w;
+      for (int x = 0; x < w; ++x) out[size_t(y) * w + x] = row[flip ? w - 1 - x : x] * scale[0] + bias[0];
+    }
+  }
+}
+
+}  // namespace ferry

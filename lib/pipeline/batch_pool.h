@@ -1,0 +1,74 @@
+// BatchPool: a bounded pool of 64-byte-aligned buffers for batches.
+//
+// Bounded memory: at most `capacity` buffers ever exist. Acquire() blocks while all
+// are out; a buffer returns when the last shared_ptr to it dies (the Batch, or a
+// Python tensor holding its keepalive). Thread-safe.
+#ifndef FERRY_PIPELINE_BATCH_POOL_H_
+#define FERRY_PIPELINE_BATCH_POOL_H_
+
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ferry {
+
+class BatchPool : public std::enable_shared_from_this<BatchPool> {
+ public:
+  static std::shared_ptr<BatchPool> Create(size_t buffer_bytes, int capacity) {
+    return std::shared_ptr<BatchPool>(new BatchPool(buffer_bytes, capacity));
+  }
+  ~BatchPool() {
+    for (void* p : free_) std::free(p);
+  }
+
+  // Blocks until a buffer is free or Cancel() was called (then returns nullptr).
+  std::shared_ptr<void> Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return cancelled_ || !free_.empty() || created_ < capacity_; });
+    if (cancelled_) return nullptr;
+    void* p;
+    if (!free_.empty()) {
+      p = free_.back();
+      free_.pop_back();
+    } else {
+      p = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
+      if (p == nullptr) throw std::bad_alloc();
+      ++created_;
+    }
+    std::weak_ptr<BatchPool> weak = weak_from_this();
+    return std::shared_ptr<void>(p, [weak](void* q) {
+      if (auto pool = weak.lock()) pool->Release(q);
+      else std::free(q);
+    });
+  }
+
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+
+  size_t buffer_bytes() const { return bytes_; }
+
+ private:
+  BatchPool(size_t bytes, int capacity) : bytes_(bytes), capacity_(capacity) {}
+  void Release(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(p);
+    cv_.notify_one();
+  }
+
+  const size_t bytes_;
+  const int capacity_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<void*> free_;  // GUARDED_BY(mu_)
+  int created_ = 0;          // GUARDED_BY(mu_)
+  bool cancelled_ = false;   // GUARDED_BY(mu_)
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_PIPELINE_BATCH_POOL_H_
