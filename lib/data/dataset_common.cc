@@ -20,13 +20,16 @@ namespace ferry {
 
 namespace internal {
 
-Status ErrnoToStatus(int err, std::string_view path) {
+std::string ErrnoText(int err) {
   char buf[256];
   // GNU strerror_r: returns a pointer to the message (maybe not into buf).
-  const char* reason = strerror_r(err, buf, sizeof buf);
+  return strerror_r(err, buf, sizeof buf);
+}
+
+Status ErrnoToStatus(int err, std::string_view path) {
   std::string m(path);
   m += ": ";
-  m += reason;
+  m += ErrnoText(err);
   switch (err) {
     case ENOENT:
     case ENOTDIR:
@@ -69,8 +72,8 @@ Status PreadFully(int fd, uint64_t offset, size_t n, char* dst, std::string_view
     }
     if (r == 0) {
       return Status::DataLoss(std::string(what) + ": short read: wanted " + std::to_string(n) +
-                              " bytes at offset " + std::to_string(offset) + ", the file ends after " +
-                              std::to_string(done));
+                              " bytes at offset " + std::to_string(offset) +
+                              ", the file ends after " + std::to_string(done));
     }
     done += static_cast<size_t>(r);
   }
@@ -199,8 +202,9 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
     }
     if (internal::EndsWithIgnoreCase(spec, ".tar")) return OpenTarShards({spec});
     return Status::InvalidArgument(
-        spec + ": cannot tell the dataset kind: expected a directory, a .tsv/.txt file list, "
-               "or .tar shards");
+        spec +
+        ": cannot tell the dataset kind: expected a directory, a .tsv/.txt file list, "
+        "or .tar shards");
   }
   const int err = errno;
   // Not an existing path: maybe a comma-separated list of shards.
@@ -220,7 +224,8 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
       }
       begin = end + 1;
     }
-    if (shards.empty()) return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
+    if (shards.empty())
+      return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
     return OpenTarShards(shards);
   }
   return internal::ErrnoToStatus(err, spec);

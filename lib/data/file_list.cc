@@ -56,7 +56,7 @@ class FileListDataset final : public Dataset {
   std::string_view kind() const override { return kKind; }
 
  private:
-  const std::string base_dir_;     // the TSV's folder; "" when it is the working directory
+  const std::string base_dir_;         // the TSV's folder; "" when it is the working directory
   const internal::StringTable paths_;  // as written in the TSV
   const std::vector<int32_t> labels_;
   const uint64_t fingerprint_;

@@ -21,6 +21,9 @@ namespace ferry::internal {
 // disk image with an image extension), and reading it would only exhaust memory.
 inline constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 30;
 
+// The system's description of errno value `err` (thread-safe).
+std::string ErrnoText(int err);
+
 // Maps an errno value from an operation on `path` to a Status whose message names
 // the path and the system's reason:
 //   ENOENT/ENOTDIR -> NotFound, EACCES/EPERM -> PermissionDenied, EISDIR ->

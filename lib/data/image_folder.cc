@@ -26,10 +26,11 @@
 //
 // Speed: one readdir pass per directory using d_type; a stat only for DT_LNK and
 // DT_UNKNOWN entries. Paths are stored relative to root in one StringTable.
+// Fingerprint: the kind, then each sample's relative path and label in order, so it
+// does not depend on where root is mounted.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,11 +87,6 @@ class ImageFolderDataset final : public Dataset {
   const std::vector<ListingIssue> issues_;
   const uint64_t fingerprint_;
 };
-
-std::string ErrnoText(int err) {
-  char buf[256];
-  return strerror_r(err, buf, sizeof buf);  // GNU variant
-}
 
 // An open directory stream; closes it (and its fd) on destruction.
 class ScopedDir {
@@ -160,12 +156,12 @@ class ClassWalker {
   void Walk(int parent_fd, const std::string& name, const std::string& rel) {
     const int fd = ::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-      Issue(rel, "cannot list directory: " + ErrnoText(errno));
+      Issue(rel, "cannot list directory: " + internal::ErrnoText(errno));
       return;
     }
     struct stat st;
     if (::fstat(fd, &st) != 0) {
-      Issue(rel, "cannot list directory: " + ErrnoText(errno));
+      Issue(rel, "cannot list directory: " + internal::ErrnoText(errno));
       ::close(fd);
       return;
     }
@@ -177,13 +173,13 @@ class ClassWalker {
     }
     ScopedDir dir(::fdopendir(fd));
     if (dir.get() == nullptr) {
-      Issue(rel, "cannot list directory: " + ErrnoText(errno));
+      Issue(rel, "cannot list directory: " + internal::ErrnoText(errno));
       ::close(fd);
       return;
     }
     DirEntries entries;
     if (const int err = ReadEntries(dir, &entries); err != 0) {
-      Issue(rel, "error while listing directory: " + ErrnoText(err));
+      Issue(rel, "error while listing directory: " + internal::ErrnoText(err));
     }
     if (!entries.image_files.empty()) {
       std::sort(entries.image_files.begin(), entries.image_files.end());

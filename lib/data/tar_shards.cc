@@ -18,11 +18,17 @@
 // Grouping (WebDataset's convention): a member path splits into key and extension
 // at the first '.' of its basename ("d/n0001.seg.png" -> key "d/n0001", extension
 // "seg.png"); extensions are lower-cased; a basename with no '.' before other text
-// is not part of any sample. Consecutive members with the same key form one group.
-// A group is a sample when it has an image member (jpg jpeg png webp bmp ppm pgm
-// tif tiff; the first one wins) and a `cls` member whose text is a non-negative
-// integer. Other groups are ListingIssues "shard.tar:key". Order: shard order, then
-// member order.
+// is not part of any sample. The members of a shard with the same key form one
+// group. (WebDataset itself groups only consecutive members; we also accept shards
+// whose members were added in directory order, as a plain `tar cf` does. For shards
+// written by WebDataset's tools the result is the same.) A group is a sample when it
+// has an image member (jpg jpeg png webp bmp ppm pgm tif tiff; the first one wins)
+// and a `cls` member whose text is a non-negative integer. Other groups are
+// ListingIssues "shard.tar:key". Order: shard order, then the order in which each
+// key first appears in its shard.
+//
+// Fingerprint: the kind, then per sample its shard's file name (not its folder),
+// its image member's path and its label.
 //
 // Each shard keeps one fd open for the dataset's lifetime; ReadSample is a pread at
 // the image member's offset, so it is thread-safe.
@@ -39,6 +45,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -99,9 +106,8 @@ class TarShardsDataset final : public Dataset {
     FERRY_CHECK(index >= 0 && index < size());
     const Location& loc = locations_[static_cast<size_t>(index)];
     out->resize(loc.size);
-    const Status s =
-        internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size, out->data(),
-                             shards_[loc.shard].path);
+    const Status s = internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size,
+                                          out->data(), shards_[loc.shard].path);
     if (!s.ok()) return s.WithContext(Path(index));
     return s;
   }
@@ -169,10 +175,10 @@ bool ChecksumOk(const char* h) {
   return *stored == unsigned_sum || static_cast<int64_t>(*stored) == signed_sum;
 }
 
-// Applies the records of a pax extended header to `path` / `size`.
-// Returns false if the records are malformed.
-bool ParsePax(std::string_view data, std::optional<std::string>* path,
-              std::optional<uint64_t>* size) {
+// Applies the records of a pax extended header to `path` and `size` (setting
+// *has_size). Returns false if the records are malformed.
+bool ParsePax(std::string_view data, std::optional<std::string>* path, uint64_t* size,
+              bool* has_size) {
   while (!data.empty()) {
     if (data.front() == '\0') break;  // NUL padding after the last record
     uint64_t len = 0;
@@ -192,6 +198,7 @@ bool ParsePax(std::string_view data, std::optional<std::string>* path,
       const auto [p, e] = std::from_chars(value.data(), value.data() + value.size(), v);
       if (e != std::errc() || p != value.data() + value.size()) return false;
       *size = v;
+      *has_size = true;
     }
   }
   return true;
@@ -232,7 +239,10 @@ template <typename OnMember>
 Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on_member) {
   std::array<char, kBlock> h;
   std::optional<std::string> long_name, pax_path;
-  std::optional<uint64_t> pax_size;
+  // A pax size= record overrides the next member's size field. (Not an optional:
+  // GCC 12 warns falsely about optional<uint64_t> here.)
+  uint64_t pax_size = 0;
+  bool has_pax_size = false;
   std::string meta;
   uint64_t off = 0;
   auto where = [&](uint64_t at) { return shard + ": at offset " + std::to_string(at) + ": "; };
@@ -258,7 +268,7 @@ Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on
     if (!size) return Status::DataLoss(where(off) + "bad size field in tar header");
     const char type = h[156];
     const bool has_data = !(type >= '1' && type <= '6');
-    if (pax_size && type != 'x' && type != 'g') size = pax_size;
+    if (has_pax_size && type != 'x' && type != 'g') size = pax_size;
     const uint64_t data_off = off + kBlock;
     const uint64_t data_size = has_data ? *size : 0;
     if (data_size > file_size - data_off) {
@@ -277,7 +287,7 @@ Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on
       if (type == 'L') {
         while (!meta.empty() && meta.back() == '\0') meta.pop_back();
         long_name = meta;
-      } else if (!ParsePax(meta, &pax_path, &pax_size)) {
+      } else if (!ParsePax(meta, &pax_path, &pax_size, &has_pax_size)) {
         return Status::DataLoss(where(off) + "malformed pax extended header");
       }
     } else if (type == '0' || type == '\0' || type == '7') {
@@ -302,7 +312,7 @@ Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on
     if (type != 'L' && type != 'x' && type != 'K') {
       long_name.reset();
       pax_path.reset();
-      pax_size.reset();
+      has_pax_size = false;
     }
     off = data_off + (data_size + kBlock - 1) / kBlock * kBlock;
   }
@@ -362,10 +372,10 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
     if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
     const std::string_view shard_name = internal::Basename(path);
 
-    Group g;
+    std::vector<Group> groups;  // in order of first appearance
+    std::unordered_map<std::string, size_t> group_of_key;
     std::string cls_text;
-    auto flush = [&] {
-      if (g.key.empty()) return;
+    auto finish = [&](const Group& g) {
       const std::string where = path + ":" + g.key;
       if (!g.image) {
         issues.push_back({where, "no image member"});
@@ -382,15 +392,16 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
         fp.Add(g.image->name);
         fp.AddU64(static_cast<uint64_t>(*g.label));
       }
-      g = Group();
     };
     auto on_member = [&](const Member& m) -> Status {
       std::string_view key, ext_raw;
       if (!SplitKey(m.name, &key, &ext_raw)) return Status::OK();
-      if (key != g.key) {
-        flush();
-        g.key = std::string(key);
+      const auto [it, inserted] = group_of_key.try_emplace(std::string(key), groups.size());
+      if (inserted) {
+        groups.emplace_back();
+        groups.back().key = std::string(key);
       }
+      Group& g = groups[it->second];
       std::string ext(ext_raw);
       for (char& c : ext) {
         if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
@@ -410,10 +421,11 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
           return Status::OK();
         }
         cls_text.resize(m.size);
-        FERRY_RETURN_IF_ERROR(internal::PreadFully(fd.get(), m.offset, m.size, cls_text.data(), path));
+        FERRY_RETURN_IF_ERROR(
+            internal::PreadFully(fd.get(), m.offset, m.size, cls_text.data(), path));
         std::string_view t(cls_text);
-        while (!t.empty() && (t.front() == ' ' || t.front() == '\t' || t.front() == '\n' ||
-                              t.front() == '\r')) {
+        while (!t.empty() &&
+               (t.front() == ' ' || t.front() == '\t' || t.front() == '\n' || t.front() == '\r')) {
           t.remove_prefix(1);
         }
         while (!t.empty() &&
@@ -430,9 +442,8 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
       }
       return Status::OK();
     };
-    FERRY_RETURN_IF_ERROR(
-        ScanTar(fd.get(), path, static_cast<uint64_t>(st.st_size), on_member));
-    flush();
+    FERRY_RETURN_IF_ERROR(ScanTar(fd.get(), path, static_cast<uint64_t>(st.st_size), on_member));
+    for (const Group& g : groups) finish(g);
     shards.push_back({path, std::move(fd)});
   }
   if (locations.empty()) {

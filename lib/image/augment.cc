@@ -28,7 +28,15 @@ Scratch& ThreadScratch() {
 
 }  // namespace
 
-SampleProcessor::SampleProcessor(const PipelineSpec& spec) : spec_(spec) { FERRY_CHECK(spec_.Validate().ok()); }
+SampleProcessor::SampleProcessor(const PipelineSpec& spec) : spec_(spec) {
+  FERRY_CHECK(spec_.Validate().ok());
+  for (int k = 0; k < 3; ++k) {
+    const float mean = spec_.normalize ? spec_.mean[k] : 0.f;
+    const float sd = spec_.normalize ? spec_.std[k] : 1.f;
+    scale_[k] = 1.f / (255.f * sd);
+    bias_[k] = -mean / sd;
+  }
+}
 
 Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index,
                                 void* out) const {
@@ -69,26 +77,38 @@ Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_
       region = img(box);
     }
 
-    const int type = channels == 1 ? CV_8UC1 : CV_8UC3;
-    const bool direct = spec_.output == PipelineSpec::Output::kUint8NHWC;
-    // With uint8 output, resize writes straight into the batch row; otherwise into
-    // per-thread scratch that the float conversion then reads once.
-    cv::Mat direct_view;
-    if (direct) direct_view = cv::Mat(size, size, type, out);
-    else scratch.resized.create(size, size, type);
-    cv::Mat& small = direct ? direct_view : scratch.resized;
-    ResizeInto(region, small);
-
     bool flip = false;
     if (spec_.hflip_p > 0) {
       SampleRng flip_rng(seed, epoch, uint64_t(index), kRngFlip);
       flip = flip_rng.Bernoulli(spec_.hflip_p);
     }
-    if (spec_.brightness > 0 || spec_.contrast > 0 || spec_.saturation > 0) {
+    const bool jitter = spec_.brightness > 0 || spec_.contrast > 0 || spec_.saturation > 0;
+    const bool to_uint8 = spec_.output == PipelineSpec::Output::kUint8NHWC;
+    // The fused JPEG decode leaves windows within 2x of the output, except where a
+    // non-square window's shorter side forced a larger DCT scale (up to ~2.7x on the
+    // long side). Up to 3x the 2-tap bilinear skips few enough pixels for training
+    // crops; beyond that (other formats, roi_decode off) area averaging is used.
+    const bool near = region.cols <= 3 * size && region.rows <= 3 * size;
+    if (near && !jitter) {
+      // The common path: one fused pass from the decoded window to the batch row.
+      if (to_uint8) ResizeToUint8HWC(region, size, flip, static_cast<uint8_t*>(out));
+      else ResizeToFloatCHW(region, size, flip, scale_.data(), bias_.data(), static_cast<float*>(out));
+      return Status::OK();
+    }
+    // General path: resize to uint8 (area averaging when shrinking more than 2x), then
+    // jitter, then mirror / convert into the batch row.
+    const int type = channels == 1 ? CV_8UC1 : CV_8UC3;
+    cv::Mat direct_view;
+    if (to_uint8) direct_view = cv::Mat(size, size, type, out);
+    else scratch.resized.create(size, size, type);
+    cv::Mat& small = to_uint8 ? direct_view : scratch.resized;
+    if (near) ResizeToUint8HWC(region, size, false, small.data);
+    else ResizeInto(region, small);
+    if (jitter) {
       SampleRng jitter_rng(seed, epoch, uint64_t(index), kRngJitter);
       ApplyJitter(small.data, size * size, channels, DrawJitter(spec_, jitter_rng));
     }
-    if (direct) {
+    if (to_uint8) {
       if (flip) HFlipInPlace(small.data, size, size, channels);
     } else {
       WriteFloatCHW(small.data, size, size, channels, flip, spec_, static_cast<float*>(out));

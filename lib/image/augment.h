@@ -11,6 +11,7 @@
 #ifndef FERRY_IMAGE_AUGMENT_H_
 #define FERRY_IMAGE_AUGMENT_H_
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -39,6 +40,8 @@ class SampleProcessor {
 
  private:
   PipelineSpec spec_;
+  // Output value = uint8 value * scale_[c] + bias_[c] (folds ToTensor's /255 and Normalize).
+  std::array<float, 3> scale_{}, bias_{};
 };
 
 }  // namespace ferry
