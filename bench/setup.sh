@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs to build and run Ferry, idempotently:
+#   1. installs the missing Debian packages (apt-get, as root);
+#   2. configures and builds Ferry (Release) in build/;
+#   3. builds the sample dataset (real photographs from Debian packages, re-encoded
+#      as ImageNet-like JPEGs) in data/sample.
+# Used by bench/run_main.sh and tests/run_all.sh; safe to run again.
+#
+# Environment: FERRY_BUILD_DIR (default build), FERRY_DATA_DIR (default data),
+#              FERRY_JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly PACKAGES=(
+  build-essential cmake ninja-build pkg-config clang
+  libboost-dev capnproto libcapnp-dev
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
+  libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  python3-torch python3-torchvision python3-numpy python3-pybind11 python3-pytest
+)
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+build() {
+  local dir=${FERRY_BUILD_DIR:-build}
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE=/usr/bin/python3 -DFERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" >/dev/null
+  cmake --build "$dir" -j "${FERRY_JOBS:-$(nproc)}"
+}
+
+sample_data() {
+  local data=${FERRY_DATA_DIR:-data}
+  bash bench/fetch_sample_sources.sh "$data/src" >/dev/null
+  "${FERRY_BUILD_DIR:-build}/bench/ferry-make-sample" --sources "$data/src/sources" --out "$data/sample" \
+    --count 3000 --classes 8 --seed 0
+}
+
+install_packages
+build
+sample_data
