@@ -13,6 +13,7 @@
 
 #include "core/philox.h"
 #include "data/dataset.h"
+#include "ferry/loader.h"
 #include "image/augment.h"
 #include "image/jpeg_decoder.h"
 #include "image/ops.h"
@@ -86,7 +87,35 @@ void BM_JpegDecoder(benchmark::State& state) {
 }
 BENCHMARK(BM_JpegDecoder)->Arg(0)->Arg(1)->Arg(2);
 
-void BM_ResizeLinear(benchmark::State& state) {
+// The fused resize the pipeline uses: window -> 224x224 float32 CHW, normalized.
+void BM_ResizeToFloatCHW(benchmark::State& state) {
+  cv::Mat src(int(state.range(0)), int(state.range(0)) * 4 / 3, CV_8UC3);
+  cv::randu(src, 0, 255);
+  std::vector<float> out(3 * 224 * 224);
+  const float scale[3] = {0.017f, 0.017f, 0.017f}, bias[3] = {-2.f, -2.f, -1.8f};
+  int64_t i = 0;
+  for (auto _ : state) {
+    ResizeToFloatCHW(src, 224, (i++ & 1) != 0, scale, bias, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ResizeToFloatCHW)->Arg(240)->Arg(440);
+
+void BM_ResizeToUint8HWC(benchmark::State& state) {
+  cv::Mat src(int(state.range(0)), int(state.range(0)) * 4 / 3, CV_8UC3);
+  cv::randu(src, 0, 255);
+  std::vector<uint8_t> out(3 * 224 * 224);
+  for (auto _ : state) {
+    ResizeToUint8HWC(src, 224, false, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ResizeToUint8HWC)->Arg(240)->Arg(440);
+
+// cv::resize, the general path (area averaging beyond 2x): for comparison.
+void BM_ResizeOpenCV(benchmark::State& state) {
   cv::Mat src(int(state.range(0)), int(state.range(0)), CV_8UC3), dst(224, 224, CV_8UC3);
   cv::randu(src, 0, 255);
   for (auto _ : state) {
@@ -95,7 +124,7 @@ void BM_ResizeLinear(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_ResizeLinear)->Arg(240)->Arg(440)->Arg(1000);
+BENCHMARK(BM_ResizeOpenCV)->Arg(240)->Arg(440)->Arg(1000);
 
 void BM_HFlip(benchmark::State& state) {
   cv::Mat img(224, 224, CV_8UC3);
@@ -157,6 +186,33 @@ void BM_ProcessSample(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ProcessSample)->Arg(0)->Arg(1);
+
+// Batch assembly: the in-process loader end to end (plan, fill, emit, hand-over), per
+// batch of 32 at one thread, so the per-batch overhead shows against 32x the
+// per-sample cost of BM_ProcessSample/0.
+void BM_LoaderBatch(benchmark::State& state) {
+  const char* dir = std::getenv("FERRY_SAMPLE_DATA");
+  if (dir == nullptr) {
+    state.SkipWithError("set FERRY_SAMPLE_DATA");
+    return;
+  }
+  LoaderOptions o;
+  o.data = dir;
+  o.batch_size = 32;
+  o.threads = 1;
+  o.epochs = 0;
+  auto loader = Loader::Open(o);
+  if (!loader.ok()) {
+    state.SkipWithError(loader.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    auto b = (*loader)->Next();
+    benchmark::DoNotOptimize(b);
+  }
+  state.SetItemsProcessed(state.iterations() * 32);
+}
+BENCHMARK(BM_LoaderBatch)->UseRealTime();
 
 }  // namespace
 }  // namespace ferry

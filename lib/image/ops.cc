@@ -246,30 +246,24 @@ void ResizeToFloatCHW(const cv::Mat& src, int size, bool flip, const float* scal
 }
 
 void ResizeToUint8HWC(const cv::Mat& src, int size, bool flip, uint8_t* out) {
-  ResizePlan& plan = ThreadPlan(src, size);
-  const int c = src.channels();
-  float* row = plan.row.data();
-  for (int y = 0; y < size; ++y) {
-    const Tap& ty = plan.ys[size_t(y)];
-    BlendRows(src.ptr<uint8_t>(ty.i0), src.ptr<uint8_t>(ty.i1), ty.w1, src.cols * c, row);
-    uint8_t* o = out + size_t(y) * size * c;
-    for (int x = 0; x < size; ++x) {
-      const Tap& t = plan.xs[size_t(flip ? size - 1 - x : x)];
-      for (int k = 0; k < c; ++k) {
-        const float v = row[t.i0 + k] + t.w1 * (row[t.i1 + k] - row[t.i0 + k]);
-        o[x * c + k] = uint8_t(v + 0.5f);
-      }
-    }
+  // For uint8 output OpenCV's fixed-point bilinear is the fastest we measured
+  // (ferry-micro-bench: BM_ResizeOpenCV/240 78 us against 193 us for a float
+  // version of the fused path); a mirror, when drawn, goes through scratch.
+  cv::Mat dst(size, size, src.type(), out);
+  if (!flip) {
+    cv::resize(src, dst, dst.size(), 0, 0, cv::INTER_LINEAR);
+    return;
   }
+  thread_local cv::Mat tmp;
+  cv::resize(src, tmp, dst.size(), 0, 0, cv::INTER_LINEAR);
+  cv::flip(tmp, dst, 1);
 }
 
 void HFlipInPlace(uint8_t* p, int width, int height, int c) {
-  for (int y = 0; y < height; ++y) {
-    uint8_t* row = p + size_t(y) * width * c;
-    for (int a = 0, b = width - 1; a < b; ++a, --b) {
-      for (int k = 0; k < c; ++k) std::swap(row[a * c + k], row[b * c + k]);
-    }
-  }
+  thread_local cv::Mat tmp;
+  cv::Mat img(height, width, c == 1 ? CV_8UC1 : CV_8UC3, p);
+  cv::flip(img, tmp, 1);
+  tmp.copyTo(img);
 }
 
 JitterFactors DrawJitter(const PipelineSpec& spec, SampleRng& rng) {
@@ -288,33 +282,60 @@ JitterFactors DrawJitter(const PipelineSpec& spec, SampleRng& rng) {
 }
 
 namespace {
-inline uint8_t Sat(float v) { return uint8_t(std::clamp(v + 0.5f, 0.f, 255.f)); }
-inline float Luma(const uint8_t* p) { return 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2]; }
+
+// The jitter kernels are plain loops over contiguous bytes, written so the compiler
+// vectorizes them; built for AVX2 and for the baseline, picked at load time.
+
+// p[i] = clamp(p[i] * k + b), rounded.
+__attribute__((target_clones("avx2", "default"))) void AffineBytes(uint8_t* __restrict p, int n, float k,
+                                                                    float b) {
+  for (int i = 0; i < n; ++i) {
+    float v = float(p[i]) * k + b + 0.5f;
+    v = v < 0.f ? 0.f : (v > 255.f ? 255.f : v);
+    p[i] = uint8_t(int(v));
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) float LumaMean(const uint8_t* __restrict p, int n) {
+  float sum = 0.f;
+  for (int i = 0; i < n; ++i) sum += 0.299f * p[3 * i] + 0.587f * p[3 * i + 1] + 0.114f * p[3 * i + 2];
+  return sum / float(n);
+}
+
+// Blend each RGB pixel with its own luma: q = k*q + (1-k)*luma.
+__attribute__((target_clones("avx2", "default"))) void SaturateRgb(uint8_t* __restrict p, int n, float k) {
+  const float g = 1.f - k;
+  for (int i = 0; i < n; ++i) {
+    const float r = p[3 * i], gg = p[3 * i + 1], b = p[3 * i + 2];
+    const float l = g * (0.299f * r + 0.587f * gg + 0.114f * b) + 0.5f;
+    float v0 = r * k + l, v1 = gg * k + l, v2 = b * k + l;
+    v0 = v0 < 0.f ? 0.f : (v0 > 255.f ? 255.f : v0);
+    v1 = v1 < 0.f ? 0.f : (v1 > 255.f ? 255.f : v1);
+    v2 = v2 < 0.f ? 0.f : (v2 > 255.f ? 255.f : v2);
+    p[3 * i] = uint8_t(int(v0));
+    p[3 * i + 1] = uint8_t(int(v1));
+    p[3 * i + 2] = uint8_t(int(v2));
+  }
+}
+
 }  // namespace
 
 void ApplyJitter(uint8_t* p, int n, int c, const JitterFactors& f) {
   for (int op : f.order) {
     if (op == 0 && f.brightness != 1.f) {
-      for (int i = 0; i < n * c; ++i) p[i] = Sat(p[i] * f.brightness);
+      AffineBytes(p, n * c, f.brightness, 0.f);  // blend with black
     } else if (op == 1 && f.contrast != 1.f) {
-      double sum = 0;
+      // Blend with the mean grey level, rounded as PIL's ImageEnhance.Contrast does.
+      double mean = 0;
       if (c == 3) {
-        for (int i = 0; i < n; ++i) sum += Luma(p + 3 * i);
+        mean = LumaMean(p, n);
       } else {
-        for (int i = 0; i < n; ++i) sum += p[i];
+        for (int i = 0; i < n; ++i) mean += p[i];
+        mean /= n;
       }
-      const float mean = float(std::floor(sum / n + 0.5));
-      const float k = f.contrast, b = (1.f - f.contrast) * mean;
-      for (int i = 0; i < n * c; ++i) p[i] = Sat(p[i] * k + b);
+      AffineBytes(p, n * c, f.contrast, (1.f - f.contrast) * float(std::floor(mean + 0.5)));
     } else if (op == 2 && f.saturation != 1.f && c == 3) {
-      const float k = f.saturation;
-      for (int i = 0; i < n; ++i) {
-        uint8_t* q = p + 3 * i;
-        const float g = (1.f - k) * Luma(q);
-        q[0] = Sat(q[0] * k + g);
-        q[1] = Sat(q[1] * k + g);
-        q[2] = Sat(q[2] * k + g);
-      }
+      SaturateRgb(p, n, f.saturation);
     }
   }
 }
