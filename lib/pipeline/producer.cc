@@ -1,0 +1,256 @@
+#include "pipeline/producer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include "core/check.h"
+#include "data/permutation.h"
+
+namespace ferry {
+
+// ---------------------------------------------------------------------------------
+// StaticShardPlan
+
+StaticShardPlan::StaticShardPlan(int64_t dataset_size, const LoaderOptions& options)
+    : n_(dataset_size),
+      opts_(options),
+      shard_size_(dataset_size / options.num_shards + (options.shard_index < dataset_size % options.num_shards ? 1 : 0)) {}
+
+int64_t StaticShardPlan::batches_per_epoch() const {
+  const int64_t b = opts_.batch_size;
+  return shard_size_ / b + ((shard_size_ % b) != 0 && opts_.last_batch != LastBatch::kDrop ? 1 : 0);
+}
+
+std::optional<BatchPlan> StaticShardPlan::Next() {
+  const int64_t per_epoch = batches_per_epoch();
+  if (per_epoch == 0) return std::nullopt;
+  if (next_batch_ >= per_epoch) {
+    next_batch_ = 0;
+    ++epoch_offset_;
+    order_.clear();
+  }
+  if (opts_.epochs > 0 && epoch_offset_ >= uint64_t(opts_.epochs)) return std::nullopt;
+  const uint64_t epoch = opts_.first_epoch + epoch_offset_;
+  if (order_.empty()) {
+    const std::vector<int64_t> perm = EpochPermutation(n_, opts_.seed, epoch, opts_.shuffle);
+    order_.reserve(size_t(shard_size_));
+    for (size_t i = size_t(opts_.shard_index); i < perm.size(); i += size_t(opts_.num_shards)) {
+      order_.push_back(perm[i]);
+    }
+  }
+  BatchPlan plan;
+  plan.epoch = epoch;
+  plan.batch_in_epoch = next_batch_;
+  const int64_t begin = next_batch_ * opts_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + opts_.batch_size, int64_t(order_.size()));
+  plan.samples.assign(order_.begin() + begin, order_.begin() + end);
+  plan.pad = opts_.last_batch == LastBatch::kPad;
+  plan.rows = plan.pad ? opts_.batch_size : end - begin;
+  plan.last_in_epoch = next_batch_ + 1 == per_epoch;
+  plan.batches_in_split = per_epoch;  // in-process, the whole shard epoch is one split
+  plan.batch_in_split = next_batch_;
+  ++next_batch_;
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------
+// MakeDecodeArena
+
+std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads) {
+  if (threads <= 0) threads = int(std::thread::hardware_concurrency());
+  // Tasks are only ever enqueued into the arena (no thread joins it with execute),
+  // so all `threads` slots go to TBB workers. TBB keeps max_allowed_parallelism - 1
+  // workers; make sure there are enough. The control lives for the process.
+  static std::mutex mu;
+  static std::unique_ptr<tbb::global_control> control;
+  static size_t granted = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const size_t want = size_t(threads) + 1;
+    if (want > granted &&
+        want > size_t(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))) {
+      control.reset();
+      control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, want);
+      granted = want;
+    }
+  }
+  return std::make_shared<tbb::task_arena>(threads, /*reserved_for_masters=*/0);
+}
+
+// ---------------------------------------------------------------------------------
+// BatchProducer
+
+BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, const PipelineSpec& spec, uint64_t seed,
+                             std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
+                             std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done)
+    : dataset_(std::move(dataset)),
+      processor_(spec),
+      seed_(seed),
+      sample_bytes_(spec.sample_bytes()),
+      plans_(std::move(plans)),
+      allocator_(std::move(allocator)),
+      arena_(std::move(arena)),
+      max_in_flight_(std::max(1, max_in_flight)),
+      emit_(std::move(emit)),
+      done_(std::move(done)) {}
+
+BatchProducer::~BatchProducer() { Stop(); }
+
+void BatchProducer::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void BatchProducer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  allocator_->Cancel();
+  if (thread_.joinable()) thread_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ == 0 && !done_running_; });
+}
+
+void BatchProducer::Run() {
+  uint64_t seq = 0;
+  Status status;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || in_flight_ < max_in_flight_; });
+      if (stop_ || !status_.ok()) break;
+    }
+    std::optional<BatchPlan> plan;
+    try {
+      plan = plans_->Next();
+    } catch (const std::exception& e) {
+      status = Status::Internal(std::string("planning failed: ") + e.what());
+      break;
+    }
+    if (!plan) break;
+    auto batch = std::make_unique<ProducedBatch>();
+    batch->plan = std::move(*plan);
+    const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
+    batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
+    if (batch->memory.owner == nullptr) break;                              // cancelled
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++in_flight_;
+    }
+    const uint64_t my_seq = seq++;
+    ProducedBatch* raw = batch.release();
+    arena_->enqueue([this, my_seq, raw] {
+      std::unique_ptr<ProducedBatch> owned(raw);
+      try {
+        Fill(owned.get());
+      } catch (const std::bad_alloc&) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
+      }
+      Finish(my_seq, std::move(owned));
+    });
+  }
+  bool call_done = false;
+  Status final_status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok() && !status.ok()) status_ = status;
+    planning_done_ = true;
+    if (in_flight_ == 0 && !done_called_) {
+      done_called_ = true;
+      call_done = true;
+      final_status = status_;
+    }
+  }
+  if (call_done && done_) done_(final_status);
+}
+
+void BatchProducer::Fill(ProducedBatch* b) {
+  const BatchMemory& m = b->memory;
+  const std::vector<int64_t>& samples = b->plan.samples;
+  const int n = int(samples.size());
+  std::vector<Status> status(static_cast<size_t>(n));
+  tbb::parallel_for(tbb::blocked_range<int>(0, n, 1), [&](const tbb::blocked_range<int>& r) {
+    thread_local std::string bytes;
+    for (int i = r.begin(); i != r.end(); ++i) {
+      const int64_t idx = samples[size_t(i)];
+      m.labels[i] = dataset_->Label(idx);
+      m.indices[i] = idx;
+      Status st = dataset_->ReadSample(idx, &bytes);
+      if (st.ok()) st = processor_.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_);
+      status[size_t(i)] = std::move(st);
+    }
+  });
+  // Compaction around bad files: only when one left a hole (memmove of later rows).
+  int64_t valid = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!status[size_t(i)].ok()) {
+      b->skipped.push_back({samples[size_t(i)], dataset_->Path(samples[size_t(i)]), status[size_t(i)].ToString()});
+      continue;
+    }
+    if (i != valid) {
+      std::memmove(m.images + size_t(valid) * sample_bytes_, m.images + size_t(i) * sample_bytes_, sample_bytes_);
+      m.labels[valid] = m.labels[i];
+      m.indices[valid] = m.indices[i];
+    }
+    ++valid;
+  }
+  b->valid = valid;
+  if (b->plan.pad) {
+    b->rows = b->plan.rows;
+    std::memset(m.images + size_t(valid) * sample_bytes_, 0, size_t(b->rows - valid) * sample_bytes_);
+    for (int64_t i = valid; i < b->rows; ++i) m.labels[i] = m.indices[i] = -1;
+  } else {
+    b->rows = valid;
+  }
+}
+
+void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
+  {
+    // emit_mu_ is held from collecting the in-order run until it is emitted, so that
+    // two finishing tasks cannot emit their runs out of order.
+    std::lock_guard<std::mutex> emit_lock(emit_mu_);
+    std::vector<std::unique_ptr<ProducedBatch>> ready;
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_.emplace(seq, std::move(batch));
+      for (auto it = finished_.find(next_emit_); it != finished_.end(); it = finished_.find(next_emit_)) {
+        ready.push_back(std::move(it->second));
+        finished_.erase(it);
+        ++next_emit_;
+      }
+      failed = !status_.ok();
+    }
+    if (!failed) {
+      for (auto& b : ready) emit_(std::move(*b));
+    }
+  }
+  bool call_done = false;
+  Status final_status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (planning_done_ && in_flight_ == 0 && !done_called_) {
+      done_called_ = true;
+      done_running_ = true;  // Stop() waits for it: done_ may touch the owner
+      call_done = true;
+      final_status = status_;
+    }
+    cv_.notify_all();
+  }
+  if (call_done) {
+    if (done_) done_(final_status);
+    std::lock_guard<std::mutex> lock(mu_);
+    done_running_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,162 @@
+// BatchProducer: the engine under both the in-process Loader and the worker daemon.
+//
+// Glossary
+//   plan       which samples make up the next batch, and its provenance (PlanSource).
+//   memory     where the batch's pixels, labels and indices are written: a pooled
+//              buffer in-process, the tensor fields of an outgoing Cap'n Proto message
+//              on a worker (BatchAllocator). The pipeline writes pixels there
+//              directly; nothing copies them afterwards.
+//   emit       hands a finished batch on, in plan order (the emit callback).
+//
+// Threads
+//   One producer thread per BatchProducer plans batches and takes memory for them.
+//   Both can block (a slow consumer means no free memory), so they happen outside
+//   the TBB arena: a stalled stream never holds an arena thread, and other streams
+//   sharing the arena keep going. Each planned batch becomes one task enqueued in the
+//   arena; inside it a parallel_for decodes the samples. Up to `max_in_flight`
+//   batches of one producer are in the arena at once, so threads that finish their
+//   part of one batch start on the next instead of idling at batch boundaries.
+//   Finished batches are re-ordered and emitted strictly in plan order.
+//
+// Bad files are skipped: the batch is compacted around them (or padded, under
+// LastBatch::kPad) and each is reported in ProducedBatch::skipped.
+#ifndef FERRY_PIPELINE_PRODUCER_H_
+#define FERRY_PIPELINE_PRODUCER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include "data/dataset.h"
+#include "ferry/iterator.h"
+#include "ferry/loader.h"
+#include "image/augment.h"
+
+namespace ferry {
+
+struct BatchPlan {
+  uint64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+  bool last_in_epoch = false;
+  int64_t split = 0, batch_in_split = 0, batches_in_split = 0;
+  std::vector<int64_t> samples;  // global sample indices, in order
+  int64_t rows = 0;              // tensor rows to allocate (>= samples.size())
+  bool pad = false;              // keep `rows` rows, padding after the valid ones
+};
+
+// Decides the batches. Called from one thread only (thread-compatible).
+class PlanSource {
+ public:
+  virtual ~PlanSource() = default;
+  // The next batch, or nullopt when there are no more.
+  virtual std::optional<BatchPlan> Next() = 0;
+};
+
+// Every num_shards-th sample of each epoch's permutation, batched in order, for
+// `epochs` epochs (<= 0: forever), with the last-batch policy.
+class StaticShardPlan : public PlanSource {
+ public:
+  StaticShardPlan(int64_t dataset_size, const LoaderOptions& options);
+  std::optional<BatchPlan> Next() override;
+  int64_t batches_per_epoch() const;
+  int64_t shard_size() const { return shard_size_; }
+
+ private:
+  const int64_t n_;
+  const LoaderOptions opts_;
+  const int64_t shard_size_;
+  uint64_t epoch_offset_ = 0;
+  int64_t next_batch_ = 0;
+  std::vector<int64_t> order_;
+};
+
+// Where a batch's tensors live. `owner` keeps the memory alive; `tag` is for the
+// allocator's own use (e.g. the message being built).
+struct BatchMemory {
+  uint8_t* images = nullptr;  // rows * sample_bytes
+  int64_t* labels = nullptr;  // rows
+  int64_t* indices = nullptr; // rows
+  std::shared_ptr<void> owner;
+  std::shared_ptr<void> tag;
+};
+
+class BatchAllocator {
+ public:
+  virtual ~BatchAllocator() = default;
+  // Memory for `rows` rows of `sample_bytes` each. Blocks while the allocator's bound
+  // is reached; returns memory with a null owner once Cancel() was called.
+  virtual BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) = 0;
+  virtual void Cancel() = 0;
+};
+
+struct ProducedBatch {
+  BatchPlan plan;
+  BatchMemory memory;
+  int64_t rows = 0;   // rows in the tensors after compaction/padding
+  int64_t valid = 0;  // leading rows that are real samples
+  std::vector<SkippedSample> skipped;
+};
+
+class BatchProducer {
+ public:
+  using EmitFn = std::function<void(ProducedBatch&&)>;
+  using DoneFn = std::function<void(const Status&)>;
+
+  // `arena` may be shared by several producers. `emit` is called in plan order, one
+  // call at a time, from an arena thread; it must not block for long. `done` is
+  // called once, after the last emit, with OK or the error that stopped production.
+  BatchProducer(std::shared_ptr<const Dataset> dataset, const PipelineSpec& spec, uint64_t seed,
+                std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
+                std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done);
+  // Stops and waits for every task of this producer to finish.
+  ~BatchProducer();
+
+  void Start();
+  // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
+  void Stop();
+
+ private:
+  void Run();
+  void Fill(ProducedBatch* batch);
+  void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
+
+  const std::shared_ptr<const Dataset> dataset_;
+  const SampleProcessor processor_;
+  const uint64_t seed_;
+  const size_t sample_bytes_;
+  std::unique_ptr<PlanSource> plans_;
+  const std::shared_ptr<BatchAllocator> allocator_;
+  const std::shared_ptr<tbb::task_arena> arena_;
+  const int max_in_flight_;
+  const EmitFn emit_;
+  const DoneFn done_;
+  std::thread thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;           // GUARDED_BY(mu_)
+  int in_flight_ = 0;           // GUARDED_BY(mu_)
+  bool planning_done_ = false;  // GUARDED_BY(mu_)
+  bool done_called_ = false;    // GUARDED_BY(mu_)
+  bool done_running_ = false;   // GUARDED_BY(mu_): a task is inside done_
+  Status status_;               // GUARDED_BY(mu_)
+  uint64_t next_emit_ = 0;      // GUARDED_BY(mu_)
+  std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_;  // GUARDED_BY(mu_)
+  std::mutex emit_mu_;          // serializes emit_ calls
+};
+
+// An arena of exactly `threads` worker threads (0 = all cores) for BatchProducers.
+// Raises TBB's global thread limit when needed so that all of them exist.
+std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads);
+
+}  // namespace ferry
+
+#endif  // FERRY_PIPELINE_PRODUCER_H_

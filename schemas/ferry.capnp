@@ -1,0 +1,153 @@
+# Ferry's wire protocol, version 1.
+#
+# Every message travels as one frame:
+#   FrameHeader (16 bytes, little-endian): magic "FRY1", version (u16), type (u16),
+#   length (u64, bytes that follow), then one Cap'n Proto message in the standard
+#   stream framing (segment table, then segments). `type` names the root struct below
+#   (see MessageType). Receivers check magic, version, type and length against their
+#   limits before allocating anything.
+#
+# Data plane (client <-> worker), one TCP connection per stream:
+#   1. worker -> client   Challenge   (nonce; whether a token is required)
+#   2. client -> worker   Hello       (role, HMAC-SHA256(token, nonce) when required)
+#   3. worker -> client   HelloOk, or Error(unauthenticated) and close
+#   4. client -> worker   OpenStream  (the job, inline or by name; initial credits;
+#                                      resume state)
+#   5. worker -> client   Batch ...   (one per credit; credits return with Credit)
+#      client -> worker   Credit      (n more batches may be sent)
+#   6. worker -> client   EndOfEpoch  (after an epoch's last batch of this stream)
+#   Errors: worker -> client Error(code, message); the connection then closes.
+#
+# Control plane (dispatcher): the structs are reserved here by number and defined
+# in the dispatcher issue; unknown types are refused like any malformed frame.
+@0xffde25dee0499500;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("ferry::wire::schema");
+
+const protocolVersion :UInt16 = 1;
+
+enum MessageType {
+  invalid @0;
+  challenge @1;
+  hello @2;
+  helloOk @3;
+  openStream @4;
+  credit @5;
+  batch @6;
+  endOfEpoch @7;
+  error @8;
+  # 16.. reserved for the control plane (RegisterWorker, Heartbeat, GetOrCreateJob,
+  # GetWorkers, LeaseSplits, AckSplits, Drain).
+}
+
+enum Role {
+  client @0;
+  worker @1;
+  dispatcher @2;
+  tool @3;
+}
+
+struct Challenge {
+  version @0 :UInt16;
+  nonce @1 :Data;            # 32 random bytes
+  authRequired @2 :Bool;
+  serverId @3 :Text;
+}
+
+struct Hello {
+  version @0 :UInt16;
+  role @1 :Role;
+  mac @2 :Data;              # HMAC-SHA256(token, "ferry-hello-v1" || nonce), when required
+  peerId @3 :Text;
+}
+
+struct HelloOk {
+  serverId @0 :Text;
+}
+
+enum LastBatch {
+  drop @0;
+  pad @1;
+  keep @2;
+}
+
+# A job as a worker runs it without a dispatcher: everything needed to produce the
+# same samples, in the same order, with the same pixels.
+struct JobSpec {
+  datasetPath @0 :Text;      # as seen on the worker's filesystem
+  pipelineJson @1 :Text;     # PipelineSpec JSON
+  seed @2 :UInt64;
+  shuffle @3 :Bool = true;
+  epochs @4 :Int64 = 1;      # <= 0: forever
+  firstEpoch @5 :UInt64;
+  batchSize @6 :UInt32;
+  lastBatch @7 :LastBatch = keep;
+  workerIndex @8 :UInt32;    # static sharding: this worker's share of each epoch
+  numWorkers @9 :UInt32 = 1;
+  fingerprint @10 :UInt64;   # of (listing, pipeline); 0 = not checked
+}
+
+struct ResumeState {
+  epoch @0 :UInt64;
+  batchesDone @1 :Int64;     # batches of this stream already yielded in `epoch`
+}
+
+struct OpenStream {
+  job :union {
+    inline @0 :JobSpec;
+    name @1 :Text;           # a dispatcher job (dispatcher issue)
+  }
+  consumerId @2 :Text;
+  credits @3 :UInt32;        # batches the worker may send before the next Credit
+  resume @4 :ResumeState;
+}
+
+struct Credit {
+  n @0 :UInt32;
+}
+
+enum DType {
+  uint8 @0;
+  int64 @1;
+  float32 @2;
+}
+
+struct Tensor {
+  dtype @0 :DType;
+  shape @1 :List(Int64);
+  data @2 :Data;             # dense, row-major, little-endian
+}
+
+struct SkippedSample {
+  index @0 :Int64;
+  path @1 :Text;
+  reason @2 :Text;
+}
+
+struct Batch {
+  job @0 :Text;
+  epoch @1 :UInt64;
+  split @2 :Int64;
+  batchInSplit @3 :Int64;
+  batchesInSplit @4 :Int64;
+  batchInEpoch @5 :Int64;
+  lastInEpoch @6 :Bool;
+  valid @7 :Int64;           # leading rows that are real samples; the rest is padding
+  images @8 :Tensor;         # [B,H,W,C] uint8 or [B,C,H,W] float32
+  labels @9 :Tensor;         # [B] int64
+  indices @10 :Tensor;       # [B] int64 sample indices, -1 for padding
+  skipped @11 :List(SkippedSample);
+}
+
+struct EndOfEpoch {
+  epoch @0 :UInt64;
+  batches @1 :Int64;
+  samples @2 :Int64;
+  last @3 :Bool;             # no more epochs follow on this stream
+}
+
+struct Error {
+  code @0 :UInt8;            # ferry::StatusCode
+  message @1 :Text;
+}
