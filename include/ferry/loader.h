@@ -19,11 +19,6 @@
 
 namespace ferry {
 
-enum class LastBatch : uint8_t {
-  kDrop,  // the epoch's final short batch is not delivered
-  kPad,   // it is padded to batch_size with padding rows (label -1, index -1, zeros)
-  kKeep,  // it is delivered short
-};
 
 struct LoaderOptions {
   std::string data;  // an ImageFolder root, a .tsv list, or .tar shards (see OpenDataset)

@@ -205,7 +205,16 @@ Result<cv::Mat> JpegDecoder::DecodeRegion(cv::Rect rect, int min_w, int min_h, b
   const int x1 = std::min<int>(sw, int((int64_t(rect.x + rect.width) * sw + W - 1) / W));
   const int y0 = int(int64_t(rect.y) * sh / H);
   const int y1 = std::min<int>(sh, int((int64_t(rect.y + rect.height) * sh + H - 1) / H));
-  JDIMENSION xoff = JDIMENSION(x0), cw = JDIMENSION(x1 - x0);
+  // Crop with one column of margin on each side, and at least 5 columns: libjpeg-turbo
+  // upsamples the chroma of a cropped scanline as if the crop's edges were the image's
+  // (replicating the last sample), and without interpolation when the crop has 2 or
+  // fewer chroma samples; either put wrong colours in the window's edge columns.
+  int cx0 = std::max(0, x0 - 1), cx1 = std::min(sw, x1 + 1);
+  if (cx1 - cx0 < 5) {
+    cx1 = std::min(sw, cx0 + 5);
+    cx0 = std::max(0, cx1 - 5);
+  }
+  JDIMENSION xoff = JDIMENSION(cx0), cw = JDIMENSION(cx1 - cx0);
   if (cw < JDIMENSION(sw)) jpeg_crop_scanline(&cinfo_, &xoff, &cw);  // widens to iMCU bounds
   const size_t stride = size_t(cw) * comps;
   buffer_.resize(stride * size_t(y1 - y0) + 64);

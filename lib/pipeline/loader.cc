@@ -25,38 +25,6 @@ LastBatch ParseLastBatch(const std::string& s, bool* ok) {
   return LastBatch::kDrop;
 }
 
-namespace {
-
-size_t AlignUp(size_t n) { return (n + 63) / 64 * 64; }
-
-// Batch buffers from a BatchPool: [images | labels | indices], each 64-byte aligned.
-// The pool's capacity is the loader's memory bound.
-class PoolAllocator : public BatchAllocator {
- public:
-  PoolAllocator(int64_t max_rows, size_t sample_bytes, int capacity)
-      : labels_offset_(AlignUp(size_t(max_rows) * sample_bytes)),
-        indices_offset_(labels_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows))),
-        pool_(BatchPool::Create(indices_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows)), capacity)) {}
-
-  BatchMemory Allocate(const BatchPlan&, int64_t, size_t) override {
-    BatchMemory m;
-    m.owner = pool_->Acquire();
-    if (m.owner == nullptr) return m;
-    auto* base = static_cast<uint8_t*>(m.owner.get());
-    m.images = base;
-    m.labels = reinterpret_cast<int64_t*>(base + labels_offset_);
-    m.indices = reinterpret_cast<int64_t*>(base + indices_offset_);
-    return m;
-  }
-  void Cancel() override { pool_->Cancel(); }
-
- private:
-  const size_t labels_offset_, indices_offset_;
-  const std::shared_ptr<BatchPool> pool_;
-};
-
-}  // namespace
-
 class Loader::Impl {
  public:
   Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds) : opts_(o), dataset_(std::move(ds)) {
@@ -75,7 +43,7 @@ class Loader::Impl {
   }
 
   void Start() {
-    auto allocator = std::make_shared<PoolAllocator>(opts_.batch_size, opts_.pipeline.sample_bytes(), opts_.prefetch + 2);
+    auto allocator = std::make_shared<PooledBatchAllocator>(opts_.batch_size, opts_.pipeline.sample_bytes(), opts_.prefetch + 2);
     producer_ = std::make_unique<BatchProducer>(
         dataset_, opts_.pipeline, opts_.seed, std::make_unique<StaticShardPlan>(dataset_->size(), opts_),
         std::move(allocator), MakeDecodeArena(opts_.threads), opts_.prefetch,

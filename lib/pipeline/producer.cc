@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "data/permutation.h"
+#include "pipeline/batch_pool.h"
 
 namespace ferry {
 
@@ -56,6 +57,32 @@ std::optional<BatchPlan> StaticShardPlan::Next() {
   ++next_batch_;
   return plan;
 }
+
+// ---------------------------------------------------------------------------------
+// PooledBatchAllocator
+
+namespace {
+size_t AlignUp(size_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
+
+PooledBatchAllocator::PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity)
+    : labels_offset_(AlignUp(size_t(max_rows) * sample_bytes)),
+      indices_offset_(labels_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows))),
+      pool_(BatchPool::Create(indices_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows)), capacity)) {}
+
+BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_t sample_bytes) {
+  BatchMemory m;
+  FERRY_CHECK(size_t(rows) * sample_bytes <= labels_offset_);
+  m.owner = pool_->Acquire();
+  if (m.owner == nullptr) return m;
+  auto* base = static_cast<uint8_t*>(m.owner.get());
+  m.images = base;
+  m.labels = reinterpret_cast<int64_t*>(base + labels_offset_);
+  m.indices = reinterpret_cast<int64_t*>(base + indices_offset_);
+  return m;
+}
+
+void PooledBatchAllocator::Cancel() { pool_->Cancel(); }
 
 // ---------------------------------------------------------------------------------
 // MakeDecodeArena
@@ -114,14 +141,20 @@ void BatchProducer::Stop() {
   cv_.wait(lock, [&] { return in_flight_ == 0 && !done_running_; });
 }
 
+void BatchProducer::StopPlanning() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_planning_ = true;
+  cv_.notify_all();
+}
+
 void BatchProducer::Run() {
   uint64_t seq = 0;
   Status status;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || in_flight_ < max_in_flight_; });
-      if (stop_ || !status_.ok()) break;
+      cv_.wait(lock, [&] { return stop_ || stop_planning_ || in_flight_ < max_in_flight_; });
+      if (stop_ || stop_planning_ || !status_.ok()) break;
     }
     std::optional<BatchPlan> plan;
     try {

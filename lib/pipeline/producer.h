@@ -78,6 +78,25 @@ class StaticShardPlan : public PlanSource {
   std::vector<int64_t> order_;
 };
 
+// Skips the plans of `inner` before (epoch, batch_in_epoch) = (epoch, batches_done):
+// a resumed stream continues exactly after what its consumer already yielded.
+class ResumePlan : public PlanSource {
+ public:
+  ResumePlan(std::unique_ptr<PlanSource> inner, uint64_t epoch, int64_t batches_done)
+      : inner_(std::move(inner)), epoch_(epoch), done_(batches_done) {}
+  std::optional<BatchPlan> Next() override {
+    for (;;) {
+      std::optional<BatchPlan> p = inner_->Next();
+      if (!p || p->epoch > epoch_ || (p->epoch == epoch_ && p->batch_in_epoch >= done_)) return p;
+    }
+  }
+
+ private:
+  std::unique_ptr<PlanSource> inner_;
+  const uint64_t epoch_;
+  const int64_t done_;
+};
+
 // Where a batch's tensors live. `owner` keeps the memory alive; `tag` is for the
 // allocator's own use (e.g. the message being built).
 struct BatchMemory {
@@ -95,6 +114,22 @@ class BatchAllocator {
   // is reached; returns memory with a null owner once Cancel() was called.
   virtual BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) = 0;
   virtual void Cancel() = 0;
+};
+
+class BatchPool;
+
+// Batch buffers from a bounded pool, laid out [images | labels | indices], each part
+// 64-byte aligned. At most `capacity` buffers exist: that is the memory bound of
+// whoever produces with it.
+class PooledBatchAllocator : public BatchAllocator {
+ public:
+  PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity);
+  BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
+  void Cancel() override;
+
+ private:
+  const size_t labels_offset_, indices_offset_;
+  const std::shared_ptr<BatchPool> pool_;
 };
 
 struct ProducedBatch {
@@ -122,6 +157,9 @@ class BatchProducer {
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
   void Stop();
+  // Plans no new batch; those already planned are finished and emitted, then `done`
+  // is called with OK. For draining. Thread-safe, returns at once.
+  void StopPlanning();
 
  private:
   void Run();
@@ -143,6 +181,7 @@ class BatchProducer {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;           // GUARDED_BY(mu_)
+  bool stop_planning_ = false;  // GUARDED_BY(mu_)
   int in_flight_ = 0;           // GUARDED_BY(mu_)
   bool planning_done_ = false;  // GUARDED_BY(mu_)
   bool done_called_ = false;    // GUARDED_BY(mu_)

@@ -1,0 +1,190 @@
+// FrameConnection: one TCP connection carrying Ferry frames, on Boost.Asio.
+// Header-only (the client is). Used by the client and the daemons alike.
+//
+// Threading: every method, and every callback, runs on the connection's io_context
+// thread; a connection is never touched from elsewhere (post to it instead).
+//
+// Reading: StartReading() reads frames forever. Each frame's header is validated
+// (ParseFrameHeader) before its body buffer is allocated; the body is read straight
+// into one 64-byte-aligned buffer from the BufferAllocator: no copy follows. The
+// handler gets every frame, then exactly one non-OK Status (EOF, error, bad frame),
+// after which the connection is closed.
+//
+// Writing: Send() queues frames; one scatter-gather write is in flight at a time, in
+// order, straight from the frames' own memory (header, segment table, segments).
+#ifndef FERRY_INTERNAL_CONNECTION_H_
+#define FERRY_INTERNAL_CONNECTION_H_
+
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without it in C++20
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/internal/frame.h"
+#include "ferry/internal/wire.h"
+
+namespace ferry::internal {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
+ public:
+  using FrameHandler = std::function<void(const Status&, InFrame)>;
+
+  FrameConnection(tcp::socket socket, FrameLimits limits, std::shared_ptr<BufferAllocator> buffers)
+      : socket_(std::move(socket)), limits_(limits), buffers_(std::move(buffers)) {
+    boost::system::error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    // Large kernel buffers let one write move a whole batch with few wake-ups.
+    socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
+    socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+    peer_ = Describe(socket_);
+  }
+
+  const std::string& peer() const { return peer_; }
+  bool closed() const { return closed_; }
+  size_t queued_frames() const { return queue_.size(); }
+
+  void StartReading(FrameHandler handler) {
+    handler_ = std::move(handler);
+    ReadHeader();
+  }
+
+  // Queues a frame. `on_sent` (optional) runs once it has been written.
+  void Send(OutFrame frame, std::function<void()> on_sent = nullptr) {
+    if (closed_) return;
+    queue_.push_back({std::move(frame), std::move(on_sent)});
+    if (!writing_) WriteNext();
+  }
+
+  // Closes once every queued frame has been written.
+  void CloseAfterWrites() {
+    close_after_writes_ = true;
+    if (!writing_) Close();
+  }
+
+  // Closes now; queued frames are dropped. The read handler gets Cancelled once.
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    queue_.clear();
+  }
+
+  static std::string Describe(const tcp::socket& s) {
+    boost::system::error_code ec;
+    auto ep = s.remote_endpoint(ec);
+    if (ec) return "?";
+    return ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+ private:
+  struct Pending {
+    OutFrame frame;
+    std::function<void()> on_sent;
+  };
+
+  void Fail(const Status& s) {
+    if (failed_) return;
+    failed_ = true;
+    Close();
+    if (handler_) {
+      FrameHandler h = std::move(handler_);
+      handler_ = nullptr;
+      h(s, InFrame{});
+    }
+  }
+
+  void ReadHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(header_, kFrameHeaderSize),
+                     [self](const boost::system::error_code& ec, size_t) {
+                       if (ec) return self->Fail(self->FromError(ec));
+                       Result<FrameHeader> h = ParseFrameHeader(self->header_, self->limits_);
+                       if (!h.ok()) return self->Fail(h.status());
+                       self->ReadBody(*h);
+                     });
+  }
+
+  void ReadBody(FrameHeader h) {
+    std::shared_ptr<InBuffer> body = buffers_->Allocate(size_t(h.length));
+    if (!body) return Fail(Status::ResourceExhausted("cannot allocate a receive buffer of " + std::to_string(h.length) + " bytes"));
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)),
+                     [self, h, body](const boost::system::error_code& ec, size_t) {
+                       if (ec) return self->Fail(self->FromError(ec));
+                       if (self->handler_) self->handler_(Status::OK(), InFrame{h, body});
+                       if (!self->failed_ && !self->closed_) self->ReadHeader();
+                     });
+  }
+
+  void WriteNext() {
+    if (queue_.empty() || closed_) {
+      writing_ = false;
+      if (close_after_writes_) Close();
+      return;
+    }
+    writing_ = true;
+    const std::vector<ByteRange>& ranges = queue_.front().frame.ranges();
+    buffers_out_.clear();
+    for (const ByteRange& r : ranges) buffers_out_.emplace_back(r.data, r.size);
+    auto self = shared_from_this();
+    asio::async_write(socket_, buffers_out_, [self](const boost::system::error_code& ec, size_t) {
+      if (self->closed_) return;
+      if (ec) {
+        self->writing_ = false;
+        return self->Fail(self->FromError(ec));
+      }
+      Pending done = std::move(self->queue_.front());
+      self->queue_.pop_front();
+      done.frame = OutFrame();  // release the batch memory before the callback runs
+      if (done.on_sent) done.on_sent();
+      self->WriteNext();
+    });
+  }
+
+  Status FromError(const boost::system::error_code& ec) const {
+    if (ec == asio::error::eof) return Status::Unavailable("connection closed by " + peer_);
+    if (ec == asio::error::operation_aborted) return Status::Cancelled("connection closed");
+    return Status::Unavailable("connection to " + peer_ + ": " + ec.message());
+  }
+
+  tcp::socket socket_;
+  const FrameLimits limits_;
+  const std::shared_ptr<BufferAllocator> buffers_;
+  std::string peer_;
+  FrameHandler handler_;
+  uint8_t header_[kFrameHeaderSize];
+  std::deque<Pending> queue_;
+  std::vector<asio::const_buffer> buffers_out_;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool failed_ = false;
+  bool close_after_writes_ = false;
+};
+
+// "host:port" -> (host, port). Port 0 is allowed (listen on any free port).
+inline Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    return Status::InvalidArgument("expected HOST:PORT, got '" + s + "'");
+  std::string host = s.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port_str = s.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_str.c_str(), &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535) return Status::InvalidArgument("bad port in '" + s + "'");
+  return std::make_pair(host, uint16_t(port));
+}
+
+}  // namespace ferry::internal
+
+#endif  // FERRY_INTERNAL_CONNECTION_H_

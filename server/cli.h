@@ -1,0 +1,49 @@
+// Shared bits of the daemons' command lines.
+#ifndef FERRY_SERVER_CLI_H_
+#define FERRY_SERVER_CLI_H_
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+namespace ferry {
+
+// Parses argv; on a bad flag prints the error and the full usage to stderr and
+// returns 2; on --help prints usage to stdout and returns 0; otherwise returns -1.
+inline int ParseOrUsage(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n\n" << app.help();
+    return 2;
+  }
+  return -1;
+}
+
+// Blocks SIGTERM and SIGINT in this thread and every thread it starts afterwards, so
+// that WaitForTermination() can take them synchronously.
+inline void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+inline int WaitForTermination() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+}  // namespace ferry
+
+#endif  // FERRY_SERVER_CLI_H_

@@ -1,0 +1,55 @@
+// ferry-worker: runs the decode pipeline for clients and streams them the batches.
+//   ferry-worker --listen HOST:PORT [--threads N] [--token-file F]
+// Prints "listening on HOST:PORT" (the real port) once ready. SIGTERM drains: batches
+// in flight are delivered, then it exits 0.
+#include <cstdio>
+#include <string>
+
+#include "core/log.h"
+#include "ferry/internal/wire.h"
+#include "server/cli.h"
+#include "server/worker_service.h"
+
+int main(int argc, char** argv) {
+  ferry::LogProgramName() = "ferry-worker";
+  ferry::WorkerOptions o;
+  std::string token_file;
+  double max_batch_mb = 4096;
+  CLI::App app{"ferry-worker: decodes and augments images for Ferry clients, streaming the batches", "ferry-worker"};
+  app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
+  app.add_option("--threads", o.threads, "decode threads shared by all streams (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  app.add_option("--buffered-batches", o.buffered_batches, "per stream: batches in memory at most")
+      ->check(CLI::Range(2, 64));
+  app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds allowed for Hello and OpenStream");
+  app.add_option("--drain-timeout", o.drain_timeout_s, "seconds SIGTERM waits for clients to take their batches");
+  app.add_option("--max-batch-mb", max_batch_mb, "largest frame accepted, in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--id", o.id, "name reported to clients");
+  if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  o.limits.max_batch_bytes = uint64_t(max_batch_mb * 1024 * 1024);
+
+  auto token = ferry::internal::LoadToken(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "ferry-worker: %s\n", token.status().ToString().c_str());
+    return 2;
+  }
+  o.token = *token;
+  ferry::BlockTerminationSignals();
+  auto service = ferry::WorkerService::Start(o);
+  if (!service.ok()) {
+    std::fprintf(stderr, "ferry-worker: %s\n", service.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("listening on %s\n", (*service)->address().c_str());
+  std::fflush(stdout);
+  ferry::Log("serving on %s (%s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required");
+  const int sig = ferry::WaitForTermination();
+  ferry::Log("signal %d: draining", sig);
+  (*service)->Drain();
+  (*service)->WaitDrained();
+  const auto st = (*service)->stats();
+  ferry::Log("drained: %lld connections, %lld streams, %lld batches sent; exiting", (long long)st.connections,
+             (long long)st.streams, (long long)st.batches_sent);
+  return 0;
+}

@@ -1,0 +1,63 @@
+// WorkerService: the data plane of ferry-worker. It accepts client connections,
+// authenticates them, and serves one stream per connection: the pipeline runs the
+// stream's job on the worker's shared TBB arena and the batches are pushed to the
+// client as frames, one per credit.
+//
+// Per connection (all on the io thread, see FrameConnection):
+//   accept -> Challenge -> Hello (HMAC checked when a token is set) -> HelloOk
+//   -> OpenStream (inline job) -> Batch... with EndOfEpoch after each epoch
+//   -> (client closes) or Error + close.
+// Memory per stream is bounded: at most `buffered_batches` batch buffers exist for it
+// (being filled, queued or being written); with no credits the stream's producer
+// blocks on its own thread, stalling that stream only.
+#ifndef FERRY_SERVER_WORKER_SERVICE_H_
+#define FERRY_SERVER_WORKER_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ferry/internal/frame.h"
+#include "ferry/status.h"
+
+namespace ferry {
+
+struct WorkerOptions {
+  std::string listen = "127.0.0.1:0";
+  int threads = 0;                 // decode threads shared by all streams (0 = all cores)
+  std::string token;               // shared secret; empty = no authentication
+  internal::FrameLimits limits;
+  double handshake_timeout_s = 10; // time allowed for Hello and OpenStream
+  int buffered_batches = 4;        // per stream: batches being filled, queued or sent
+  double drain_timeout_s = 60;     // Drain(): how long to wait for clients to read
+  std::string id = "ferry-worker";
+};
+
+class WorkerService {
+ public:
+  static Result<std::unique_ptr<WorkerService>> Start(const WorkerOptions& options);
+  ~WorkerService();  // hard stop: closes every connection
+
+  // The address actually bound, "host:port".
+  std::string address() const;
+  // Starts draining: no new connections or streams; each stream plans no new batch,
+  // delivers what it has in flight, then ends with Error(Unavailable).
+  void Drain();
+  // Blocks until Drain() has finished (every connection closed, or the timeout).
+  void WaitDrained();
+
+  struct Stats {
+    int64_t connections = 0, streams = 0, batches_sent = 0, bad_frames = 0, auth_failures = 0;
+  };
+  Stats stats() const;
+
+  class Impl;
+
+ private:
+  explicit WorkerService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_SERVER_WORKER_SERVICE_H_
