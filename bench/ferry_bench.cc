@@ -9,6 +9,12 @@
 //       a bare full-size tjDecompress2 loop over the same files (one thread)
 //       last line: decode img/s=<x> img_per_cpu_s=<y>
 //   ferry-bench list --data DIR      prints `index<TAB>label<TAB>path` per sample
+//   ferry-bench transport [--seconds S] [--batch-bytes N]
+//       raw loopback TCP against a ferry-worker serving ready-made batches
+//       last line: transport ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s>
+//   ferry-bench consume --workers HOST:PORT[,...] --data DIR [--pipeline P] [--epochs E]
+//       [--batch-size B] [--last-batch keep|drop|pad] [--dump-indices FILE] [--token-file F]
+//       last line: consume img/s=<x> wait_frac=<y> samples=<n>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "cpu_time.h"
+#include "remote_bench.h"
 #include "data/dataset.h"
 #include "ferry/loader.h"
 
@@ -237,7 +244,37 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "print the dataset listing: index, label, path");
   list->add_option("--data", list_data, "dataset")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  TransportArgs t;
+  auto* transport = app.add_subcommand("transport", "loopback throughput: raw TCP against a worker's batches");
+  transport->add_option("--seconds", t.seconds, "timed window of each measurement")->check(CLI::PositiveNumber);
+  transport->add_option("--batch-bytes", t.batch_bytes, "bytes per batch")->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 31));
+  transport->add_option("--credits", t.credits, "client credits (prefetch depth)")->check(CLI::PositiveNumber);
+  transport->add_option("--worker-bin", t.worker_bin, "the ferry-worker executable");
+
+  ConsumeArgs c;
+  auto* consume = app.add_subcommand("consume", "read from ferry-workers and report throughput");
+  consume->add_option("--workers", c.workers, "HOST:PORT[,HOST:PORT...]")->required();
+  consume->add_option("--data", c.data, "dataset path as the workers see it")->required();
+  consume->add_option("--pipeline", c.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
+  consume->add_option("--epochs", c.epochs, "epochs to read (<= 0: forever)");
+  consume->add_option("--batch-size", c.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  consume->add_option("--last-batch", c.last_batch, "keep (default), drop or pad");
+  consume->add_option("--dump-indices", c.dump_indices, "append every delivered sample index to FILE");
+  consume->add_option("--token-file", c.token_file, "shared token (else $FERRY_TOKEN)");
+  consume->add_option("--seed", c.seed, "seed of the epoch order and the augmentation");
+  consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << (app.get_subcommands().empty() ? app.help() : app.get_subcommands().front()->help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ferry-bench: " << e.what() << "\n\n" << app.help("", CLI::AppFormatMode::All);
+    return 2;
+  }
+  if (transport->parsed()) return RunTransport(t, argv[0]);
+  if (consume->parsed()) return RunConsume(c);
   if (pipeline->parsed()) return RunPipeline(p);
   if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);
   if (list->parsed()) return RunList(list_data);

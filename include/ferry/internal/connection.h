@@ -103,6 +103,13 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     }
   }
 
+  // Completion condition "everything, in as few system calls as the kernel allows".
+  // Asio's transfer_all caps each read or writev at 64 KiB, which costs hundreds of
+  // system calls per batch (ferry-bench transport: 1.50 GB/s with it, 2.37 without).
+  struct AllOfIt {
+    size_t operator()(const boost::system::error_code& ec, size_t) const { return ec ? 0 : size_t(1) << 30; }
+  };
+
   void ReadHeader() {
     auto self = shared_from_this();
     asio::async_read(socket_, asio::buffer(header_, kFrameHeaderSize),
@@ -118,7 +125,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     std::shared_ptr<InBuffer> body = buffers_->Allocate(size_t(h.length));
     if (!body) return Fail(Status::ResourceExhausted("cannot allocate a receive buffer of " + std::to_string(h.length) + " bytes"));
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)),
+    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)), AllOfIt(),
                      [self, h, body](const boost::system::error_code& ec, size_t) {
                        if (ec) return self->Fail(self->FromError(ec));
                        if (self->handler_) self->handler_(Status::OK(), InFrame{h, body});
@@ -137,7 +144,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     buffers_out_.clear();
     for (const ByteRange& r : ranges) buffers_out_.emplace_back(r.data, r.size);
     auto self = shared_from_this();
-    asio::async_write(socket_, buffers_out_, [self](const boost::system::error_code& ec, size_t) {
+    asio::async_write(socket_, buffers_out_, AllOfIt(), [self](const boost::system::error_code& ec, size_t) {
       if (self->closed_) return;
       if (ec) {
         self->writing_ = false;

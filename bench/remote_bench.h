@@ -1,0 +1,35 @@
+// ferry-bench's remote subcommands: transport (raw TCP vs a worker's batches) and
+// consume (a client reading from workers).
+#ifndef FERRY_BENCH_REMOTE_BENCH_H_
+#define FERRY_BENCH_REMOTE_BENCH_H_
+
+#include <cstdint>
+#include <string>
+
+namespace ferry::bench {
+
+struct TransportArgs {
+  double seconds = 5;
+  uint64_t batch_bytes = 16ull << 20;
+  int credits = 4;
+  std::string worker_bin;  // ferry-worker; default: next to ferry-bench
+};
+int RunTransport(const TransportArgs& a, const char* argv0);
+
+struct ConsumeArgs {
+  std::string workers;  // HOST:PORT[,HOST:PORT...]
+  std::string data;
+  std::string pipeline = "imagenet-train";
+  int64_t epochs = 1;
+  int batch_size = 64;
+  std::string last_batch = "keep";
+  std::string dump_indices;
+  std::string token_file;
+  uint64_t seed = 0;
+  int credits = 4;
+};
+int RunConsume(const ConsumeArgs& a);
+
+}  // namespace ferry::bench
+
+#endif  // FERRY_BENCH_REMOTE_BENCH_H_
