@@ -263,6 +263,7 @@ int main(int argc, char** argv) {
   consume->add_option("--token-file", c.token_file, "shared token (else $FERRY_TOKEN)");
   consume->add_option("--seed", c.seed, "seed of the epoch order and the augmentation");
   consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
+  consume->add_flag("--progress", c.progress, "show progress on stderr even when it is not a terminal");
 
   try {
     app.parse(argc, argv);

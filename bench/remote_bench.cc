@@ -225,7 +225,16 @@ int RunConsume(const ConsumeArgs& a) {
   }
   const double t0 = WallSeconds();
   int64_t samples = 0;
+  double last_draw = 0;
+  const bool show = a.progress || isatty(STDERR_FILENO);
   for (;;) {
+    if (show && WallSeconds() - last_draw > 0.25) {
+      last_draw = WallSeconds();
+      const double el = std::max(1e-9, last_draw - t0);
+      std::fprintf(stderr, "\r  epoch %lld: %lld images, %.1f img/s   ", (long long)(*client)->epochs_completed(),
+                   (long long)samples, samples / el);
+      std::fflush(stderr);
+    }
     Result<Batch> b = (*client)->Next();
     if (!b.ok()) {
       if (b.status().IsOutOfRange()) break;
@@ -240,6 +249,7 @@ int RunConsume(const ConsumeArgs& a) {
     }
   }
   const double wall = WallSeconds() - t0;
+  if (show) std::fprintf(stderr, "\n");
   const IteratorStats st = (*client)->stats();
   for (const SkippedSample& s : (*client)->TakeSkipped()) std::fprintf(stderr, "skipped\t%s\t%s\n", s.path.c_str(), s.reason.c_str());
   if (samples == 0 && st.skipped == 0) {

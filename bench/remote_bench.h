@@ -27,6 +27,7 @@ struct ConsumeArgs {
   std::string token_file;
   uint64_t seed = 0;
   int credits = 4;
+  bool progress = false;
 };
 int RunConsume(const ConsumeArgs& a);
 

@@ -111,6 +111,7 @@ class WorkerService::Impl {
   std::set<std::shared_ptr<Session>> sessions_;  // io thread only
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
+  std::atomic<int64_t> open_connections_{0};
 
  private:
   void Accept();
@@ -500,6 +501,7 @@ void WorkerService::Impl::Accept() {
     ++connections_;
     auto s = std::make_shared<Session>(this, std::move(socket));
     sessions_.insert(s);
+    open_connections_ = int64_t(sessions_.size());
     s->Start();
     Accept();
   });
@@ -509,6 +511,7 @@ void WorkerService::Impl::SessionClosed(const std::shared_ptr<Session>& s) {
   // Deferred: the session may be deep in its own call stack.
   asio::post(io_, [this, s] {
     sessions_.erase(s);
+    open_connections_ = int64_t(sessions_.size());
     CheckDrained();
   });
 }
@@ -555,7 +558,7 @@ void WorkerService::Drain() { impl_->Drain(); }
 void WorkerService::WaitDrained() { impl_->WaitDrained(); }
 WorkerService::Stats WorkerService::stats() const {
   return {impl_->connections_.load(), impl_->streams_.load(), impl_->batches_sent_.load(), impl_->bad_frames_.load(),
-          impl_->auth_failures_.load()};
+          impl_->auth_failures_.load(), impl_->open_connections_.load()};
 }
 
 }  // namespace ferry

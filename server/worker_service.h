@@ -48,6 +48,7 @@ class WorkerService {
 
   struct Stats {
     int64_t connections = 0, streams = 0, batches_sent = 0, bad_frames = 0, auth_failures = 0;
+    int64_t open_connections = 0;  // now, including their streams' batch memory
   };
   Stats stats() const;
 
