@@ -1,0 +1,86 @@
+#include "dispatch/decisions.h"
+
+#include <algorithm>
+
+namespace ferry::dispatch {
+
+std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
+                                      const LeasePolicy& policy) {
+  std::vector<LeaseSplits> out;
+  auto wt = state.workers().find(worker);
+  if (wt == state.workers().end() || wt->second.draining) return out;
+  const auto held = state.LeasesOf(worker);
+  for (const auto& [name, j] : state.jobs()) {
+    if (j.finished() || j.consumers.empty() || j.config.mode != ProcessingMode::kDistributedEpoch) continue;
+    auto h = held.find(name);
+    int budget = policy.max_outstanding - (h == held.end() ? 0 : int(h->second.size()));
+    if (budget <= 0) continue;
+    // Splits in flight per consumer, to balance new assignments.
+    std::map<std::string, int64_t> in_flight;
+    for (const std::string& c : j.consumers) in_flight[c] = 0;
+    for (const auto& [epoch, e] : j.epochs) {
+      for (size_t s = 0; s < e.status.size(); ++s) {
+        if (e.status[s] != SplitStatus::kDone && !e.consumer[s].empty()) ++in_flight[e.consumer[s]];
+      }
+    }
+    LeaseSplits lease{name, worker, {}};
+    const int64_t per_epoch = j.config.SplitsPerEpoch();
+    const uint64_t last = j.first_open + 1;  // look one epoch ahead at most
+    for (uint64_t epoch = j.first_open; epoch <= last && budget > 0; ++epoch) {
+      if (j.config.epochs > 0 && epoch >= uint64_t(j.config.epochs)) break;
+      auto et = j.epochs.find(epoch);
+      for (int64_t s = 0; s < per_epoch && budget > 0; ++s) {
+        std::string consumer;
+        if (et != j.epochs.end()) {
+          if (et->second.status[size_t(s)] != SplitStatus::kPending) continue;
+          consumer = et->second.consumer[size_t(s)];
+        }
+        if (consumer.empty()) {
+          if (j.config.ordering == Ordering::kDeterministic) {
+            consumer = j.consumers[size_t(s) % j.consumers.size()];
+          } else {
+            consumer = std::min_element(in_flight.begin(), in_flight.end(), [](const auto& a, const auto& b) {
+                         return a.second < b.second;
+                       })->first;
+          }
+        }
+        ++in_flight[consumer];
+        lease.splits.push_back({{epoch, s}, consumer});
+        --budget;
+      }
+      // The loop goes on to the next epoch only with budget left, that is, once every
+      // pending split of this one is leased.
+    }
+    if (!lease.splits.empty()) out.push_back(std::move(lease));
+  }
+  return out;
+}
+
+std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
+                                            const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
+                                            int64_t timeout_ms) {
+  std::vector<RemoveWorker> out;
+  for (const auto& [id, w] : state.workers()) {
+    auto it = last_seen_ms.find(id);
+    if (it != last_seen_ms.end() && now_ms - it->second > timeout_ms) out.push_back({id});
+  }
+  return out;
+}
+
+std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use) {
+  std::vector<RemoveJob> out;
+  for (const auto& [name, j] : state.jobs()) {
+    if (j.finished() && !jobs_in_use.count(name)) out.push_back({name});
+  }
+  return out;
+}
+
+bool AllJobsFinished(const DispatcherState& state) {
+  if (state.jobs().empty()) return false;
+  for (const auto& [name, j] : state.jobs()) {
+    if (!j.finished()) return false;
+  }
+  return true;
+}
+
+}  // namespace ferry::dispatch

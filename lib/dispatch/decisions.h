@@ -1,0 +1,46 @@
+// The dispatcher's decisions, apart from its state (state.h) and its transport (the
+// service): pure functions from the state (plus soft facts such as heartbeat times)
+// to the Updates to apply. Testable without sockets or clocks.
+#ifndef FERRY_DISPATCH_DECISIONS_H_
+#define FERRY_DISPATCH_DECISIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dispatch/state.h"
+
+namespace ferry::dispatch {
+
+struct LeasePolicy {
+  // Splits a worker may hold un-acked per job: leasing several ahead keeps the data
+  // path off the dispatcher's round trip.
+  int max_outstanding = 4;
+};
+
+// Splits to lease to `worker` now, one LeaseSplits per job (none if it holds enough,
+// is draining, or nothing is pending). Pending splits are taken in epoch order,
+// looking at most one epoch ahead of the first open one. A split already assigned to
+// a consumer keeps it; a new one goes to consumers[split % m] under deterministic
+// ordering, else to the consumer with the fewest splits in flight.
+std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
+                                      const LeasePolicy& policy);
+
+// Workers not heard from within `timeout_ms`: to be removed (their leases return).
+// Workers missing from `last_seen_ms` count as just seen (after a restart, every
+// worker gets a full timeout to reconnect).
+std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
+                                            const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
+                                            int64_t timeout_ms);
+
+// Finished jobs that no consumer is connected to any more.
+std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use);
+
+// Whether every job has finished (for --exit-when-idle). False with no jobs at all.
+bool AllJobsFinished(const DispatcherState& state);
+
+}  // namespace ferry::dispatch
+
+#endif  // FERRY_DISPATCH_DECISIONS_H_

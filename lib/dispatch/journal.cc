@@ -1,0 +1,414 @@
+#include "dispatch/journal.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace ferry::dispatch {
+
+namespace {
+
+// --- A small, bounds-checked binary encoding ------------------------------------
+
+class Writer {
+ public:
+  void U64(uint64_t v) {
+    while (v >= 0x80) {
+      s_.push_back(char(v | 0x80));
+      v >>= 7;
+    }
+    s_.push_back(char(v));
+  }
+  void I64(int64_t v) { U64((uint64_t(v) << 1) ^ uint64_t(v >> 63)); }
+  void Str(const std::string& v) {
+    U64(v.size());
+    s_ += v;
+  }
+  std::string Take() { return std::move(s_); }
+
+ private:
+  std::string s_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) {}
+  bool U64(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= s_.size()) return false;
+      const uint8_t b = uint8_t(s_[pos_++]);
+      *v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  bool I64(int64_t* v) {
+    uint64_t u;
+    if (!U64(&u)) return false;
+    *v = int64_t(u >> 1) ^ -int64_t(u & 1);
+    return true;
+  }
+  bool Str(std::string* v) {
+    uint64_t n;
+    if (!U64(&n) || n > s_.size() - pos_) return false;
+    v->assign(s_, pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == s_.size(); }
+
+ private:
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+uint32_t Crc32(const std::string& data) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+void PutConfig(Writer& w, const JobConfig& c) {
+  w.Str(c.name);
+  w.Str(c.dataset);
+  w.Str(c.pipeline_json);
+  w.U64(c.seed);
+  w.U64(c.shuffle);
+  w.I64(c.epochs);
+  w.I64(c.batch_size);
+  w.U64(uint64_t(c.last_batch));
+  w.U64(uint64_t(c.mode));
+  w.U64(uint64_t(c.ordering));
+  w.I64(c.batches_per_split);
+  w.I64(c.num_samples);
+  w.U64(c.fingerprint);
+}
+
+bool GetConfig(Reader& r, JobConfig* c) {
+  uint64_t shuffle, lb, mode, ord;
+  int64_t bs, bps;
+  if (!(r.Str(&c->name) && r.Str(&c->dataset) && r.Str(&c->pipeline_json) && r.U64(&c->seed) && r.U64(&shuffle) &&
+        r.I64(&c->epochs) && r.I64(&bs) && r.U64(&lb) && r.U64(&mode) && r.U64(&ord) && r.I64(&bps) &&
+        r.I64(&c->num_samples) && r.U64(&c->fingerprint)))
+    return false;
+  if (lb > 2 || mode > 1 || ord > 1 || bs <= 0 || bs > INT32_MAX || bps <= 0 || bps > INT32_MAX) return false;
+  c->shuffle = shuffle != 0;
+  c->batch_size = int32_t(bs);
+  c->last_batch = LastBatch(lb);
+  c->mode = ProcessingMode(mode);
+  c->ordering = Ordering(ord);
+  c->batches_per_split = int32_t(bps);
+  return true;
+}
+
+enum Tag : uint64_t {
+  kCreateJob = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
+  kJobProgress,
+};
+
+constexpr uint64_t kMaxListed = 1 << 24;
+
+Status Io(const std::string& what) { return Status::Unavailable(what + ": " + std::strerror(errno)); }
+
+Status WriteAll(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Io("journal write");
+    }
+    off += size_t(n);
+  }
+  return Status::OK();
+}
+
+std::string Record(const std::string& payload) {
+  std::string r(8, '\0');
+  const uint32_t len = uint32_t(payload.size()), crc = Crc32(payload);
+  std::memcpy(r.data(), &len, 4);
+  std::memcpy(r.data() + 4, &crc, 4);
+  return r + payload;
+}
+
+// Reads the records of a file. A torn tail (short header or payload at the very end)
+// is reported through *torn_at; anything else malformed is DataLoss.
+Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at) {
+  *torn_at = -1;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Io("open " + path);
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return Io("read " + path);
+    }
+    if (n == 0) break;
+    data.append(buf, size_t(n));
+  }
+  ::close(fd);
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (data.size() - pos < 8) {
+      *torn_at = off_t(pos);
+      return Status::OK();
+    }
+    uint32_t len, crc;
+    std::memcpy(&len, data.data() + pos, 4);
+    std::memcpy(&crc, data.data() + pos + 4, 4);
+    if (data.size() - pos - 8 < len) {
+      *torn_at = off_t(pos);
+      return Status::OK();
+    }
+    std::string payload = data.substr(pos + 8, len);
+    if (Crc32(payload) != crc) {
+      if (pos + 8 + len == data.size()) {  // a torn last write can also look like this
+        *torn_at = off_t(pos);
+        return Status::OK();
+      }
+      return Status::DataLoss(path + ": checksum mismatch at offset " + std::to_string(pos));
+    }
+    Result<Update> u = DecodeUpdate(payload);
+    if (!u.ok()) return Status::DataLoss(path + ": bad record at offset " + std::to_string(pos) + ": " + u.status().message());
+    out->push_back(std::move(*u));
+    pos += 8 + len;
+  }
+  return Status::OK();
+}
+
+std::string GenPath(const std::string& dir, const char* kind, uint64_t g) { return dir + "/" + kind + "-" + std::to_string(g); }
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Io("open " + dir);
+  ::fsync(fd);
+  ::close(fd);
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string EncodeUpdate(const Update& u) {
+  Writer w;
+  std::visit(
+      [&w](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, CreateJob>) {
+          w.U64(kCreateJob);
+          PutConfig(w, x.config);
+        } else if constexpr (std::is_same_v<T, AddConsumer>) {
+          w.U64(kAddConsumer);
+          w.Str(x.job);
+          w.Str(x.consumer);
+        } else if constexpr (std::is_same_v<T, RegisterWorker>) {
+          w.U64(kRegisterWorker);
+          w.Str(x.worker);
+          w.Str(x.address);
+        } else if constexpr (std::is_same_v<T, RemoveWorker>) {
+          w.U64(kRemoveWorker);
+          w.Str(x.worker);
+        } else if constexpr (std::is_same_v<T, DrainWorker>) {
+          w.U64(kDrainWorker);
+          w.Str(x.worker);
+        } else if constexpr (std::is_same_v<T, LeaseSplits>) {
+          w.U64(kLeaseSplits);
+          w.Str(x.job);
+          w.Str(x.worker);
+          w.U64(x.splits.size());
+          for (const auto& l : x.splits) {
+            w.U64(l.ref.epoch);
+            w.I64(l.ref.split);
+            w.Str(l.consumer);
+          }
+        } else if constexpr (std::is_same_v<T, AckSplits>) {
+          w.U64(kAckSplits);
+          w.Str(x.job);
+          w.Str(x.consumer);
+          w.U64(x.splits.size());
+          for (const auto& r : x.splits) {
+            w.U64(r.epoch);
+            w.I64(r.split);
+          }
+        } else if constexpr (std::is_same_v<T, RemoveJob>) {
+          w.U64(kRemoveJob);
+          w.Str(x.job);
+        } else if constexpr (std::is_same_v<T, JobProgress>) {
+          w.U64(kJobProgress);
+          w.Str(x.job);
+          w.U64(x.first_open);
+        }
+      },
+      u);
+  return w.Take();
+}
+
+Result<Update> DecodeUpdate(const std::string& bytes) {
+  Reader r(bytes);
+  uint64_t tag;
+  if (!r.U64(&tag)) return Status::DataLoss("empty update");
+  auto bad = [] { return Status::DataLoss("malformed update"); };
+  Update u;
+  switch (tag) {
+    case kCreateJob: {
+      CreateJob x;
+      if (!GetConfig(r, &x.config)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kAddConsumer: {
+      AddConsumer x;
+      if (!r.Str(&x.job) || !r.Str(&x.consumer)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kRegisterWorker: {
+      RegisterWorker x;
+      if (!r.Str(&x.worker) || !r.Str(&x.address)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kRemoveWorker: {
+      RemoveWorker x;
+      if (!r.Str(&x.worker)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kDrainWorker: {
+      DrainWorker x;
+      if (!r.Str(&x.worker)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kLeaseSplits: {
+      LeaseSplits x;
+      uint64_t n;
+      if (!r.Str(&x.job) || !r.Str(&x.worker) || !r.U64(&n) || n > kMaxListed) return bad();
+      x.splits.resize(size_t(n));
+      for (auto& l : x.splits) {
+        if (!r.U64(&l.ref.epoch) || !r.I64(&l.ref.split) || !r.Str(&l.consumer)) return bad();
+      }
+      u = std::move(x);
+      break;
+    }
+    case kAckSplits: {
+      AckSplits x;
+      uint64_t n;
+      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&n) || n > kMaxListed) return bad();
+      x.splits.resize(size_t(n));
+      for (auto& s : x.splits) {
+        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
+      }
+      u = std::move(x);
+      break;
+    }
+    case kRemoveJob: {
+      RemoveJob x;
+      if (!r.Str(&x.job)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kJobProgress: {
+      JobProgress x;
+      if (!r.Str(&x.job) || !r.U64(&x.first_open)) return bad();
+      u = std::move(x);
+      break;
+    }
+    default:
+      return Status::DataLoss("unknown update tag " + std::to_string(tag));
+  }
+  if (!r.done()) return bad();
+  return u;
+}
+
+Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  // The newest generation with a journal file wins.
+  uint64_t gen = 0;
+  bool found = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("journal-", 0) == 0) {
+      char* end = nullptr;
+      const uint64_t g = std::strtoull(name.c_str() + 8, &end, 10);
+      if (*end == '\0' && (!found || g > gen)) {
+        gen = g;
+        found = true;
+      }
+    }
+  }
+  replay->clear();
+  if (found) {
+    off_t torn = -1;
+    Status s = ReadRecords(GenPath(dir, "snapshot", gen), replay, &torn);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    if (torn >= 0) return Status::DataLoss("snapshot-" + std::to_string(gen) + " is incomplete");
+    const std::string jpath = GenPath(dir, "journal", gen);
+    s = ReadRecords(jpath, replay, &torn);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    if (torn >= 0 && ::truncate(jpath.c_str(), torn) != 0) return Io("truncate " + jpath);
+  }
+  const int fd = ::open(GenPath(dir, "journal", gen).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Io("open journal in " + dir);
+  auto j = std::unique_ptr<Journal>(new Journal(dir, gen, fd));
+  FERRY_RETURN_IF_ERROR(SyncDir(dir));
+  return j;
+}
+
+Journal::~Journal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status Journal::Append(const Update& u) {
+  FERRY_RETURN_IF_ERROR(WriteAll(fd_, Record(EncodeUpdate(u))));
+  if (sync_ && ::fdatasync(fd_) != 0) return Io("journal fdatasync");
+  ++records_;
+  return Status::OK();
+}
+
+Status Journal::Compact(const DispatcherState& state) {
+  const uint64_t next = generation_ + 1;
+  const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";
+  std::string bytes;
+  for (const Update& u : state.Snapshot()) bytes += Record(EncodeUpdate(u));
+  const int sfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (sfd < 0) return Io("open " + tmp);
+  Status s = WriteAll(sfd, bytes);
+  if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
+  ::close(sfd);
+  FERRY_RETURN_IF_ERROR(s);
+  if (::rename(tmp.c_str(), GenPath(dir_, "snapshot", next).c_str()) != 0) return Io("rename " + tmp);
+  const int jfd = ::open(GenPath(dir_, "journal", next).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (jfd < 0) return Io("open journal-" + std::to_string(next));
+  FERRY_RETURN_IF_ERROR(SyncDir(dir_));
+  // Generation `next` is complete on disk: the old one can go.
+  ::close(fd_);
+  fd_ = jfd;
+  ::unlink(GenPath(dir_, "journal", generation_).c_str());
+  ::unlink(GenPath(dir_, "snapshot", generation_).c_str());
+  generation_ = next;
+  records_ = 0;
+  return Status::OK();
+}
+
+}  // namespace ferry::dispatch

@@ -1,0 +1,282 @@
+#include "dispatch/state.h"
+
+#include <algorithm>
+
+namespace ferry::dispatch {
+
+int64_t JobConfig::BatchesPerEpoch() const {
+  if (batch_size <= 0) return 0;
+  const int64_t full = num_samples / batch_size;
+  return full + ((num_samples % batch_size) != 0 && last_batch != LastBatch::kDrop ? 1 : 0);
+}
+
+int64_t JobConfig::SplitsPerEpoch() const {
+  const int64_t b = BatchesPerEpoch();
+  const int64_t k = std::max(1, batches_per_split);
+  return (b + k - 1) / k;
+}
+
+std::pair<int64_t, int64_t> JobConfig::SplitBatches(int64_t s) const {
+  const int64_t k = std::max(1, batches_per_split);
+  return {s * k, std::min((s + 1) * k, BatchesPerEpoch())};
+}
+
+bool JobConfig::operator==(const JobConfig& o) const {
+  return name == o.name && dataset == o.dataset && pipeline_json == o.pipeline_json && seed == o.seed &&
+         shuffle == o.shuffle && epochs == o.epochs && batch_size == o.batch_size && last_batch == o.last_batch &&
+         mode == o.mode && ordering == o.ordering && batches_per_split == o.batches_per_split &&
+         num_samples == o.num_samples && fingerprint == o.fingerprint;
+}
+
+bool JobState::finished() const { return config.epochs > 0 && first_open >= uint64_t(config.epochs); }
+
+bool JobState::HasConsumer(const std::string& c) const {
+  return std::find(consumers.begin(), consumers.end(), c) != consumers.end();
+}
+
+const JobState* DispatcherState::job(const std::string& name) const {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+EpochState* OpenEpoch(JobState& j, uint64_t epoch) {
+  if (epoch < j.first_open) return nullptr;
+  if (j.config.epochs > 0 && epoch >= uint64_t(j.config.epochs)) return nullptr;
+  auto it = j.epochs.find(epoch);
+  if (it != j.epochs.end()) return &it->second;
+  EpochState e;
+  const size_t n = size_t(j.config.SplitsPerEpoch());
+  e.status.assign(n, SplitStatus::kPending);
+  e.worker.assign(n, std::string());
+  e.consumer.assign(n, std::string());
+  return &j.epochs.emplace(epoch, std::move(e)).first->second;
+}
+
+}  // namespace
+
+void DispatcherState::Advance(JobState& j) {
+  for (;;) {
+    auto it = j.epochs.find(j.first_open);
+    if (it == j.epochs.end() || it->second.done < int64_t(it->second.status.size())) return;
+    j.epochs.erase(it);
+    ++j.first_open;
+  }
+}
+
+Status DispatcherState::ApplyLease(const LeaseSplits& u) {
+  auto jt = jobs_.find(u.job);
+  if (jt == jobs_.end()) return Status::NotFound("lease: no job " + u.job);
+  auto wt = workers_.find(u.worker);
+  if (wt == workers_.end()) return Status::NotFound("lease: no worker " + u.worker);
+  if (wt->second.draining) return Status::FailedPrecondition("lease: worker " + u.worker + " is draining");
+  JobState& j = jt->second;
+  // Validate everything first: an update applies whole or not at all.
+  std::set<SplitRef> seen;
+  for (const LeasedSplit& l : u.splits) {
+    if (!j.HasConsumer(l.consumer)) return Status::NotFound("lease: no consumer " + l.consumer + " in " + u.job);
+    if (l.ref.epoch < j.first_open || (j.config.epochs > 0 && l.ref.epoch >= uint64_t(j.config.epochs)))
+      return Status::OutOfRange("lease: epoch out of range");
+    if (l.ref.split < 0 || l.ref.split >= j.config.SplitsPerEpoch()) return Status::OutOfRange("lease: split out of range");
+    if (!seen.insert(l.ref).second) return Status::InvalidArgument("lease: split listed twice");
+    auto et = j.epochs.find(l.ref.epoch);
+    if (et != j.epochs.end()) {
+      const size_t s = size_t(l.ref.split);
+      if (et->second.status[s] != SplitStatus::kPending) return Status::FailedPrecondition("lease: split not pending");
+      if (!et->second.consumer[s].empty() && et->second.consumer[s] != l.consumer)
+        return Status::FailedPrecondition("lease: split belongs to another consumer");
+    }
+  }
+  for (const LeasedSplit& l : u.splits) {
+    EpochState* e = OpenEpoch(j, l.ref.epoch);
+    const size_t s = size_t(l.ref.split);
+    e->status[s] = SplitStatus::kLeased;
+    e->worker[s] = u.worker;
+    e->consumer[s] = l.consumer;
+    ++e->leased;
+  }
+  return Status::OK();
+}
+
+Status DispatcherState::ApplyAck(const AckSplits& u) {
+  auto jt = jobs_.find(u.job);
+  if (jt == jobs_.end()) return Status::NotFound("ack: no job " + u.job);
+  JobState& j = jt->second;
+  if (!j.HasConsumer(u.consumer)) return Status::NotFound("ack: no consumer " + u.consumer + " in " + u.job);
+  for (const SplitRef& r : u.splits) {
+    if (r.split < 0 || r.split >= j.config.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
+    if (j.config.epochs > 0 && r.epoch >= uint64_t(j.config.epochs)) return Status::OutOfRange("ack: epoch out of range");
+    if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
+    auto et = j.epochs.find(r.epoch);
+    if (et != j.epochs.end()) {
+      const std::string& owner = et->second.consumer[size_t(r.split)];
+      if (!owner.empty() && owner != u.consumer) return Status::FailedPrecondition("ack: split belongs to another consumer");
+    }
+  }
+  for (const SplitRef& r : u.splits) {
+    if (r.epoch < j.first_open) continue;
+    EpochState* e = OpenEpoch(j, r.epoch);
+    const size_t s = size_t(r.split);
+    if (e->status[s] == SplitStatus::kDone) continue;
+    // A pending split may be acked: its worker died after the consumer had every
+    // batch. The consumer is the authority on what it yielded.
+    if (e->status[s] == SplitStatus::kLeased) --e->leased;
+    e->status[s] = SplitStatus::kDone;
+    e->worker[s].clear();
+    e->consumer[s] = u.consumer;
+    ++e->done;
+  }
+  Advance(j);
+  return Status::OK();
+}
+
+Status DispatcherState::Apply(const Update& u) {
+  Status st = std::visit(
+      [this](const auto& x) -> Status {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, CreateJob>) {
+          const JobConfig& c = x.config;
+          if (c.name.empty()) return Status::InvalidArgument("job needs a name");
+          if (c.batch_size <= 0 || c.batches_per_split <= 0) return Status::InvalidArgument("bad batch or split size");
+          auto it = jobs_.find(c.name);
+          if (it != jobs_.end()) {
+            if (it->second.config == c) return Status::OK();  // idempotent
+            return Status::FailedPrecondition("job " + c.name + " exists with a different configuration");
+          }
+          JobState j;
+          j.config = c;
+          jobs_.emplace(c.name, std::move(j));
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, AddConsumer>) {
+          auto it = jobs_.find(x.job);
+          if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
+          if (!it->second.HasConsumer(x.consumer)) it->second.consumers.push_back(x.consumer);
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, RegisterWorker>) {
+          WorkerState& w = workers_[x.worker];
+          w.address = x.address;
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, RemoveWorker>) {
+          if (workers_.erase(x.worker) == 0) return Status::NotFound("no worker " + x.worker);
+          for (auto& [name, j] : jobs_) {
+            for (auto& [epoch, e] : j.epochs) {
+              for (size_t s = 0; s < e.status.size(); ++s) {
+                if (e.status[s] == SplitStatus::kLeased && e.worker[s] == x.worker) {
+                  e.status[s] = SplitStatus::kPending;  // keeps its consumer
+                  e.worker[s].clear();
+                  --e.leased;
+                }
+              }
+            }
+          }
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, DrainWorker>) {
+          auto it = workers_.find(x.worker);
+          if (it == workers_.end()) return Status::NotFound("no worker " + x.worker);
+          it->second.draining = true;
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, LeaseSplits>) {
+          return ApplyLease(x);
+        } else if constexpr (std::is_same_v<T, AckSplits>) {
+          return ApplyAck(x);
+        } else if constexpr (std::is_same_v<T, RemoveJob>) {
+          if (jobs_.erase(x.job) == 0) return Status::NotFound("no job " + x.job);
+          return Status::OK();
+        } else if constexpr (std::is_same_v<T, JobProgress>) {
+          auto it = jobs_.find(x.job);
+          if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
+          JobState& j = it->second;
+          if (x.first_open < j.first_open) return Status::FailedPrecondition("job progress cannot go back");
+          for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < x.first_open ? j.epochs.erase(e) : std::next(e);
+          j.first_open = x.first_open;
+          return Status::OK();
+        }
+      },
+      u);
+  if (st.ok()) ++applied_;
+  return st;
+}
+
+std::map<std::string, std::vector<LeasedSplit>> DispatcherState::LeasesOf(const std::string& worker) const {
+  std::map<std::string, std::vector<LeasedSplit>> out;
+  for (const auto& [name, j] : jobs_) {
+    for (const auto& [epoch, e] : j.epochs) {
+      for (size_t s = 0; s < e.status.size(); ++s) {
+        if (e.status[s] == SplitStatus::kLeased && e.worker[s] == worker)
+          out[name].push_back({{epoch, int64_t(s)}, e.consumer[s]});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, SplitStatus>> DispatcherState::SplitsOf(const std::string& job,
+                                                                       const std::string& consumer,
+                                                                       uint64_t epoch) const {
+  std::vector<std::pair<int64_t, SplitStatus>> out;
+  const JobState* j = this->job(job);
+  if (j == nullptr) return out;
+  auto it = j->epochs.find(epoch);
+  if (it == j->epochs.end()) return out;
+  for (size_t s = 0; s < it->second.status.size(); ++s) {
+    if (it->second.consumer[s] == consumer) out.push_back({int64_t(s), it->second.status[s]});
+  }
+  return out;
+}
+
+bool DispatcherState::EpochComplete(const std::string& job, uint64_t epoch) const {
+  const JobState* j = this->job(job);
+  return j != nullptr && epoch < j->first_open;
+}
+
+std::vector<Update> DispatcherState::Snapshot() const {
+  std::vector<Update> out;
+  for (const auto& [id, w] : workers_) {
+    out.push_back(RegisterWorker{id, w.address});
+    if (w.draining) out.push_back(DrainWorker{id});
+  }
+  for (const auto& [name, j] : jobs_) {
+    out.push_back(CreateJob{j.config});
+    for (const std::string& c : j.consumers) out.push_back(AddConsumer{name, c});
+    if (j.first_open > 0) out.push_back(JobProgress{name, j.first_open});
+    std::map<std::string, AckSplits> acks;
+    std::map<std::string, LeaseSplits> leases;
+    for (const auto& [epoch, e] : j.epochs) {
+      for (size_t s = 0; s < e.status.size(); ++s) {
+        const SplitRef ref{epoch, int64_t(s)};
+        if (e.status[s] == SplitStatus::kDone) {
+          AckSplits& a = acks[e.consumer[s]];
+          a.job = name;
+          a.consumer = e.consumer[s];
+          a.splits.push_back(ref);
+        } else if (e.status[s] == SplitStatus::kLeased) {
+          LeaseSplits& l = leases[e.worker[s]];
+          l.job = name;
+          l.worker = e.worker[s];
+          l.splits.push_back({ref, e.consumer[s]});
+        }
+      }
+    }
+    for (auto& [c, a] : acks) out.push_back(std::move(a));
+    for (auto& [w, l] : leases) {
+      // A draining worker takes no new leases, but keeps those it holds: restore them
+      // before the drain flag would refuse them.
+      out.push_back(std::move(l));
+    }
+  }
+  // Drain flags go last so that the leases above apply.
+  std::vector<Update> drains;
+  for (auto it = out.begin(); it != out.end();) {
+    if (std::holds_alternative<DrainWorker>(*it)) {
+      drains.push_back(*it);
+      it = out.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  out.insert(out.end(), drains.begin(), drains.end());
+  return out;
+}
+
+}  // namespace ferry::dispatch

@@ -1,0 +1,153 @@
+// DispatcherState: everything the dispatcher knows that must survive a restart, as
+// a deterministic state machine. It changes only through Apply(Update), so that
+// replaying the journal (see journal.h) rebuilds it exactly. Thread-compatible: the
+// dispatcher service owns one and calls it from one thread.
+//
+// Glossary
+//   job        a named dataset + pipeline + schedule (JobConfig), shared by every
+//              consumer (client) that names it.
+//   split      a contiguous run of `batches_per_split` batches of one epoch's
+//              permutation; the unit of leasing, acknowledgement and replay.
+//              Split s of epoch e covers permutation positions
+//              [s*k*B, min((s+1)*k*B, N)), k = batches_per_split, B = batch_size.
+//   lease      split -> (worker that produces it, consumer it is for). A split keeps
+//              its consumer for life, so that only that consumer ever sees its
+//              batches and can drop re-sent ones (exactly once).
+//   ack        the consumer has yielded every batch of the split: it is done.
+//
+// Split life: pending -> leased -> done; leased -> pending again when its worker is
+// removed (dead or gone) before the ack. That is the whole exactly-once mechanism:
+// nothing un-acked is ever forgotten, and content is deterministic, so a re-leased
+// split reproduces the same batches.
+//
+// What is deliberately NOT here: time. Heartbeat times are soft state of the
+// service; after a restart every worker gets a fresh timeout.
+#ifndef FERRY_DISPATCH_STATE_H_
+#define FERRY_DISPATCH_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ferry/batch.h"
+#include "ferry/status.h"
+
+namespace ferry::dispatch {
+
+enum class ProcessingMode : uint8_t { kDistributedEpoch = 0, kParallelEpochs = 1 };
+enum class Ordering : uint8_t { kArrival = 0, kDeterministic = 1 };
+
+struct JobConfig {
+  std::string name;
+  std::string dataset;        // path as the workers see it
+  std::string pipeline_json;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int64_t epochs = 1;         // <= 0: forever
+  int32_t batch_size = 256;
+  LastBatch last_batch = LastBatch::kKeep;
+  ProcessingMode mode = ProcessingMode::kDistributedEpoch;
+  Ordering ordering = Ordering::kArrival;
+  int32_t batches_per_split = 4;
+  int64_t num_samples = 0;    // N, from the listing
+  uint64_t fingerprint = 0;   // of (listing, pipeline)
+
+  int64_t BatchesPerEpoch() const;
+  int64_t SplitsPerEpoch() const;
+  // The batches [first, end) of split `s` (batch indices within the epoch).
+  std::pair<int64_t, int64_t> SplitBatches(int64_t s) const;
+  bool operator==(const JobConfig& o) const;
+};
+
+struct SplitRef {
+  uint64_t epoch = 0;
+  int64_t split = 0;
+  bool operator<(const SplitRef& o) const { return epoch != o.epoch ? epoch < o.epoch : split < o.split; }
+  bool operator==(const SplitRef& o) const { return epoch == o.epoch && split == o.split; }
+};
+
+struct LeasedSplit {
+  SplitRef ref;
+  std::string consumer;
+};
+
+// --- Updates: the only way the state changes (and what the journal records). ------
+struct CreateJob { JobConfig config; };
+struct AddConsumer { std::string job; std::string consumer; };
+struct RegisterWorker { std::string worker; std::string address; };
+struct RemoveWorker { std::string worker; };            // dead or gone: its leases return
+struct DrainWorker { std::string worker; };             // takes no new leases
+struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSplit> splits; };
+struct AckSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
+struct RemoveJob { std::string job; };                  // garbage collection
+struct JobProgress { std::string job; uint64_t first_open = 0; };  // snapshots: epochs before are complete
+
+using Update = std::variant<CreateJob, AddConsumer, RegisterWorker, RemoveWorker, DrainWorker, LeaseSplits,
+                            AckSplits, RemoveJob, JobProgress>;
+
+enum class SplitStatus : uint8_t { kPending = 0, kLeased = 1, kDone = 2 };
+
+struct EpochState {
+  std::vector<SplitStatus> status;
+  std::vector<std::string> worker;    // per split, when leased
+  std::vector<std::string> consumer;  // per split, once assigned (kept for life)
+  int64_t done = 0;
+  int64_t leased = 0;
+};
+
+struct JobState {
+  JobConfig config;
+  std::vector<std::string> consumers;  // in the order they joined
+  // Epochs from `first_open` on that have been started; earlier ones are complete
+  // and dropped (only their count matters).
+  std::map<uint64_t, EpochState> epochs;
+  uint64_t first_open = 0;  // the first epoch not yet complete
+  bool finished() const;
+  bool HasConsumer(const std::string& c) const;
+};
+
+struct WorkerState {
+  std::string address;
+  bool draining = false;
+};
+
+class DispatcherState {
+ public:
+  // Applies one update. An update that does not fit the state (unknown job, a split
+  // leased twice...) is refused with an error and changes nothing; the service
+  // only journals updates that applied.
+  Status Apply(const Update& u);
+
+  const std::map<std::string, JobState>& jobs() const { return jobs_; }
+  const std::map<std::string, WorkerState>& workers() const { return workers_; }
+  const JobState* job(const std::string& name) const;
+  uint64_t applied() const { return applied_; }
+
+  // Splits leased to `worker` and not yet acked, per job.
+  std::map<std::string, std::vector<LeasedSplit>> LeasesOf(const std::string& worker) const;
+  // Splits assigned to `consumer` of `job` in `epoch`, in split order, with status.
+  std::vector<std::pair<int64_t, SplitStatus>> SplitsOf(const std::string& job, const std::string& consumer,
+                                                        uint64_t epoch) const;
+  // Whether every split of `epoch` of `job` is done (epochs before first_open are).
+  bool EpochComplete(const std::string& job, uint64_t epoch) const;
+  // A sequence of updates that rebuilds this state from empty (for snapshots).
+  std::vector<Update> Snapshot() const;
+
+ private:
+  Status ApplyLease(const LeaseSplits& u);
+  Status ApplyAck(const AckSplits& u);
+  void Advance(JobState& j);
+
+  std::map<std::string, JobState> jobs_;
+  std::map<std::string, WorkerState> workers_;
+  uint64_t applied_ = 0;
+};
+
+}  // namespace ferry::dispatch
+
+#endif  // FERRY_DISPATCH_STATE_H_
