@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,8 @@ std::vector<uint8_t> SyntheticPixels(int width, int height, uint64_t seed, int c
                cv::Scalar(rng.Below(256), rng.Below(256), rng.Below(256)), -1);
   }
   cv::Mat noise(height, width, CV_8UC3);
-  cv::randu(noise, 0, 12);
+  cv::RNG noise_rng(seed);  // not cv::randu: its thread-global RNG would make pixels vary per call
+  noise_rng.fill(noise, cv::RNG::UNIFORM, 0, 12);
   img += noise;
   if (channels == 1) cv::cvtColor(img, img, cv::COLOR_BGR2GRAY);
   return std::vector<uint8_t>(img.data, img.data + img.total() * img.elemSize());
@@ -109,6 +111,107 @@ std::vector<std::string> MakeImageFolder(const std::string& root, int classes, i
     }
   }
   return paths;
+}
+
+std::string WithJpegSize(std::string jpeg, int width, int height) {
+  auto byte = [&](size_t i) { return static_cast<uint8_t>(jpeg[i]); };
+  size_t i = 2;  // after SOI
+  while (i + 9 < jpeg.size() && byte(i) == 0xFF) {
+    const uint8_t marker = byte(i + 1);
+    const size_t len = size_t(byte(i + 2)) << 8 | byte(i + 3);
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {  // FF Cn, length(2), precision(1), height(2), width(2)
+      jpeg[i + 5] = char(height >> 8);
+      jpeg[i + 6] = char(height & 0xFF);
+      jpeg[i + 7] = char(width >> 8);
+      jpeg[i + 8] = char(width & 0xFF);
+      return jpeg;
+    }
+    i += 2 + len;
+  }
+  std::abort();
+}
+
+std::string WithPngSize(std::string png, uint32_t width, uint32_t height) {
+  if (png.size() < 24 || png.compare(12, 4, "IHDR") != 0) std::abort();
+  for (int k = 0; k < 4; ++k) {
+    png[16 + k] = char(width >> (24 - 8 * k));
+    png[20 + k] = char(height >> (24 - 8 * k));
+  }
+  return png;
+}
+
+std::string WithExifOrientation(const std::string& jpeg, int orientation, bool le) {
+  std::string tiff;
+  auto put16 = [&](uint16_t v) {
+    tiff += le ? char(v & 0xFF) : char(v >> 8);
+    tiff += le ? char(v >> 8) : char(v & 0xFF);
+  };
+  auto put32 = [&](uint32_t v) {
+    put16(le ? uint16_t(v & 0xFFFF) : uint16_t(v >> 16));
+    put16(le ? uint16_t(v >> 16) : uint16_t(v & 0xFFFF));
+  };
+  tiff += le ? "II" : "MM";
+  put16(42);
+  put32(8);  // IFD0 right after the header
+  put16(1);  // one entry
+  put16(0x0112);
+  put16(3);  // SHORT
+  put32(1);  // count
+  put16(uint16_t(orientation));
+  put16(0);  // padding of the 4-byte value field
+  put32(0);  // no next IFD
+  const std::string payload = std::string("Exif\0\0", 6) + tiff;
+  const size_t len = payload.size() + 2;
+  std::string app1 = "\xFF\xE1";
+  app1 += char(len >> 8);
+  app1 += char(len & 0xFF);
+  app1 += payload;
+  return jpeg.substr(0, 2) + app1 + jpeg.substr(2);
+}
+
+std::string TinyGif() {
+  static const unsigned char kGif[] = {
+      'G', 'I', 'F', '8', '9', 'a', 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0xFF, 0xFF,
+      0xFF, 0x00, 0x00, 0x00, 0x21, 0xF9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2C, 0x00, 0x00,
+      0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3B};
+  return std::string(reinterpret_cast<const char*>(kGif), sizeof kGif);
+}
+
+std::string JpegSoiThenNoise(size_t n, uint64_t seed) {
+  SampleRng rng(seed, 0, 0, 9);
+  std::string s = "\xFF\xD8\xFF";
+  for (size_t i = 0; i < n; ++i) s += char(rng.NextU32() & 0xFF);
+  return s;
+}
+
+bool WaitFor(const std::function<bool()>& condition, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Watchdog::Watchdog(double seconds, std::string what) {
+  thread_ = std::thread([this, seconds, what = std::move(what)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; })) {
+      std::fprintf(stderr, "watchdog: %s did not finish within %.0f s; aborting\n", what.c_str(), seconds);
+      std::fflush(stderr);
+      std::abort();
+    }
+  });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
 }
 
 }  // namespace ferry::testing

@@ -4,8 +4,12 @@
 #ifndef FERRY_TESTS_TESTUTIL_H_
 #define FERRY_TESTS_TESTUTIL_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ferry::testing {
@@ -39,6 +43,43 @@ void MakeDirs(const std::string& path);
 // sizes between 64 and 320 pixels a side. Returns the paths in ImageFolder order.
 std::vector<std::string> MakeImageFolder(const std::string& root, int classes, int per_class,
                                          uint64_t seed = 1);
+
+// ---- Hand-made and hostile encodings (for the decoders' error paths).
+
+// `jpeg` with the size in its frame header (SOFn) replaced by width x height; the
+// entropy-coded data is unchanged. Aborts if `jpeg` has no SOF segment.
+std::string WithJpegSize(std::string jpeg, int width, int height);
+// `png` with the size in its IHDR replaced (the chunk's CRC is left stale).
+std::string WithPngSize(std::string png, uint32_t width, uint32_t height);
+// `jpeg` with an APP1 Exif segment holding one IFD entry, Orientation (0x0112) =
+// `orientation`, inserted after SOI; a little-endian ("II") or big-endian ("MM") TIFF.
+std::string WithExifOrientation(const std::string& jpeg, int orientation, bool little_endian = false);
+// A valid 1x1 GIF89a.
+std::string TinyGif();
+// A JPEG SOI marker followed by `n` random bytes (no image).
+std::string JpegSoiThenNoise(size_t n, uint64_t seed);
+
+// ---- Time bounds for tests with threads, sockets and processes.
+
+// Polls `condition` every few milliseconds until it holds (true) or `seconds` pass
+// (false). For conditions nothing signals (another process, a counter in a service).
+bool WaitFor(const std::function<bool()>& condition, double seconds);
+
+// Aborts the test program with `what` if it is still alive after `seconds`: a hung
+// socket or a lost wake-up fails fast and says where, instead of at CTest's timeout.
+class Watchdog {
+ public:
+  Watchdog(double seconds, std::string what);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
 
 }  // namespace ferry::testing
 

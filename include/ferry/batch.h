@@ -4,7 +4,8 @@
 // buffer); the views stay valid while the Batch, or a copy of `keepalive`, lives, and the
 // buffer returns to its pool afterwards. Batches are move-only.
 //
-// Rows: `images`, `labels` and `indices` all have `rows()` rows. The first
+// Rows: `images`, `labels` and `indices` all have `rows()` rows (possibly 0: the last
+// batch of an epoch whose every file was bad is still delivered, for last_in_epoch). The first
 // `valid_rows()` are real samples; any rows after them are padding (last-batch policy
 // `pad`, or skipped bad files under `pad`), with label -1, index -1 and zero pixels.
 #ifndef FERRY_BATCH_H_

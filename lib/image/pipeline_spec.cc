@@ -40,6 +40,8 @@ Status PipelineSpec::Validate() const {
     if (!(ratio_min > 0 && ratio_min <= ratio_max)) return bad("random_resized_crop ratio must satisfy 0 < min <= max");
   } else {
     if (resize_shorter <= 0 || resize_shorter > 16384) return bad("resize_shorter must be in [1, 16384]");
+    // torchvision would pad a center crop larger than the resized image; Ferry does not.
+    if (size > resize_shorter) return bad("center_crop size must not exceed resize_shorter");
   }
   if (!(hflip_p >= 0 && hflip_p <= 1)) return bad("hflip p must be in [0, 1]");
   if (brightness < 0 || contrast < 0 || saturation < 0) return bad("color_jitter factors must be >= 0");

@@ -113,8 +113,9 @@ class Loader::Impl {
     total_skipped_ += int64_t(p.skipped.size());
     for (auto& s : p.skipped) skipped_.push_back(std::move(s));
     // A batch emptied entirely by bad files is not delivered (there is nothing in it);
-    // its skips are reported. Under kPad it is delivered, so that shapes stay fixed.
-    if (rows > 0) {
+    // its skips are reported. Under kPad it is delivered, so that shapes stay fixed,
+    // and so is an empty last batch of an epoch: it carries last_in_epoch.
+    if (rows > 0 || p.plan.last_in_epoch) {
       ready_.push_back(std::move(b));
       ready_cv_.notify_one();
     }
