@@ -15,6 +15,8 @@
 //   ferry-bench consume --workers HOST:PORT[,...] --data DIR [--pipeline P] [--epochs E]
 //       [--batch-size B] [--last-batch keep|drop|pad] [--dump-indices FILE] [--token-file F]
 //       last line: consume img/s=<x> wait_frac=<y> samples=<n>
+//   ferry-bench dispatcher-load [--workers 1000] [--seconds S] [--interval-ms 100]
+//       last line: dispatcher workers=<N> leases/s=<x> heartbeats/s=<y> p50_ms=<a> p99_ms=<b>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -265,6 +267,13 @@ int main(int argc, char** argv) {
   consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
   consume->add_flag("--progress", c.progress, "show progress on stderr even when it is not a terminal");
 
+  DispatcherLoadArgs dl;
+  auto* dload = app.add_subcommand("dispatcher-load", "N simulated workers heartbeating and leasing against ferry-dispatcher");
+  dload->add_option("--workers", dl.workers, "simulated workers")->check(CLI::Range(1, 20000));
+  dload->add_option("--seconds", dl.seconds, "timed window")->check(CLI::PositiveNumber);
+  dload->add_option("--interval-ms", dl.interval_ms, "heartbeat period of each worker")->check(CLI::Range(1, 60000));
+  dload->add_option("--dispatcher-bin", dl.dispatcher_bin, "the ferry-dispatcher executable");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -276,6 +285,7 @@ int main(int argc, char** argv) {
   }
   if (transport->parsed()) return RunTransport(t, argv[0]);
   if (consume->parsed()) return RunConsume(c);
+  if (dload->parsed()) return RunDispatcherLoad(dl);
   if (pipeline->parsed()) return RunPipeline(p);
   if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);
   if (list->parsed()) return RunList(list_data);

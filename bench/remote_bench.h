@@ -31,6 +31,14 @@ struct ConsumeArgs {
 };
 int RunConsume(const ConsumeArgs& a);
 
+struct DispatcherLoadArgs {
+  int workers = 1000;
+  double seconds = 5;
+  int interval_ms = 100;      // heartbeat period of each simulated worker
+  std::string dispatcher_bin; // default: next to ferry-bench
+};
+int RunDispatcherLoad(const DispatcherLoadArgs& a);
+
 }  // namespace ferry::bench
 
 #endif  // FERRY_BENCH_REMOTE_BENCH_H_

@@ -2,6 +2,8 @@
 #ifndef FERRY_SERVER_CLI_H_
 #define FERRY_SERVER_CLI_H_
 
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +24,16 @@ inline int ParseOrUsage(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return -1;
+}
+
+// Raises the soft limit on open files to the hard limit: a daemon holds one socket per
+// peer, and 1024 (the usual soft default) is too few for a large cluster.
+inline void RaiseFileLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 // Blocks SIGTERM and SIGINT in this thread and every thread it starts afterwards, so

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.token = *token;
+  ferry::RaiseFileLimit();
   ferry::BlockTerminationSignals();
   auto service = ferry::WorkerService::Start(o);
   if (!service.ok()) {

@@ -386,6 +386,11 @@ Status Journal::Append(const Update& u) {
   return Status::OK();
 }
 
+Status Journal::Sync() {
+  if (::fdatasync(fd_) != 0) return Io("journal fdatasync");
+  return Status::OK();
+}
+
 Status Journal::Compact(const DispatcherState& state) {
   const uint64_t next = generation_ + 1;
   const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";

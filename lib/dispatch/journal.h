@@ -33,7 +33,11 @@ class Journal {
   static Result<std::unique_ptr<Journal>> Open(const std::string& dir, std::vector<Update>* replay);
   ~Journal();
 
+  // Appends a record; with sync (the default, see set_sync) also fdatasync()s it.
   Status Append(const Update& u);
+  // Makes every record appended so far durable (group commit: many unsynced
+  // Append()s, then one Sync() before the replies that depend on them).
+  Status Sync();
   // Starts a new generation from `state` (whose updates must all be appended).
   Status Compact(const DispatcherState& state);
 

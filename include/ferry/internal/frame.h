@@ -36,6 +36,18 @@ enum class MessageType : uint16_t {
   kBatch = 6,
   kEndOfEpoch = 7,
   kError = 8,
+  // Control plane (schemas/control.capnp).
+  kRegisterWorker = 16,
+  kRegisterWorkerOk = 17,
+  kHeartbeat = 18,
+  kHeartbeatOk = 19,
+  kGetOrCreateJob = 20,
+  kJobInfo = 21,
+  kGetWorkers = 22,
+  kWorkerList = 23,
+  kAckSplits = 24,
+  kGetJobStatus = 25,
+  kJobStatus = 26,
 };
 
 inline const char* MessageTypeName(MessageType t) {
@@ -48,6 +60,17 @@ inline const char* MessageTypeName(MessageType t) {
     case MessageType::kBatch: return "Batch";
     case MessageType::kEndOfEpoch: return "EndOfEpoch";
     case MessageType::kError: return "Error";
+    case MessageType::kRegisterWorker: return "RegisterWorker";
+    case MessageType::kRegisterWorkerOk: return "RegisterWorkerOk";
+    case MessageType::kHeartbeat: return "Heartbeat";
+    case MessageType::kHeartbeatOk: return "HeartbeatOk";
+    case MessageType::kGetOrCreateJob: return "GetOrCreateJob";
+    case MessageType::kJobInfo: return "JobInfo";
+    case MessageType::kGetWorkers: return "GetWorkers";
+    case MessageType::kWorkerList: return "WorkerList";
+    case MessageType::kAckSplits: return "AckSplits";
+    case MessageType::kGetJobStatus: return "GetJobStatus";
+    case MessageType::kJobStatus: return "JobStatus";
     case MessageType::kInvalid: break;
   }
   return "Invalid";
@@ -86,7 +109,8 @@ inline Result<FrameHeader> ParseFrameHeader(const uint8_t in[kFrameHeaderSize], 
   if (h.version != kProtocolVersion)
     return Status::InvalidArgument("bad frame: protocol version " + std::to_string(h.version) + ", expected " +
                                    std::to_string(kProtocolVersion));
-  if (type == 0 || type > uint16_t(MessageType::kError))
+  if (type == 0 || (type > uint16_t(MessageType::kError) && type < uint16_t(MessageType::kRegisterWorker)) ||
+      type > uint16_t(MessageType::kJobStatus))
     return Status::InvalidArgument("bad frame: unknown message type " + std::to_string(type));
   h.type = MessageType(type);
   const uint64_t limit = h.type == MessageType::kBatch ? limits.max_batch_bytes : limits.max_control_bytes;

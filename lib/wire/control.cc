@@ -1,0 +1,234 @@
+// The control plane codec (schemas/control.capnp).
+#include "ferry/internal/control.h"
+
+#include "control.capnp.h"
+#include "wire/decode.h"
+
+namespace ferry::internal {
+
+namespace ctl = ::ferry::wire::control;
+using codec::Build;
+using codec::Decode;
+using codec::Str;
+
+namespace {
+
+void PutConfig(ctl::JobConfig::Builder b, const JobConfigMsg& c) {
+  b.setName(c.name);
+  b.setDataset(c.dataset);
+  b.setPipelineJson(c.pipeline_json);
+  b.setSeed(c.seed);
+  b.setShuffle(c.shuffle);
+  b.setEpochs(c.epochs);
+  b.setBatchSize(c.batch_size);
+  b.setLastBatch(c.last_batch);
+  b.setMode(c.mode);
+  b.setOrdering(c.ordering);
+  b.setBatchesPerSplit(c.batches_per_split);
+  b.setNumSamples(c.num_samples);
+  b.setFingerprint(c.fingerprint);
+}
+
+Result<JobConfigMsg> GetConfig(ctl::JobConfig::Reader r) {
+  JobConfigMsg c;
+  c.name = Str(r.getName());
+  c.dataset = Str(r.getDataset());
+  c.pipeline_json = Str(r.getPipelineJson());
+  c.seed = r.getSeed();
+  c.shuffle = r.getShuffle();
+  c.epochs = r.getEpochs();
+  c.batch_size = r.getBatchSize();
+  c.last_batch = r.getLastBatch();
+  c.mode = r.getMode();
+  c.ordering = r.getOrdering();
+  c.batches_per_split = r.getBatchesPerSplit();
+  c.num_samples = r.getNumSamples();
+  c.fingerprint = r.getFingerprint();
+  if (c.last_batch > 2 || c.mode > 1 || c.ordering > 1) return Status::InvalidArgument("job config: bad enum value");
+  return c;
+}
+
+}  // namespace
+
+OutFrame EncodeRegisterWorker(const std::string& id, const std::string& address) {
+  return Build(MessageType::kRegisterWorker, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::RegisterWorker>();
+    r.setWorkerId(id);
+    r.setAddress(address);
+  });
+}
+
+OutFrame EncodeRegisterWorkerOk(uint32_t interval_ms) {
+  return Build(MessageType::kRegisterWorkerOk, [&](capnp::MessageBuilder& b) {
+    b.initRoot<ctl::RegisterWorkerOk>().setHeartbeatIntervalMs(interval_ms);
+  });
+}
+
+OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
+  return Build(MessageType::kHeartbeat, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::Heartbeat>();
+    r.setWorkerId(m.worker_id);
+    r.setDraining(m.draining);
+    r.setWantLeases(m.want_leases);
+  });
+}
+
+OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
+  return Build(MessageType::kHeartbeatOk, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::HeartbeatOk>();
+    auto leases = r.initLeases(unsigned(m.leases.size()));
+    for (unsigned i = 0; i < m.leases.size(); ++i) {
+      leases[i].setJob(m.leases[i].job);
+      leases[i].setEpoch(m.leases[i].epoch);
+      leases[i].setSplit(m.leases[i].split);
+      leases[i].setConsumer(m.leases[i].consumer);
+    }
+    auto jobs = r.initJobs(unsigned(m.jobs.size()));
+    for (unsigned i = 0; i < m.jobs.size(); ++i) PutConfig(jobs[i], m.jobs[i]);
+    r.setKnown(m.known);
+  });
+}
+
+OutFrame EncodeGetOrCreateJob(const JobConfigMsg& c, const std::string& consumer) {
+  return Build(MessageType::kGetOrCreateJob, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::GetOrCreateJob>();
+    PutConfig(r.initConfig(), c);
+    r.setConsumerId(consumer);
+  });
+}
+
+OutFrame EncodeJobInfo(const JobConfigMsg& c) {
+  return Build(MessageType::kJobInfo,
+               [&](capnp::MessageBuilder& b) { PutConfig(b.initRoot<ctl::JobInfo>().initConfig(), c); });
+}
+
+OutFrame EncodeGetWorkers() {
+  return Build(MessageType::kGetWorkers, [&](capnp::MessageBuilder& b) { b.initRoot<ctl::GetWorkers>(); });
+}
+
+OutFrame EncodeWorkerList(const std::vector<std::string>& addresses) {
+  return Build(MessageType::kWorkerList, [&](capnp::MessageBuilder& b) {
+    auto l = b.initRoot<ctl::WorkerList>().initAddresses(unsigned(addresses.size()));
+    for (unsigned i = 0; i < addresses.size(); ++i) l.set(i, addresses[i]);
+  });
+}
+
+OutFrame EncodeAckSplits(const AckSplitsMsg& m) {
+  return Build(MessageType::kAckSplits, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::AckSplits>();
+    r.setJob(m.job);
+    r.setConsumerId(m.consumer_id);
+    auto l = r.initSplits(unsigned(m.splits.size()));
+    for (unsigned i = 0; i < m.splits.size(); ++i) {
+      l[i].setEpoch(m.splits[i].first);
+      l[i].setSplit(m.splits[i].second);
+    }
+  });
+}
+
+OutFrame EncodeGetJobStatus(const std::string& job, const std::string& consumer, uint64_t epoch) {
+  return Build(MessageType::kGetJobStatus, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::GetJobStatus>();
+    r.setJob(job);
+    r.setConsumerId(consumer);
+    r.setEpoch(epoch);
+  });
+}
+
+OutFrame EncodeJobStatus(const JobStatusMsg& m) {
+  return Build(MessageType::kJobStatus, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::JobStatus>();
+    r.setFirstOpen(m.first_open);
+    r.setFinished(m.finished);
+    auto l = r.initMySplits(unsigned(m.my_splits.size()));
+    for (unsigned i = 0; i < m.my_splits.size(); ++i) l.set(i, m.my_splits[i]);
+    r.setEpochFullyAssigned(m.epoch_fully_assigned);
+  });
+}
+
+Result<std::pair<std::string, std::string>> DecodeRegisterWorker(const InFrame& f) {
+  return Decode<ctl::RegisterWorker>(f, MessageType::kRegisterWorker,
+                                     [](ctl::RegisterWorker::Reader r) -> Result<std::pair<std::string, std::string>> {
+                                       if (r.getWorkerId().size() == 0) return Status::InvalidArgument("RegisterWorker: empty id");
+                                       return std::make_pair(Str(r.getWorkerId()), Str(r.getAddress()));
+                                     });
+}
+
+Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f) {
+  return Decode<ctl::RegisterWorkerOk>(f, MessageType::kRegisterWorkerOk,
+                                       [](ctl::RegisterWorkerOk::Reader r) -> Result<uint32_t> { return r.getHeartbeatIntervalMs(); });
+}
+
+Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
+  return Decode<ctl::Heartbeat>(f, MessageType::kHeartbeat, [](ctl::Heartbeat::Reader r) -> Result<HeartbeatMsg> {
+    return HeartbeatMsg{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases()};
+  });
+}
+
+Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
+  return Decode<ctl::HeartbeatOk>(f, MessageType::kHeartbeatOk, [](ctl::HeartbeatOk::Reader r) -> Result<HeartbeatOkMsg> {
+    HeartbeatOkMsg m;
+    for (auto l : r.getLeases()) m.leases.push_back({Str(l.getJob()), l.getEpoch(), l.getSplit(), Str(l.getConsumer())});
+    for (auto j : r.getJobs()) {
+      FERRY_ASSIGN_OR_RETURN(JobConfigMsg c, GetConfig(j));
+      m.jobs.push_back(std::move(c));
+    }
+    m.known = r.getKnown();
+    return m;
+  });
+}
+
+Result<std::pair<JobConfigMsg, std::string>> DecodeGetOrCreateJob(const InFrame& f) {
+  return Decode<ctl::GetOrCreateJob>(
+      f, MessageType::kGetOrCreateJob, [](ctl::GetOrCreateJob::Reader r) -> Result<std::pair<JobConfigMsg, std::string>> {
+        FERRY_ASSIGN_OR_RETURN(JobConfigMsg c, GetConfig(r.getConfig()));
+        return std::make_pair(std::move(c), Str(r.getConsumerId()));
+      });
+}
+
+Result<JobConfigMsg> DecodeJobInfo(const InFrame& f) {
+  return Decode<ctl::JobInfo>(f, MessageType::kJobInfo,
+                              [](ctl::JobInfo::Reader r) -> Result<JobConfigMsg> { return GetConfig(r.getConfig()); });
+}
+
+Status DecodeGetWorkers(const InFrame& f) {
+  return Decode<ctl::GetWorkers>(f, MessageType::kGetWorkers, [](ctl::GetWorkers::Reader) -> Result<bool> { return true; })
+      .status();
+}
+
+Result<std::vector<std::string>> DecodeWorkerList(const InFrame& f) {
+  return Decode<ctl::WorkerList>(f, MessageType::kWorkerList, [](ctl::WorkerList::Reader r) -> Result<std::vector<std::string>> {
+    std::vector<std::string> out;
+    for (auto a : r.getAddresses()) out.push_back(Str(a));
+    return out;
+  });
+}
+
+Result<AckSplitsMsg> DecodeAckSplits(const InFrame& f) {
+  return Decode<ctl::AckSplits>(f, MessageType::kAckSplits, [](ctl::AckSplits::Reader r) -> Result<AckSplitsMsg> {
+    AckSplitsMsg m;
+    m.job = Str(r.getJob());
+    m.consumer_id = Str(r.getConsumerId());
+    for (auto s : r.getSplits()) m.splits.push_back({s.getEpoch(), s.getSplit()});
+    return m;
+  });
+}
+
+Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f) {
+  return Decode<ctl::GetJobStatus>(f, MessageType::kGetJobStatus, [](ctl::GetJobStatus::Reader r) -> Result<GetJobStatusMsg> {
+    return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch()};
+  });
+}
+
+Result<JobStatusMsg> DecodeJobStatus(const InFrame& f) {
+  return Decode<ctl::JobStatus>(f, MessageType::kJobStatus, [](ctl::JobStatus::Reader r) -> Result<JobStatusMsg> {
+    JobStatusMsg m;
+    m.first_open = r.getFirstOpen();
+    m.finished = r.getFinished();
+    for (int64_t s : r.getMySplits()) m.my_splits.push_back(s);
+    m.epoch_fully_assigned = r.getEpochFullyAssigned();
+    return m;
+  });
+}
+
+}  // namespace ferry::internal

@@ -1,0 +1,106 @@
+# Ferry's control plane, version 1: workers and clients talk to the dispatcher.
+# Same framing as the data plane (schemas/ferry.capnp): a 16-byte FrameHeader, then
+# one message; the same Challenge/Hello/HelloOk handshake opens each connection.
+# Then strictly request -> reply, one at a time per connection:
+#
+#   worker -> RegisterWorker            <- RegisterWorkerOk
+#   worker -> Heartbeat                 <- HeartbeatOk (new leases, acked splits to forget)
+#   client -> GetOrCreateJob            <- JobInfo
+#   client -> GetWorkers                <- WorkerList
+#   client -> AckSplits                 <- JobStatus
+#   client -> GetJobStatus              <- JobStatus
+#   any    <- Error (then the connection closes)
+#
+# A reply that depends on a state change is sent only after the change is in the
+# dispatcher's journal.
+@0xb4a2d5e1f08c3a71;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("ferry::wire::control");
+
+# Frame types (FrameHeader.type) 16..26, in the order of the structs below from
+# RegisterWorker to JobStatus; see MessageType in include/ferry/internal/frame.h.
+
+struct JobConfig {
+  name @0 :Text;
+  dataset @1 :Text;
+  pipelineJson @2 :Text;
+  seed @3 :UInt64;
+  shuffle @4 :Bool = true;
+  epochs @5 :Int64 = 1;
+  batchSize @6 :Int32;
+  lastBatch @7 :UInt8;          # ferry::LastBatch
+  mode @8 :UInt8;               # 0 distributed_epoch, 1 parallel_epochs
+  ordering @9 :UInt8;           # 0 arrival, 1 deterministic
+  batchesPerSplit @10 :Int32;
+  numSamples @11 :Int64;
+  fingerprint @12 :UInt64;
+}
+
+struct SplitRef {
+  epoch @0 :UInt64;
+  split @1 :Int64;
+}
+
+struct Lease {
+  job @0 :Text;
+  epoch @1 :UInt64;
+  split @2 :Int64;
+  consumer @3 :Text;
+}
+
+struct RegisterWorker {
+  workerId @0 :Text;
+  address @1 :Text;             # where clients reach its data plane
+}
+
+struct RegisterWorkerOk {
+  heartbeatIntervalMs @0 :UInt32;
+}
+
+struct Heartbeat {
+  workerId @0 :Text;
+  draining @1 :Bool;
+  wantLeases @2 :Bool = true;
+}
+
+struct HeartbeatOk {
+  leases @0 :List(Lease);       # newly leased to this worker
+  jobs @1 :List(JobConfig);     # configs of the jobs those leases belong to
+  known @2 :Bool = true;        # false: re-register (e.g. declared dead)
+}
+
+struct GetOrCreateJob {
+  config @0 :JobConfig;         # numSamples/fingerprint are filled in by the dispatcher
+  consumerId @1 :Text;
+}
+
+struct JobInfo {
+  config @0 :JobConfig;
+}
+
+struct GetWorkers {}
+
+struct WorkerList {
+  addresses @0 :List(Text);
+}
+
+struct AckSplits {
+  job @0 :Text;
+  consumerId @1 :Text;
+  splits @2 :List(SplitRef);
+}
+
+struct GetJobStatus {
+  job @0 :Text;
+  consumerId @1 :Text;
+  epoch @2 :UInt64;
+}
+
+struct JobStatus {
+  firstOpen @0 :UInt64;         # epochs before this one are complete
+  finished @1 :Bool;
+  # The splits of `epoch` (the request's) assigned to this consumer so far, in order.
+  mySplits @2 :List(Int64);
+  epochFullyAssigned @3 :Bool;  # no split of `epoch` is left without a consumer
+}

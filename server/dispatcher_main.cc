@@ -1,0 +1,60 @@
+// ferry-dispatcher: the control plane. Tracks workers (register, heartbeat), named
+// jobs and their splits, and journals every change so that a restart on the same
+// --work-dir picks up where it stopped.
+//   ferry-dispatcher --listen HOST:PORT --work-dir DIR [--token-file F]
+//       [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] [--exit-when-idle]
+// Prints "listening on HOST:PORT" once ready. SIGTERM exits 0 (the state is on disk).
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "core/log.h"
+#include "ferry/internal/wire.h"
+#include "server/cli.h"
+#include "server/dispatcher_service.h"
+
+int main(int argc, char** argv) {
+  ferry::LogProgramName() = "ferry-dispatcher";
+  ferry::DispatcherOptions o;
+  std::string token_file;
+  CLI::App app{"ferry-dispatcher: Ferry's control plane (workers, jobs, splits, journal)", "ferry-dispatcher"};
+  app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
+  app.add_option("--work-dir", o.work_dir, "directory of the journal (created if missing)")->required();
+  app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  app.add_option("--heartbeat-interval-ms", o.heartbeat_interval_ms, "heartbeat interval asked of workers")
+      ->check(CLI::Range(10, 60000));
+  app.add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms, "a worker silent this long is declared dead")
+      ->check(CLI::Range(50, 600000));
+  app.add_option("--leases-ahead", o.lease.max_outstanding, "splits a worker may hold un-acked per job")
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--exit-when-idle", o.exit_when_idle, "exit once every job has finished");
+  if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  auto token = ferry::internal::LoadToken(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "ferry-dispatcher: %s\n", token.status().ToString().c_str());
+    return 2;
+  }
+  o.token = *token;
+  ferry::RaiseFileLimit();
+  ferry::BlockTerminationSignals();
+  auto service = ferry::DispatcherService::Start(o);
+  if (!service.ok()) {
+    std::fprintf(stderr, "ferry-dispatcher: %s\n", service.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("listening on %s\n", (*service)->address().c_str());
+  std::fflush(stdout);
+  ferry::Log("serving on %s, journal in %s", (*service)->address().c_str(), o.work_dir.c_str());
+  if (o.exit_when_idle) {
+    std::thread([&] {
+      (*service)->WaitIdle();
+      ferry::Log("every job has finished: exiting (--exit-when-idle)");
+      std::exit(0);
+    }).detach();
+  }
+  const int sig = ferry::WaitForTermination();
+  const auto st = (*service)->stats();
+  ferry::Log("signal %d: exiting after %lld requests, %lld leases, %lld acks", sig, (long long)st.requests,
+             (long long)st.leases, (long long)st.acks);
+  return 0;
+}
