@@ -60,8 +60,13 @@ class WorkerService::Impl {
   }
 
   ~Impl() {
+    // Close everything on the io thread, then let it run out of work rather than
+    // stop it: the aborted reads must still run, because their handlers hold the
+    // sessions (a session and its connection's handler refer to each other until
+    // then). Stopping instead leaked every open session with its socket still open,
+    // so clients never learned that the worker was gone, and its producer kept
+    // posting to a destroyed io_context.
     asio::post(io_, [this] { CloseAll(); });
-    io_.stop();
     if (io_thread_.joinable()) io_thread_.join();
     sessions_.clear();
     {
@@ -108,6 +113,7 @@ class WorkerService::Impl {
   asio::thread_pool blocking_{1};  // dataset listing off the io thread
   std::string address_;
   bool draining_ = false;  // io thread only
+  bool stopping_ = false;  // io thread only: CloseAll() ran, accept nothing more
   std::set<std::shared_ptr<Session>> sessions_;  // io thread only
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
@@ -157,7 +163,8 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(WorkerService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<FrameConnection>(std::move(socket), svc->opts_.limits, svc->buffers_)),
+        conn_(std::make_shared<FrameConnection>(std::move(socket), ReceiveLimits(svc->opts_.limits),
+                                                svc->buffers_)),
         timer_(svc->io_) {}
 
   void Start() {
@@ -194,6 +201,14 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Peers send a worker control messages only. A Batch header is refused before its
+  // body is allocated: otherwise any peer, before authenticating, could make the
+  // worker reserve up to limits.max_batch_bytes (4 GiB) per connection with 16 bytes.
+  static internal::FrameLimits ReceiveLimits(internal::FrameLimits limits) {
+    limits.max_batch_bytes = 0;
+    return limits;
+  }
+
   enum class State { kHello, kOpen, kOpening, kStreaming, kEnding, kClosed };
 
   struct Outgoing {
@@ -213,6 +228,9 @@ class Session : public std::enable_shared_from_this<Session> {
     switch (state_) {
       case State::kHello: return OnHello(f);
       case State::kOpen: return OnOpenStream(f);
+      // The client may grant credits as soon as it has sent OpenStream (its consumer
+      // takes batches prefetched before a reconnect), so also while the stream opens.
+      case State::kOpening:
       case State::kStreaming:
       case State::kEnding:
         if (f.header.type == MessageType::kCredit) {
@@ -396,20 +414,26 @@ class Session : public std::enable_shared_from_this<Session> {
     const internal::JobSpecMsg& j = msg_.job;
     unsigned long long bytes = 0, batches = 0;
     if (std::sscanf(j.dataset_path.c_str(), "synthetic:%llu:%llu", &bytes, &batches) != 2 || bytes == 0 ||
-        batches == 0 || bytes % j.batch_size != 0 || bytes > (1ull << 32))
+        batches == 0 || batches > (1ull << 40) || bytes % j.batch_size != 0 || bytes > (1ull << 32))
       return Refuse(Status::InvalidArgument("synthetic dataset must be synthetic:BYTES:BATCHES, BYTES a multiple of batch_size"));
     synthetic_ = true;
     synth_bytes_ = bytes;
     synth_per_epoch_ = int64_t(batches);
-    synth_left_ = j.epochs > 0 ? synth_per_epoch_ * j.epochs : INT64_MAX;
+    synth_left_ =
+        j.epochs > 0 && synth_per_epoch_ <= INT64_MAX / j.epochs ? synth_per_epoch_ * j.epochs : INT64_MAX;
     last_epoch_ = j.epochs > 0 ? int64_t(j.first_epoch) + j.epochs - 1 : -1;
     const size_t rows = j.batch_size;
-    const size_t total = bytes + 2 * rows * sizeof(int64_t);
+    // [images | labels | indices], each part 64-byte aligned: EncodeBatch needs each
+    // tensor word-aligned (Cap'n Proto refuses, with an exception, to reference
+    // unaligned external data) and readable up to its last whole word.
+    synth_labels_offset_ = (bytes + 63) / 64 * 64;
+    const size_t total = synth_labels_offset_ + 2 * rows * sizeof(int64_t);
     void* p = std::aligned_alloc(64, (total + 63) / 64 * 64);
     if (p == nullptr) return Refuse(Status::ResourceExhausted("cannot allocate the synthetic batch"));
     std::memset(p, 0x5a, bytes);
     synth_buf_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-    auto* ints = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(p) + bytes);
+    std::memset(static_cast<uint8_t*>(p) + bytes, 0, synth_labels_offset_ - bytes);
+    auto* ints = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(p) + synth_labels_offset_);
     for (size_t i = 0; i < rows; ++i) ints[i] = ints[rows + i] = int64_t(i);
     state_ = State::kStreaming;
     ++svc_->streams_;
@@ -430,7 +454,7 @@ class Session : public std::enable_shared_from_this<Session> {
       in.image_dims = {1, 1, int64_t(synth_bytes_) / rows};
       auto* base = static_cast<uint8_t*>(synth_buf_.get());
       in.images = base;
-      in.labels = reinterpret_cast<const int64_t*>(base + synth_bytes_);
+      in.labels = reinterpret_cast<const int64_t*>(base + synth_labels_offset_);
       in.indices = in.labels + rows;
       in.owner = synth_buf_;
       out_.push_back({internal::EncodeBatch(in), true});
@@ -483,7 +507,7 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t last_epoch_ = -1, epoch_batches_ = 0, epoch_samples_ = 0;
   // Synthetic source.
   bool synthetic_ = false;
-  size_t synth_bytes_ = 0;
+  size_t synth_bytes_ = 0, synth_labels_offset_ = 0;
   int64_t synth_per_epoch_ = 1, synth_left_ = 0, synth_sent_ = 0;
   std::shared_ptr<void> synth_buf_;
 };
@@ -493,11 +517,11 @@ void WorkerService::Impl::Accept() {
     if (ec) {
       if (ec != asio::error::operation_aborted) {
         Log("accept failed: %s", ec.message().c_str());
-        if (!draining_) Accept();
+        if (!draining_ && !stopping_) Accept();
       }
       return;
     }
-    if (draining_) return;
+    if (draining_ || stopping_) return;  // accepted just before the close: drop it
     ++connections_;
     auto s = std::make_shared<Session>(this, std::move(socket));
     sessions_.insert(s);
@@ -517,8 +541,10 @@ void WorkerService::Impl::SessionClosed(const std::shared_ptr<Session>& s) {
 }
 
 void WorkerService::Impl::CloseAll() {
+  stopping_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
+  if (drain_timer_) drain_timer_->cancel();
   auto copy = sessions_;
   for (auto& s : copy) s->ForceClose();
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test Ferry has, from a fresh Debian 12 machine: set-up (packages, Release
 # build, sample dataset), the C++ suites (ctest), the Python suites (pytest with
-# /usr/bin/python3), then the same C++ suites built with ASan+UBSan.
+# /usr/bin/python3), a short libFuzzer run over the frame and message parsers (Clang),
+# then the same C++ suites built with ASan+UBSan.
 #   bash tests/run_all.sh            # everything
 #   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh   # skip the sanitizer build
 set -euo pipefail
@@ -17,6 +18,9 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs"
 echo "== pytest"
 FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" \
   /usr/bin/python3 -m pytest -q tests/python
+
+echo "== fuzz (frame and message parsers, ${FERRY_FUZZ_SECONDS:-30} s)"
+bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 if [[ -z "${FERRY_SKIP_SANITIZE:-}" ]]; then
   echo "== ctest (ASan+UBSan)"

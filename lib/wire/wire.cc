@@ -410,6 +410,10 @@ Result<TensorView> ReadTensor(schema::Tensor::Reader t, const char* name, int ra
     if (d < 0 || d > (int64_t{1} << 40)) return Status::InvalidArgument(std::string("Batch: ") + name + ": bad shape");
     v.shape[size_t(i)] = d;
     elements *= d;
+    // Four factors of up to 2^40 would overflow even 128 bits (and could wrap around
+    // to match the data size); no real tensor has 2^48 elements.
+    if (elements > (__int128(1) << 48))
+      return Status::InvalidArgument(std::string("Batch: ") + name + ": bad shape (too many elements)");
   }
   auto data = t.getData();
   if (elements * __int128(DTypeSize(v.dtype)) != __int128(data.size()))

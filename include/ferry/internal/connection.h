@@ -12,12 +12,15 @@
 //
 // Writing: Send() queues frames; one scatter-gather write is in flight at a time, in
 // order, straight from the frames' own memory (header, segment table, segments).
+//
+// Closing: Close() at once; CloseAfterWrites() gracefully (a lingering close: see there).
 #ifndef FERRY_INTERNAL_CONNECTION_H_
 #define FERRY_INTERNAL_CONNECTION_H_
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it in C++20
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -38,7 +41,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   using FrameHandler = std::function<void(const Status&, InFrame)>;
 
   FrameConnection(tcp::socket socket, FrameLimits limits, std::shared_ptr<BufferAllocator> buffers)
-      : socket_(std::move(socket)), limits_(limits), buffers_(std::move(buffers)) {
+      : socket_(std::move(socket)),
+        limits_(limits),
+        buffers_(std::move(buffers)),
+        linger_timer_(socket_.get_executor()) {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     // Large kernel buffers let one write move a whole batch with few wake-ups.
@@ -56,17 +62,26 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     ReadHeader();
   }
 
-  // Queues a frame. `on_sent` (optional) runs once it has been written.
+  // Queues a frame. `on_sent` (optional) runs once it has been written. Frames sent
+  // after CloseAfterWrites() are dropped.
   void Send(OutFrame frame, std::function<void()> on_sent = nullptr) {
-    if (closed_) return;
+    if (closed_ || close_after_writes_) return;
     queue_.push_back({std::move(frame), std::move(on_sent)});
     if (!writing_) WriteNext();
   }
 
-  // Closes once every queued frame has been written.
-  void CloseAfterWrites() {
+  // Ends the connection once every queued frame has been written: shuts down the
+  // sending side (the peer reads EOF after our last frame), then reads and drops what
+  // the peer still sends until it closes too, or for at most `linger`; then closes.
+  // The read handler gets no more frames, only the final Status. Closing at once
+  // instead would make the kernel reset the connection whenever frames of the peer
+  // (e.g. Credits in flight) sit unread, and a reset makes the peer's kernel discard
+  // what it has not read yet: our last frames (the final EndOfEpoch, an Error).
+  void CloseAfterWrites(std::chrono::milliseconds linger = std::chrono::seconds(2)) {
+    if (closed_ || close_after_writes_) return;
     close_after_writes_ = true;
-    if (!writing_) Close();
+    linger_ = linger;
+    if (!writing_) Linger();
   }
 
   // Closes now; queued frames are dropped. The read handler gets Cancelled once.
@@ -74,6 +89,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ec;
+    linger_timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     queue_.clear();
@@ -91,6 +107,18 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     OutFrame frame;
     std::function<void()> on_sent;
   };
+
+  void Linger() {
+    if (closed_ || lingering_) return;
+    lingering_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    linger_timer_.expires_after(linger_);
+    auto self = shared_from_this();
+    linger_timer_.async_wait([self](const boost::system::error_code& e) {
+      if (!e) self->Close();  // the read handler then gets Cancelled
+    });
+  }
 
   void Fail(const Status& s) {
     if (failed_) return;
@@ -115,6 +143,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     asio::async_read(socket_, asio::buffer(header_, kFrameHeaderSize),
                      [self](const boost::system::error_code& ec, size_t) {
                        if (ec) return self->Fail(self->FromError(ec));
+                       if (self->closed_) return self->Fail(Status::Cancelled("connection closed"));
                        Result<FrameHeader> h = ParseFrameHeader(self->header_, self->limits_);
                        if (!h.ok()) return self->Fail(h.status());
                        self->ReadBody(*h);
@@ -128,15 +157,20 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)), AllOfIt(),
                      [self, h, body](const boost::system::error_code& ec, size_t) {
                        if (ec) return self->Fail(self->FromError(ec));
-                       if (self->handler_) self->handler_(Status::OK(), InFrame{h, body});
-                       if (!self->failed_ && !self->closed_) self->ReadHeader();
+                       if (self->handler_ && !self->lingering_)
+                         self->handler_(Status::OK(), InFrame{h, body});
+                       if (self->failed_) return;
+                       // Closed meanwhile (by the handler, or before this completion
+                       // ran): no read is pending to report it, so report it here.
+                       if (self->closed_) return self->Fail(Status::Cancelled("connection closed"));
+                       self->ReadHeader();
                      });
   }
 
   void WriteNext() {
     if (queue_.empty() || closed_) {
       writing_ = false;
-      if (close_after_writes_) Close();
+      if (close_after_writes_) Linger();
       return;
     }
     writing_ = true;
@@ -176,6 +210,9 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   bool closed_ = false;
   bool failed_ = false;
   bool close_after_writes_ = false;
+  bool lingering_ = false;  // our side is shut down; waiting for the peer's EOF
+  std::chrono::milliseconds linger_{0};
+  asio::steady_timer linger_timer_;
 };
 
 // "host:port" -> (host, port). Port 0 is allowed (listen on any free port).

@@ -153,7 +153,10 @@ struct BatchFrameInput {
   int64_t valid = 0;
   DType image_dtype = DType::kUint8;
   std::array<int64_t, 3> image_dims{};  // H,W,C (uint8 NHWC) or C,H,W (float32 NCHW)
-  const void* images = nullptr;         // each tensor 8-byte aligned
+  // Each tensor 8-byte aligned, and readable up to its next multiple of 8 bytes: the
+  // frame references the memory as whole Cap'n Proto words (no copy), so it sends up
+  // to 7 bytes past a tensor's end. Misaligned memory makes EncodeBatch throw.
+  const void* images = nullptr;
   const int64_t* labels = nullptr;
   const int64_t* indices = nullptr;
   std::vector<SkippedSample> skipped;

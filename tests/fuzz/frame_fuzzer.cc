@@ -1,0 +1,275 @@
+// libFuzzer target for the parsers of untrusted bytes on a Ferry socket: the frame
+// header (ParseFrameHeader) and every message decoder (lib/wire), of the data plane
+// and of the control plane. Input: a frame as it
+// arrives, 16 header bytes then the body. The header is parsed as a receiver would;
+// the body (rounded down to whole words, in a 64-byte-aligned buffer as
+// FrameConnection reads it) goes through every decoder, whatever type the header
+// names, so that each decoder sees every body. Whatever decodes must be consistent:
+// a Batch's views lie inside the buffer and agree with their shapes (ASan checks the
+// bytes themselves, by reading them all).
+//
+//   frame_fuzzer --write-seeds DIR   writes a seed corpus of valid frames and exits
+//   frame_fuzzer [libFuzzer flags] CORPUS...   (see tests/fuzz/run.sh)
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/internal/control.h"
+#include "ferry/internal/frame.h"
+#include "ferry/internal/wire.h"
+
+namespace {
+
+using namespace ferry;            // NOLINT
+using namespace ferry::internal;  // NOLINT
+
+// A bug in the code under test: libFuzzer reports the input that got here.
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "frame_fuzzer: check failed: %s\n", #cond); \
+      std::abort();                                                    \
+    }                                                                  \
+  } while (0)
+
+std::string Flatten(const OutFrame& f) {
+  std::string out;
+  for (const ByteRange& r : f.ranges()) out.append(static_cast<const char*>(r.data), r.size);
+  return out;
+}
+
+void CheckView(const TensorView& v, int rank, const InBuffer& buf) {
+  FUZZ_CHECK(v.rank == rank);
+  int64_t elements = 1;
+  for (int i = 0; i < rank; ++i) {
+    FUZZ_CHECK(v.shape[size_t(i)] >= 0);
+    FUZZ_CHECK(!__builtin_mul_overflow(elements, v.shape[size_t(i)], &elements));
+  }
+  const size_t bytes = size_t(elements) * DTypeSize(v.dtype);
+  FUZZ_CHECK(bytes == v.num_bytes());
+  if (bytes == 0) return;
+  const auto* base = const_cast<InBuffer&>(buf).data();
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  FUZZ_CHECK(p >= base && p + bytes <= base + buf.size());
+  volatile uint8_t sink = 0;
+  for (size_t i = 0; i < bytes; ++i) sink = sink ^ p[i];
+}
+
+constexpr MessageType kAllTypes[] = {
+    MessageType::kChallenge,        MessageType::kHello,     MessageType::kHelloOk,
+    MessageType::kOpenStream,       MessageType::kCredit,    MessageType::kBatch,
+    MessageType::kEndOfEpoch,       MessageType::kError,     MessageType::kRegisterWorker,
+    MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
+    MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
+    MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
+    MessageType::kJobStatus};
+
+void DecodeAll(InFrame f) {
+  for (MessageType t : kAllTypes) {
+    f.header.type = t;
+    switch (f.header.type) {
+      case MessageType::kChallenge:
+        (void)DecodeChallenge(f);
+        break;
+      case MessageType::kHello:
+        (void)DecodeHello(f);
+        break;
+      case MessageType::kHelloOk:
+        (void)DecodeHelloOk(f);
+        break;
+      case MessageType::kOpenStream:
+        (void)DecodeOpenStream(f);
+        break;
+      case MessageType::kCredit:
+        (void)DecodeCredit(f);
+        break;
+      case MessageType::kEndOfEpoch:
+        (void)DecodeEndOfEpoch(f);
+        break;
+      case MessageType::kError: {
+        Result<ErrorMsg> e = DecodeError(f);
+        if (e.ok()) FUZZ_CHECK(!e->status.ok());  // an Error never decodes to OK
+        break;
+      }
+      case MessageType::kBatch: {
+        std::vector<SkippedSample> skipped;
+        Result<Batch> b = DecodeBatch(f, &skipped);
+        if (!b.ok()) {
+          FUZZ_CHECK(b.status().code() == StatusCode::kInvalidArgument);
+          break;
+        }
+        CheckView(b->images, 4, *f.body);
+        CheckView(b->labels, 1, *f.body);
+        CheckView(b->indices, 1, *f.body);
+        FUZZ_CHECK(b->labels.dtype == DType::kInt64 && b->indices.dtype == DType::kInt64);
+        FUZZ_CHECK(b->images.shape[0] == b->rows() && b->indices.shape[0] == b->rows());
+        FUZZ_CHECK(b->valid >= 0 && b->valid <= b->rows());
+        FUZZ_CHECK(size_t(b->skipped) == skipped.size());
+        break;
+      }
+      case MessageType::kRegisterWorker:
+        (void)DecodeRegisterWorker(f);
+        break;
+      case MessageType::kRegisterWorkerOk:
+        (void)DecodeRegisterWorkerOk(f);
+        break;
+      case MessageType::kHeartbeat:
+        (void)DecodeHeartbeat(f);
+        break;
+      case MessageType::kHeartbeatOk:
+        (void)DecodeHeartbeatOk(f);
+        break;
+      case MessageType::kGetOrCreateJob:
+        (void)DecodeGetOrCreateJob(f);
+        break;
+      case MessageType::kJobInfo:
+        (void)DecodeJobInfo(f);
+        break;
+      case MessageType::kGetWorkers:
+        (void)DecodeGetWorkers(f);
+        break;
+      case MessageType::kWorkerList:
+        (void)DecodeWorkerList(f);
+        break;
+      case MessageType::kAckSplits:
+        (void)DecodeAckSplits(f);
+        break;
+      case MessageType::kGetJobStatus:
+        (void)DecodeGetJobStatus(f);
+        break;
+      case MessageType::kJobStatus:
+        (void)DecodeJobStatus(f);
+        break;
+      case MessageType::kInvalid:
+        break;
+    }
+  }
+}
+
+void WriteSeed(const std::string& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+    std::fprintf(stderr, "frame_fuzzer: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fclose(f);
+}
+
+void WriteSeeds(const std::string& dir) {
+  ::mkdir(dir.c_str(), 0755);
+  WriteSeed(dir, "challenge", Flatten(EncodeChallenge({RandomNonce(), true, "ferry-worker"})));
+  WriteSeed(dir, "hello", Flatten(EncodeHello({Role::kClient, HelloMac("token", "nonce"), "trainer"})));
+  WriteSeed(dir, "hello_ok", Flatten(EncodeHelloOk("ferry-worker")));
+  OpenStreamMsg open;
+  open.job.dataset_path = "/data/train";
+  open.job.pipeline_json = R"({"ops":[{"op":"random_resized_crop","size":32}]})";
+  open.job.batch_size = 7;
+  open.job.num_workers = 2;
+  open.credits = 4;
+  open.resume_epoch = 1;
+  open.resume_batches_done = 3;
+  WriteSeed(dir, "open_stream", Flatten(EncodeOpenStream(open)));
+  OpenStreamMsg by_name;
+  by_name.by_name = true;
+  by_name.job_name = "job";
+  WriteSeed(dir, "open_stream_by_name", Flatten(EncodeOpenStream(by_name)));
+  WriteSeed(dir, "credit", Flatten(EncodeCredit(4)));
+  WriteSeed(dir, "end_of_epoch", Flatten(EncodeEndOfEpoch({2, 10, 70, true})));
+  WriteSeed(dir, "error", Flatten(EncodeError(Status::Unavailable("worker is draining"))));
+  // Batches: uint8 NHWC with a skipped sample, and float32 NCHW with padding.
+  alignas(64) static uint8_t images[2 * 4 * 4 * 3];
+  alignas(64) static float fimages[3 * 3 * 2 * 2];
+  alignas(64) static int64_t labels[3] = {1, 0, -1}, indices[3] = {5, 9, -1};
+  for (size_t i = 0; i < sizeof images; ++i) images[i] = uint8_t(i * 7);
+  for (size_t i = 0; i < sizeof fimages / sizeof(float); ++i) fimages[i] = float(i) / 3.f;
+  BatchFrameInput in;
+  in.job = "job";
+  in.provenance.epoch = 1;
+  in.provenance.batch_in_epoch = 2;
+  in.rows = 2;
+  in.valid = 2;
+  in.image_dims = {4, 4, 3};
+  in.images = images;
+  in.labels = labels;
+  in.indices = indices;
+  in.skipped = {{3, "/data/train/a/bad.jpg", "corrupt JPEG"}};
+  WriteSeed(dir, "batch_uint8", Flatten(EncodeBatch(in)));
+  in.rows = 3;
+  in.valid = 2;
+  in.image_dtype = DType::kFloat32;
+  in.image_dims = {3, 2, 2};
+  in.images = fimages;
+  in.skipped.clear();
+  WriteSeed(dir, "batch_float32", Flatten(EncodeBatch(in)));
+
+  // The control plane.
+  JobConfigMsg job;
+  job.name = "job";
+  job.dataset = "/data/train";
+  job.pipeline_json = open.job.pipeline_json;
+  job.batch_size = 7;
+  job.num_samples = 100;
+  WriteSeed(dir, "register_worker", Flatten(EncodeRegisterWorker("w0", "127.0.0.1:7000")));
+  WriteSeed(dir, "register_worker_ok", Flatten(EncodeRegisterWorkerOk(500)));
+  WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true})));
+  HeartbeatOkMsg hb;
+  hb.leases = {{"job", 0, 3, "trainer"}, {"job", 1, 0, ""}};
+  hb.jobs = {job};
+  WriteSeed(dir, "heartbeat_ok", Flatten(EncodeHeartbeatOk(hb)));
+  WriteSeed(dir, "get_or_create_job", Flatten(EncodeGetOrCreateJob(job, "trainer")));
+  WriteSeed(dir, "job_info", Flatten(EncodeJobInfo(job)));
+  WriteSeed(dir, "get_workers", Flatten(EncodeGetWorkers()));
+  WriteSeed(dir, "worker_list", Flatten(EncodeWorkerList({"127.0.0.1:7000", "127.0.0.1:7001"})));
+  WriteSeed(dir, "ack_splits", Flatten(EncodeAckSplits({"job", "trainer", {{0, 1}, {0, 2}}})));
+  WriteSeed(dir, "get_job_status", Flatten(EncodeGetJobStatus("job", "trainer", 1)));
+  JobStatusMsg st;
+  st.my_splits = {1, 5};
+  WriteSeed(dir, "job_status", Flatten(EncodeJobStatus(st)));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  for (int i = 1; i + 1 < *argc; ++i) {
+    if (std::strcmp((*argv)[i], "--write-seeds") == 0) {
+      WriteSeeds((*argv)[i + 1]);
+      std::exit(0);
+    }
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < kFrameHeaderSize) return 0;
+  FrameLimits limits;
+  limits.max_control_bytes = 1 << 16;
+  limits.max_batch_bytes = 1 << 20;
+  Result<FrameHeader> h = ParseFrameHeader(data, limits);
+  if (h.ok()) {
+    FUZZ_CHECK(h->version == kProtocolVersion);
+    FUZZ_CHECK(std::string(MessageTypeName(h->type)) != "Invalid");
+    FUZZ_CHECK(h->length >= 8 && h->length % 8 == 0);
+    FUZZ_CHECK(h->length <=
+               (h->type == MessageType::kBatch ? limits.max_batch_bytes : limits.max_control_bytes));
+  } else {
+    const StatusCode c = h.status().code();
+    FUZZ_CHECK(c == StatusCode::kInvalidArgument || c == StatusCode::kResourceExhausted);
+  }
+  if (size < kFrameHeaderSize + 8) return 0;
+  static const std::shared_ptr<BufferAllocator> buffers = DefaultBufferAllocator();
+  const size_t body = (size - kFrameHeaderSize) / 8 * 8;
+  InFrame f;
+  f.header.length = body;
+  f.body = buffers->Allocate(body);
+  FUZZ_CHECK(f.body != nullptr);
+  std::memcpy(f.body->data(), data + kFrameHeaderSize, body);
+  DecodeAll(std::move(f));
+  return 0;
+}
