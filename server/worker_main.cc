@@ -14,7 +14,6 @@ int main(int argc, char** argv) {
   ferry::LogProgramName() = "ferry-worker";
   ferry::WorkerOptions o;
   std::string token_file;
-  double max_batch_mb = 4096;
   CLI::App app{"ferry-worker: decodes and augments images for Ferry clients, streaming the batches", "ferry-worker"};
   app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
   app.add_option("--threads", o.threads, "decode threads shared by all streams (0 = all cores)")
@@ -24,10 +23,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(2, 64));
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds allowed for Hello and OpenStream");
   app.add_option("--drain-timeout", o.drain_timeout_s, "seconds SIGTERM waits for clients to take their batches");
-  app.add_option("--max-batch-mb", max_batch_mb, "largest frame accepted, in MiB")->check(CLI::PositiveNumber);
   app.add_option("--id", o.id, "name reported to clients");
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
-  o.limits.max_batch_bytes = uint64_t(max_batch_mb * 1024 * 1024);
 
   auto token = ferry::internal::LoadToken(token_file);
   if (!token.ok()) {
