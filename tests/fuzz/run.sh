@@ -6,7 +6,7 @@
 #
 #   tests/fuzz/run.sh [SECONDS]
 #     SECONDS                fuzzing time (default: $FERRY_FUZZ_SECONDS, else 30)
-#     FERRY_FUZZ_BUILD_DIR   the build folder (default: /tmp/ferry-fuzz-build)
+#     FERRY_FUZZ_BUILD_DIR   the build folder (default: build-fuzz in the checkout)
 #     FERRY_FUZZ_CORPUS      a corpus folder to keep and grow between runs (default:
 #                            a temporary one, seeded afresh)
 # Crashing inputs are written to $FERRY_FUZZ_BUILD_DIR/artifacts/; reproduce one with
@@ -15,7 +15,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 seconds=${1:-${FERRY_FUZZ_SECONDS:-30}}
-build=${FERRY_FUZZ_BUILD_DIR:-/tmp/ferry-fuzz-build}
+build=${FERRY_FUZZ_BUILD_DIR:-$root/build-fuzz}  # inside the checkout: one per clone
 jobs=${FERRY_FUZZ_BUILD_JOBS:-2}
 
 for tool in clang clang++ cmake; do
