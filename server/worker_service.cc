@@ -345,12 +345,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnBatch(ProducedBatch&& b) {
     if (state_ != State::kStreaming) return;
     internal::BatchFrameInput in;
-    in.provenance.epoch = b.plan.epoch;
-    in.provenance.batch_in_epoch = b.plan.batch_in_epoch;
-    in.provenance.last_in_epoch = b.plan.last_in_epoch;
-    in.provenance.split = b.plan.split;
-    in.provenance.batch_in_split = b.plan.batch_in_split;
-    in.provenance.batches_in_split = b.plan.batches_in_split;
+    in.provenance = b.plan.provenance();
     in.rows = b.rows;
     in.valid = b.valid;
     in.image_dtype = spec_.dtype();

@@ -102,12 +102,7 @@ class Loader::Impl {
     b.indices = {p.memory.indices, DType::kInt64, 1, {rows, 0, 0, 0}};
     b.valid = p.valid;
     b.skipped = int64_t(p.skipped.size());
-    b.provenance.epoch = p.plan.epoch;
-    b.provenance.batch_in_epoch = p.plan.batch_in_epoch;
-    b.provenance.last_in_epoch = p.plan.last_in_epoch;
-    b.provenance.split = p.plan.split;
-    b.provenance.batch_in_split = p.plan.batch_in_split;
-    b.provenance.batches_in_split = p.plan.batches_in_split;
+    b.provenance = p.plan.provenance();
     b.keepalive = std::move(p.memory.owner);
     std::lock_guard<std::mutex> lock(mu_);
     total_skipped_ += int64_t(p.skipped.size());

@@ -50,6 +50,17 @@ struct BatchPlan {
   std::vector<int64_t> samples;  // global sample indices, in order
   int64_t rows = 0;              // tensor rows to allocate (>= samples.size())
   bool pad = false;              // keep `rows` rows, padding after the valid ones
+
+  BatchProvenance provenance() const {
+    BatchProvenance p;
+    p.epoch = epoch;
+    p.batch_in_epoch = batch_in_epoch;
+    p.last_in_epoch = last_in_epoch;
+    p.split = split;
+    p.batch_in_split = batch_in_split;
+    p.batches_in_split = batches_in_split;
+    return p;
+  }
 };
 
 // Decides the batches. Called from one thread only (thread-compatible).
