@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "data/dataset.h"
 #include "ferry/internal/connection.h"
+#include "server/listen.h"
 #include "ferry/internal/wire.h"
 #include "ferry/pipeline_spec.h"
 #include "pipeline/producer.h"
@@ -37,19 +38,7 @@ class WorkerService::Impl {
       : opts_(o), acceptor_(io_), buffers_(internal::DefaultBufferAllocator()), arena_(MakeDecodeArena(o.threads)) {}
 
   Status Bind() {
-    FERRY_ASSIGN_OR_RETURN(auto hp, internal::SplitHostPort(opts_.listen));
-    boost::system::error_code ec;
-    tcp::resolver resolver(io_);
-    auto results = resolver.resolve(hp.first, std::to_string(hp.second), ec);
-    if (ec || results.empty()) return Status::InvalidArgument("cannot resolve " + opts_.listen + ": " + ec.message());
-    const tcp::endpoint ep = results.begin()->endpoint();
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Status::Unavailable("cannot listen on " + opts_.listen + ": " + ec.message());
-    const tcp::endpoint bound = acceptor_.local_endpoint();
-    address_ = bound.address().to_string() + ":" + std::to_string(bound.port());
+    FERRY_ASSIGN_OR_RETURN(address_, Listen(acceptor_, opts_.listen));
     return Status::OK();
   }
 

@@ -16,11 +16,15 @@
 #include <sstream>
 
 #include "ferry.capnp.h"
+#include "wire/decode.h"
 #include "wire/out_frame.h"
 
 namespace ferry::internal {
 
 namespace schema = ::ferry::wire::schema;
+using codec::Build;
+using codec::Decode;
+using codec::Str;
 
 static_assert(uint16_t(MessageType::kBatch) == uint16_t(schema::MessageType::BATCH));
 static_assert(uint16_t(MessageType::kError) == uint16_t(schema::MessageType::ERROR));
@@ -185,18 +189,10 @@ std::shared_ptr<BufferAllocator> FunctionBufferAllocator(std::function<void*(siz
 
 namespace {
 
-template <typename Fill>
-OutFrame Build(MessageType type, Fill fill) {
-  auto builder = std::make_unique<capnp::MallocMessageBuilder>(256);
-  fill(*builder);
-  return OutFrame(std::make_unique<OutFrame::Impl>(type, std::move(builder)));
-}
-
 kj::ArrayPtr<const kj::byte> Bytes(const std::string& s) {
   return kj::arrayPtr(reinterpret_cast<const kj::byte*>(s.data()), s.size());
 }
 
-std::string Str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
 std::string Str(capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); }
 
 }  // namespace
@@ -278,37 +274,6 @@ OutFrame EncodeError(const Status& s) {
 // ---------------------------------------------------------------------------------
 // Decoding
 
-namespace {
-
-capnp::ReaderOptions Options(size_t bytes) {
-  capnp::ReaderOptions o;
-  // A message can never legitimately traverse more words than it holds (no shared
-  // subtrees are produced by our encoders), so the limit blocks amplification.
-  o.traversalLimitInWords = bytes / sizeof(capnp::word) + 64;
-  o.nestingLimit = 16;
-  return o;
-}
-
-template <typename Root, typename Fn>
-auto Decode(const InFrame& f, MessageType want, Fn fn) -> decltype(fn(std::declval<typename Root::Reader>())) {
-  if (f.header.type != want)
-    return Status::InvalidArgument(std::string("expected ") + MessageTypeName(want) + ", got " +
-                                   MessageTypeName(f.header.type));
-  if (!f.body || f.body->size() % sizeof(capnp::word) != 0 ||
-      (reinterpret_cast<uintptr_t>(f.body->data()) % alignof(capnp::word)) != 0)
-    return Status::InvalidArgument("bad frame: body is not word-aligned");
-  try {
-    capnp::FlatArrayMessageReader reader(
-        kj::arrayPtr(reinterpret_cast<const capnp::word*>(f.body->data()), f.body->size() / sizeof(capnp::word)),
-        Options(f.body->size()));
-    return fn(reader.getRoot<Root>());
-  } catch (const kj::Exception& e) {
-    return Status::InvalidArgument(std::string("malformed ") + MessageTypeName(want) + ": " +
-                                   e.getDescription().cStr());
-  }
-}
-
-}  // namespace
 
 Result<ChallengeMsg> DecodeChallenge(const InFrame& f) {
   return Decode<schema::Challenge>(f, MessageType::kChallenge, [](schema::Challenge::Reader r) -> Result<ChallengeMsg> {
