@@ -122,8 +122,10 @@ class SimWorker : public Peer {
     if (s_->measuring) {
       s_->rtt_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent_).count());
       ++s_->heartbeats;
-      s_->leases += int64_t(ok->leases.size());
+      s_->leases += int64_t(ok->new_leases);
     }
+    // The reply lists every split held, new ones first: ack the new ones.
+    ok->leases.resize(ok->new_leases);
     for (auto& l : ok->leases) s_->to_ack.push_back(std::move(l));
     Schedule(s_->interval_ms);
   }

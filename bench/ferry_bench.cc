@@ -12,8 +12,9 @@
 //   ferry-bench transport [--seconds S] [--batch-bytes N]
 //       raw loopback TCP against a ferry-worker serving ready-made batches
 //       last line: transport ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s>
-//   ferry-bench consume --workers HOST:PORT[,...] --data DIR [--pipeline P] [--epochs E]
-//       [--batch-size B] [--last-batch keep|drop|pad] [--dump-indices FILE] [--token-file F]
+//   ferry-bench consume (--workers HOST:PORT[,...] | --dispatcher HOST:PORT --job NAME)
+//       --data DIR [--pipeline P] [--epochs E] [--batch-size B] [--last-batch keep|drop|pad]
+//       [--dump-indices FILE] [--token-file F] [--stop-after K --save-state F] [--resume F]
 //       last line: consume img/s=<x> wait_frac=<y> samples=<n>
 //   ferry-bench dispatcher-load [--workers 1000] [--seconds S] [--interval-ms 100]
 //       last line: dispatcher workers=<N> leases/s=<x> heartbeats/s=<y> p50_ms=<a> p99_ms=<b>
@@ -255,8 +256,20 @@ int main(int argc, char** argv) {
 
   ConsumeArgs c;
   auto* consume = app.add_subcommand("consume", "read from ferry-workers and report throughput");
-  consume->add_option("--workers", c.workers, "HOST:PORT[,HOST:PORT...]")->required();
-  consume->add_option("--data", c.data, "dataset path as the workers see it")->required();
+  auto* workers_opt = consume->add_option("--workers", c.workers, "HOST:PORT[,HOST:PORT...] (point to point)");
+  auto* dispatcher_opt = consume->add_option("--dispatcher", c.dispatcher, "HOST:PORT of ferry-dispatcher (with --job)");
+  workers_opt->excludes(dispatcher_opt);
+  consume->add_option("--job", c.job, "dispatcher job name to get or join")->needs(dispatcher_opt);
+  consume->add_option("--consumer-id", c.consumer_id, "this consumer's name in the job (default: random)");
+  consume->add_option("--batches-per-split", c.batches_per_split, "dispatcher: batches per split")
+      ->check(CLI::PositiveNumber);
+  consume->add_flag("--deterministic", c.deterministic, "dispatcher: yield in split order");
+  consume->add_option("--num-samples", c.num_samples, "size of a synthetic: dataset");
+  consume->add_option("--step-ms", c.step_ms, "simulate a training step of this many ms after each batch");
+  consume->add_option("--stop-after", c.stop_after, "yield this many batches, save --save-state, exit 0");
+  consume->add_option("--save-state", c.save_state, "with --stop-after: write the iterator state here");
+  consume->add_option("--resume", c.resume, "continue from a state saved by --save-state")->needs(dispatcher_opt);
+  consume->add_option("--data", c.data, "dataset path as the workers see it");
   consume->add_option("--pipeline", c.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
   consume->add_option("--epochs", c.epochs, "epochs to read (<= 0: forever)");
   consume->add_option("--batch-size", c.batch_size, "samples per batch")->check(CLI::PositiveNumber);
@@ -284,7 +297,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (transport->parsed()) return RunTransport(t, argv[0]);
-  if (consume->parsed()) return RunConsume(c);
+  if (consume->parsed()) {
+    if (c.workers.empty() && c.dispatcher.empty()) {
+      std::fprintf(stderr, "ferry-bench consume: give --workers or --dispatcher\n\n%s", consume->help().c_str());
+      return 2;
+    }
+    if ((c.job.empty() && c.resume.empty()) && !c.dispatcher.empty()) {
+      std::fprintf(stderr, "ferry-bench consume: --dispatcher needs --job (or --resume)\n\n%s", consume->help().c_str());
+      return 2;
+    }
+    if (c.data.empty()) {
+      std::fprintf(stderr, "ferry-bench consume: --data is required\n\n%s", consume->help().c_str());
+      return 2;
+    }
+    return RunConsume(c);
+  }
   if (dload->parsed()) return RunDispatcherLoad(dl);
   if (pipeline->parsed()) return RunPipeline(p);
   if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);

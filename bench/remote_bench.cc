@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -191,7 +193,23 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
 
 int RunConsume(const ConsumeArgs& a) {
   ClientOptions o;
-  o.workers = SplitCommas(a.workers);
+  if (!a.workers.empty()) o.workers = SplitCommas(a.workers);
+  o.dispatcher = a.dispatcher;
+  o.job_name = a.job;
+  o.consumer_id = a.consumer_id;
+  o.batches_per_split = a.batches_per_split;
+  o.deterministic = a.deterministic;
+  o.num_samples = a.num_samples;
+  if (!a.resume.empty()) {
+    std::ifstream in(a.resume);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "error: cannot read %s\n", a.resume.c_str());
+      return 1;
+    }
+    o.resume_state = text.str();
+  }
   o.data = a.data;
   auto spec = PipelineSpec::Parse(a.pipeline);
   if (!spec.ok()) {
@@ -224,7 +242,7 @@ int RunConsume(const ConsumeArgs& a) {
     return 1;
   }
   const double t0 = WallSeconds();
-  int64_t samples = 0;
+  int64_t samples = 0, batches = 0;
   double last_draw = 0;
   const bool show = a.progress || isatty(STDERR_FILENO);
   for (;;) {
@@ -242,10 +260,28 @@ int RunConsume(const ConsumeArgs& a) {
       return 1;
     }
     samples += b->valid_rows();
+    ++batches;
+    if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
     if (dump.is_open()) {
       const int64_t* idx = b->indices.as<int64_t>();
       for (int64_t i = 0; i < b->valid_rows(); ++i) dump << idx[i] << '\n';
       dump.flush();
+    }
+    if (a.stop_after >= 0 && batches >= a.stop_after) {
+      if (!a.save_state.empty()) {
+        // Atomically: a crash mid-write must not leave half a state.
+        const std::string tmp = a.save_state + ".tmp";
+        std::ofstream out(tmp, std::ios::trunc);
+        out << (*client)->SaveState().Serialize();
+        out.close();
+        if (!out || std::rename(tmp.c_str(), a.save_state.c_str()) != 0) {
+          std::fprintf(stderr, "error: cannot write %s\n", a.save_state.c_str());
+          return 1;
+        }
+      }
+      std::printf("stopped after %lld batches (%lld samples)%s\n", (long long)batches, (long long)samples,
+                  a.save_state.empty() ? "" : ("; state saved to " + a.save_state).c_str());
+      return 0;
     }
   }
   const double wall = WallSeconds() - t0;

@@ -18,6 +18,13 @@ int RunTransport(const TransportArgs& a, const char* argv0);
 
 struct ConsumeArgs {
   std::string workers;  // HOST:PORT[,HOST:PORT...]
+  std::string dispatcher, job, consumer_id;  // or a dispatcher job
+  int batches_per_split = 4;
+  bool deterministic = false;
+  int64_t num_samples = 0;  // synthetic datasets
+  int64_t stop_after = -1;  // batches, then save the state and exit
+  double step_ms = 0;       // a simulated training step after each batch
+  std::string save_state, resume;
   std::string data;
   std::string pipeline = "imagenet-train";
   int64_t epochs = 1;

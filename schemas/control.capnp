@@ -4,7 +4,7 @@
 # Then strictly request -> reply, one at a time per connection:
 #
 #   worker -> RegisterWorker            <- RegisterWorkerOk
-#   worker -> Heartbeat                 <- HeartbeatOk (new leases, acked splits to forget)
+#   worker -> Heartbeat                 <- HeartbeatOk (the splits it holds, new ones first)
 #   client -> GetOrCreateJob            <- JobInfo
 #   client -> GetWorkers                <- WorkerList
 #   client -> AckSplits                 <- JobStatus
@@ -62,12 +62,19 @@ struct Heartbeat {
   workerId @0 :Text;
   draining @1 :Bool;
   wantLeases @2 :Bool = true;
+  leaving @3 :Bool;             # exiting now: its un-acked splits go back to pending
 }
 
 struct HeartbeatOk {
-  leases @0 :List(Lease);       # newly leased to this worker
+  # Every split leased to this worker and not yet acknowledged, the newly leased ones
+  # first. The whole set, not a delta: a lost reply loses nothing, and a split missing
+  # from it (acknowledged, or re-leased after this worker was presumed dead) is one
+  # the worker may forget.
+  leases @0 :List(Lease);
   jobs @1 :List(JobConfig);     # configs of the jobs those leases belong to
   known @2 :Bool = true;        # false: re-register (e.g. declared dead)
+  newLeases @3 :UInt32;         # how many of `leases` (from the front) are new
+  idle @4 :Bool;                # there are jobs and every one has finished
 }
 
 struct GetOrCreateJob {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "core/hash.h"
 #include "core/log.h"
@@ -172,6 +173,17 @@ class DispatcherService::Impl {
 
   void Heard(const std::string& worker) { last_seen_[worker] = NowMs(); }
 
+  // Every job has finished: those in the state, and at least one was run (garbage
+  // collection may already have removed the finished ones).
+  bool Idle() const {
+    bool any = jobs_collected_ > 0;
+    for (const auto& [name, j] : state_.jobs()) {
+      if (!j.finished()) return false;
+      any = true;
+    }
+    return any;
+  }
+
   void SessionClosed(const std::shared_ptr<DispatcherSession>& s) {
     asio::post(io_, [this, s] { sessions_.erase(s); });
   }
@@ -189,6 +201,9 @@ class DispatcherService::Impl {
   std::set<std::string> creating_;  // jobs whose dataset is being listed
   std::atomic<int64_t> requests_{0}, leases_{0}, acks_{0}, workers_removed_{0}, journal_records_{0};
   int64_t replayed_ = 0;
+  int64_t jobs_collected_ = 0;  // finished jobs removed since start
+  int64_t idle_since_ms_ = -1;
+  std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle
 
  private:
   void Accept();
@@ -275,6 +290,14 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       reply.known = false;  // declared dead, or unknown after all: re-register
       return svc_->Reply(conn_, internal::EncodeHeartbeatOk(reply));
     }
+    if (h->leaving) {
+      Log("worker %s is leaving", h->worker_id.c_str());
+      Status s = svc_->Commit(dispatch::RemoveWorker{h->worker_id});
+      if (!s.ok()) return Refuse(s);
+      svc_->last_seen_.erase(h->worker_id);
+      reply.known = false;
+      return svc_->Reply(conn_, internal::EncodeHeartbeatOk(reply));
+    }
     svc_->Heard(h->worker_id);
     if (h->draining && !it->second.draining) {
       Log("worker %s is draining", h->worker_id.c_str());
@@ -282,7 +305,6 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       if (!s.ok()) return Refuse(s);
     }
     if (h->want_leases && !h->draining) {
-      std::set<std::string> jobs;
       for (dispatch::LeaseSplits& l : dispatch::DecideLeases(state, h->worker_id, svc_->opts_.lease)) {
         Status s = svc_->Commit(l);
         if (!s.ok()) {
@@ -291,10 +313,23 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         }
         for (const auto& x : l.splits) reply.leases.push_back({l.job, x.ref.epoch, x.ref.split, x.consumer});
         svc_->leases_ += int64_t(l.splits.size());
-        jobs.insert(l.job);
       }
-      for (const std::string& j : jobs) reply.jobs.push_back(ToMsg(state.job(j)->config));
     }
+    // Then every other split it still holds: the reply carries the whole set.
+    reply.new_leases = uint32_t(reply.leases.size());
+    std::set<std::tuple<std::string, uint64_t, int64_t>> fresh;
+    for (const auto& l : reply.leases) fresh.insert({l.job, l.epoch, l.split});
+    std::set<std::string> jobs;
+    for (const auto& [job, held] : state.LeasesOf(h->worker_id)) {
+      jobs.insert(job);
+      for (const auto& x : held) {
+        if (!fresh.count({job, x.ref.epoch, x.ref.split}))
+          reply.leases.push_back({job, x.ref.epoch, x.ref.split, x.consumer});
+      }
+    }
+    for (const std::string& j : jobs) reply.jobs.push_back(ToMsg(state.job(j)->config));
+    reply.idle = svc_->Idle();
+    if (reply.idle) svc_->told_idle_.insert(h->worker_id);
     svc_->Reply(conn_, internal::EncodeHeartbeatOk(reply));
   }
 
@@ -480,13 +515,20 @@ void DispatcherService::Impl::Tick() {
     for (const auto& s : sessions_) in_use.insert(s->jobs().begin(), s->jobs().end());
     for (const dispatch::RemoveJob& r : dispatch::DecideGarbage(state_, in_use)) {
       Log("job %s finished and has no consumer left: removed", r.job.c_str());
-      (void)Commit(r);
+      if (Commit(r).ok()) ++jobs_collected_;
     }
     if (dirty_ && !flush_posted_) {
       flush_posted_ = true;
       asio::post(io_, [this] { Flush(); });
     }
-    if (opts_.exit_when_idle && dispatch::AllJobsFinished(state_)) {
+    // Idle: exit once every worker has been told so in a heartbeat reply (they exit
+    // too, with --exit-when-idle), or after a heartbeat timeout at most.
+    if (!Idle()) idle_since_ms_ = -1;
+    else if (idle_since_ms_ < 0) idle_since_ms_ = NowMs();
+    bool all_told = true;
+    for (const auto& [id, w] : state_.workers()) all_told = all_told && told_idle_.count(id) > 0;
+    if (opts_.exit_when_idle && idle_since_ms_ >= 0 &&
+        (all_told || NowMs() - idle_since_ms_ > opts_.heartbeat_timeout_ms)) {
       std::lock_guard<std::mutex> lock(idle_mu_);
       idle_ = true;
       idle_cv_.notify_all();

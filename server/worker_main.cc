@@ -1,9 +1,15 @@
 // ferry-worker: runs the decode pipeline for clients and streams them the batches.
 //   ferry-worker --listen HOST:PORT [--threads N] [--token-file F]
+//                [--dispatcher HOST:PORT [--advertise HOST:PORT] [--exit-when-idle]]
 // Prints "listening on HOST:PORT" (the real port) once ready. SIGTERM drains: batches
-// in flight are delivered, then it exits 0.
+// in flight are delivered (with a dispatcher: every split it holds, until acknowledged),
+// then it exits 0.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "core/log.h"
 #include "ferry/internal/wire.h"
@@ -24,8 +30,20 @@ int main(int argc, char** argv) {
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds allowed for Hello and OpenStream");
   app.add_option("--drain-timeout", o.drain_timeout_s, "seconds SIGTERM waits for clients to take their batches");
   app.add_option("--id", o.id, "name reported to clients");
+  app.add_option("--dispatcher", o.dispatcher, "HOST:PORT of ferry-dispatcher: register and serve leased splits");
+  app.add_option("--advertise", o.advertise, "HOST:PORT clients should use to reach this worker (default: --listen)");
+  app.add_option("--worker-id", o.worker_id, "identity at the dispatcher (default: the address + a random suffix)");
+  bool exit_when_idle = false;
+  app.add_flag("--exit-when-idle", exit_when_idle, "exit (draining first) once the dispatcher has no unfinished job");
+  app.add_option("--synthetic-cost-us", o.synthetic_cost_us,
+                 "benchmarks: each batch of a synthetic job takes this long, with no decoding")
+      ->check(CLI::NonNegativeNumber);
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
 
+  if (exit_when_idle && o.dispatcher.empty()) {
+    std::fprintf(stderr, "ferry-worker: --exit-when-idle needs --dispatcher\n\n%s", app.help().c_str());
+    return 2;
+  }
   auto token = ferry::internal::LoadToken(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "ferry-worker: %s\n", token.status().ToString().c_str());
@@ -42,6 +60,15 @@ int main(int argc, char** argv) {
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
   ferry::Log("serving on %s (%s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required");
+  if (exit_when_idle) {
+    // Every job finished: stop as if told to (the signal is blocked in every thread,
+    // so WaitForTermination takes it).
+    std::thread([&service] {
+      (*service)->WaitIdle();
+      ferry::Log("every job has finished: exiting");
+      ::kill(::getpid(), SIGTERM);
+    }).detach();
+  }
   const int sig = ferry::WaitForTermination();
   ferry::Log("signal %d: draining", sig);
   (*service)->Drain();

@@ -20,6 +20,8 @@
 #include "ferry/internal/wire.h"
 #include "ferry/pipeline_spec.h"
 #include "pipeline/producer.h"
+#include "pipeline/split_plan.h"
+#include "server/dispatcher_link.h"
 
 namespace ferry {
 
@@ -42,7 +44,38 @@ class WorkerService::Impl {
     return Status::OK();
   }
 
+  // Dispatcher mode: the link registers this worker under the address clients use.
+  void StartLink() {
+    if (opts_.dispatcher.empty()) return;
+    LinkOptions l;
+    l.dispatcher = opts_.dispatcher;
+    l.token = opts_.token;
+    l.advertise = opts_.advertise;
+    if (l.advertise.empty()) {
+      auto hp = internal::SplitHostPort(address_);
+      std::string host = hp->first;
+      if (host == "0.0.0.0" || host == "::") host = asio::ip::host_name();
+      l.advertise = host + ":" + std::to_string(hp->second);
+    }
+    l.worker_id = opts_.worker_id.empty() ? l.advertise + "/" + RandomSuffix()
+                                          : opts_.worker_id;
+    l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
+    link_ = std::make_unique<DispatcherLink>(std::move(l));
+    link_->Start();
+  }
+
+  static std::string RandomSuffix() {
+    static const char* hex = "0123456789abcdef";
+    std::string n = internal::RandomNonce(), out;
+    for (size_t i = 0; i < 4 && i < n.size(); ++i) {
+      out += hex[uint8_t(n[i]) >> 4];
+      out += hex[uint8_t(n[i]) & 15];
+    }
+    return out;
+  }
+
   void Run() {
+    StartLink();
     Accept();
     reaper_ = std::thread([this] { Reap(); });
     io_thread_ = std::thread([this] { io_.run(); });
@@ -55,6 +88,8 @@ class WorkerService::Impl {
     // then). Stopping instead leaked every open session with its socket still open,
     // so clients never learned that the worker was gone, and its producer kept
     // posting to a destroyed io_context.
+    link_.reset();  // no more leases
+    if (drain_thread_.joinable()) drain_thread_.join();
     asio::post(io_, [this] { CloseAll(); });
     if (io_thread_.joinable()) io_thread_.join();
     sessions_.clear();
@@ -67,9 +102,13 @@ class WorkerService::Impl {
   }
 
   void Drain();
+  void DrainStreams();
   void WaitDrained() {
-    std::unique_lock<std::mutex> lock(drain_mu_);
-    drain_cv_.wait(lock, [&] { return drained_; });
+    {
+      std::unique_lock<std::mutex> lock(drain_mu_);
+      drain_cv_.wait(lock, [&] { return drained_; });
+    }
+    if (link_) link_->Leave();
   }
 
   // Stops and destroys a producer off the io thread (Stop waits for its tasks).
@@ -104,6 +143,9 @@ class WorkerService::Impl {
   bool draining_ = false;  // io thread only
   bool stopping_ = false;  // io thread only: CloseAll() ran, accept nothing more
   std::set<std::shared_ptr<Session>> sessions_;  // io thread only
+  std::unique_ptr<DispatcherLink> link_;         // dispatcher mode; fixed after Run()
+  std::thread drain_thread_;
+  std::atomic<bool> drain_started_{false};
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
   std::atomic<int64_t> open_connections_{0};
@@ -253,12 +295,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnOpenStream(const InFrame& f) {
     Result<internal::OpenStreamMsg> m = internal::DecodeOpenStream(f);
     if (!m.ok()) return BadFrame(m.status());
-    if (m->by_name) return Refuse(Status::Unimplemented("jobs by name need a dispatcher; give the job inline"));
+    if (m->by_name && !svc_->link_)
+      return Refuse(Status::Unimplemented("this worker has no dispatcher (--dispatcher): give the job inline"));
     if (svc_->draining_) return Refuse(Status::Unavailable("worker is draining"));
     msg_ = *m;
     credits_ = msg_.credits;
     timer_.cancel();
     state_ = State::kOpening;
+    if (m->by_name) {
+      if (msg_.consumer_id.empty()) return Refuse(Status::InvalidArgument("a stream by job name needs a consumer id"));
+      feed_ = svc_->link_->Feed(msg_.job_name, msg_.consumer_id);
+      return WaitForJob();
+    }
     const internal::JobSpecMsg& j = msg_.job;
     if (j.batch_size == 0) return Refuse(Status::InvalidArgument("batch_size must be > 0"));
     if (j.num_workers == 0 || j.worker_index >= j.num_workers)
@@ -308,12 +356,38 @@ class Session : public std::enable_shared_from_this<Session> {
     if (msg_.resume_epoch > j.first_epoch || msg_.resume_batches_done > 0)
       plan = std::make_unique<ResumePlan>(std::move(plan), msg_.resume_epoch, msg_.resume_batches_done);
     last_epoch_ = j.epochs > 0 ? int64_t(j.first_epoch) + j.epochs - 1 : -1;
-    auto allocator = std::make_shared<PooledBatchAllocator>(o.batch_size, spec_.sample_bytes(),
+    StartProducer(*ds, o.seed, o.batch_size, std::move(plan));
+  }
+
+  // A stream by job name (dispatcher mode): it serves the splits leased to this worker
+  // for its consumer. The job's facts come with its first lease; until then it waits.
+  void WaitForJob() {
+    if (state_ != State::kOpening) return;
+    std::shared_ptr<const WorkerJob> job = svc_->link_->Job(msg_.job_name);
+    if (job == nullptr) {
+      auto self = shared_from_this();
+      timer_.expires_after(std::chrono::milliseconds(20));
+      timer_.async_wait([self](const boost::system::error_code& ec) {
+        if (!ec) self->WaitForJob();
+      });
+      return;
+    }
+    if (!job->status.ok()) return Refuse(job->status);
+    if (job->config.mode != 0) return Refuse(Status::Unimplemented("parallel_epochs streams are not served yet"));
+    spec_ = job->spec;
+    named_ = true;
+    auto plan = std::make_unique<SplitPlan>(job->geometry(), feed_, feed_->Attach());
+    StartProducer(job->dataset, job->config.seed, job->config.batch_size, std::move(plan));
+  }
+
+  void StartProducer(std::shared_ptr<const Dataset> dataset, uint64_t seed, int64_t batch_size,
+                     std::unique_ptr<PlanSource> plan) {
+    auto allocator = std::make_shared<PooledBatchAllocator>(batch_size, spec_.sample_bytes(),
                                                             std::max(2, svc_->opts_.buffered_batches));
     std::weak_ptr<Session> weak = weak_from_this();
     asio::io_context* io = &svc_->io_;
     producer_ = std::make_unique<BatchProducer>(
-        *ds, spec_, o.seed, std::move(plan), std::move(allocator), svc_->arena_, /*max_in_flight=*/2,
+        std::move(dataset), spec_, seed, std::move(plan), std::move(allocator), svc_->arena_, /*max_in_flight=*/2,
         [weak, io](ProducedBatch&& b) {
           auto shared = std::make_shared<ProducedBatch>(std::move(b));
           asio::post(*io, [weak, shared] {
@@ -325,6 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
             if (auto self = weak.lock()) self->OnProducerDone(s);
           });
         });
+    producer_->SetSyntheticBatchCost(svc_->opts_.synthetic_cost_us);
     state_ = State::kStreaming;
     ++svc_->streams_;
     producer_->Start();
@@ -345,11 +420,13 @@ class Session : public std::enable_shared_from_this<Session> {
     in.indices = b.memory.indices;
     in.skipped = std::move(b.skipped);
     in.owner = std::move(b.memory.owner);
+    if (named_) in.job = msg_.job_name;
     epoch_batches_ = b.plan.batch_in_epoch + 1;
     epoch_samples_ += b.valid;
     // Even an empty batch (all its files bad) goes out: it carries the skips.
     out_.push_back({internal::EncodeBatch(in), true});
-    if (b.plan.last_in_epoch) QueueEndOfEpoch(b.plan.epoch);
+    // Named streams carry splits, not whole epochs: the client tracks epochs itself.
+    if (b.plan.last_in_epoch && !named_) QueueEndOfEpoch(b.plan.epoch);
     Pump();
   }
 
@@ -382,6 +459,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!producer_status_.ok()) {
         Log("stream for %s failed: %s", conn_->peer().c_str(), producer_status_.ToString().c_str());
         conn_->Send(internal::EncodeError(producer_status_));
+      } else if (named_ && !draining_) {
+        // Its feed was taken over by a newer stream of the same consumer.
+        conn_->Send(internal::EncodeError(Status::Cancelled("superseded by a newer stream of the same consumer")));
       } else if (draining_ && !final_eoe_queued_) {
         conn_->Send(internal::EncodeError(Status::Unavailable("worker is draining; stream ended early")));
       } else if (!final_eoe_queued_) {
@@ -484,6 +564,8 @@ class Session : public std::enable_shared_from_this<Session> {
   internal::OpenStreamMsg msg_;
   PipelineSpec spec_;
   std::unique_ptr<BatchProducer> producer_;
+  std::shared_ptr<SplitFeed> feed_;  // named streams
+  bool named_ = false;
   std::deque<Outgoing> out_;
   int64_t credits_ = 0;
   bool producer_done_ = false, draining_ = false, final_eoe_queued_ = false;
@@ -538,6 +620,23 @@ void WorkerService::Impl::CloseAll() {
 }
 
 void WorkerService::Impl::Drain() {
+  if (link_) {
+    // Dispatcher mode: take no new leases, serve the ones held until their consumers
+    // acknowledge them, then end the streams.
+    if (drain_started_.exchange(true)) return;
+    link_->SetDraining();
+    Log("draining: taking no new leases; serving the splits held");
+    drain_thread_ = std::thread([this] {
+      if (!link_->WaitDrained(opts_.drain_timeout_s))
+        Log("drain timed out with splits unacknowledged: they go back to the dispatcher");
+      DrainStreams();
+    });
+    return;
+  }
+  DrainStreams();
+}
+
+void WorkerService::Impl::DrainStreams() {
   asio::post(io_, [this] {
     if (draining_) return;
     draining_ = true;
@@ -570,6 +669,9 @@ WorkerService::~WorkerService() = default;
 std::string WorkerService::address() const { return impl_->address_; }
 void WorkerService::Drain() { impl_->Drain(); }
 void WorkerService::WaitDrained() { impl_->WaitDrained(); }
+void WorkerService::WaitIdle() {
+  if (impl_->link_) impl_->link_->WaitIdle();
+}
 WorkerService::Stats WorkerService::stats() const {
   return {impl_->connections_.load(), impl_->streams_.load(), impl_->batches_sent_.load(), impl_->bad_frames_.load(),
           impl_->auth_failures_.load(), impl_->open_connections_.load()};

@@ -31,6 +31,12 @@ struct WorkerOptions {
   int buffered_batches = 4;        // per stream: batches being filled, queued or sent
   double drain_timeout_s = 60;     // Drain(): how long to wait for clients to read
   std::string id = "ferry-worker";
+  // Dispatcher mode: register with this dispatcher (HOST:PORT) and serve the splits it
+  // leases, to clients that open streams by job name. Empty: inline jobs only.
+  std::string dispatcher;
+  std::string advertise;           // the address clients are told; default: the bound one
+  std::string worker_id;           // default: advertise + a random suffix
+  int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
 };
 
 class WorkerService {
@@ -41,10 +47,15 @@ class WorkerService {
   // The address actually bound, "host:port".
   std::string address() const;
   // Starts draining: no new connections or streams; each stream plans no new batch,
-  // delivers what it has in flight, then ends with Error(Unavailable).
+  // delivers what it has in flight, then ends with Error(Unavailable). Returns at once.
   void Drain();
-  // Blocks until Drain() has finished (every connection closed, or the timeout).
+  // Blocks until Drain() has finished (every connection closed, or the timeout). In
+  // dispatcher mode, Drain() first stops taking leases and serves the splits it holds
+  // until the consumers acknowledge them (or drain_timeout_s), and WaitDrained()
+  // then tells the dispatcher the worker is leaving.
   void WaitDrained();
+  // Dispatcher mode: blocks until the dispatcher says every job has finished.
+  void WaitIdle();
 
   struct Stats {
     int64_t connections = 0, streams = 0, batches_sent = 0, bad_frames = 0, auth_failures = 0;

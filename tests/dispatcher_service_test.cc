@@ -87,10 +87,15 @@ DispatcherOptions Options(const std::string& dir) {
   return o;
 }
 
-std::vector<internal::LeaseMsg> Heartbeat(Peer& w, const std::string& id, bool* known = nullptr) {
+// The new leases of a heartbeat reply; `held` gets every split the reply says the
+// worker holds (new or not).
+std::vector<internal::LeaseMsg> Heartbeat(Peer& w, const std::string& id, bool* known = nullptr,
+                                          size_t* held = nullptr) {
   auto ok = internal::DecodeHeartbeatOk(w.Call(internal::EncodeHeartbeat({id, false, true})));
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   if (known) *known = ok->known;
+  if (held) *held = ok->leases.size();
+  ok->leases.resize(ok->new_leases);
   return ok->leases;
 }
 
@@ -110,7 +115,9 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
     auto leases = Heartbeat(worker, "w1");
     ASSERT_EQ(leases.size(), 3u);
     for (const auto& l : leases) EXPECT_EQ(l.consumer, "c1");
-    EXPECT_TRUE(Heartbeat(worker, "w1").empty()) << "holds its maximum of un-acked splits";
+    size_t held = 0;
+    EXPECT_TRUE(Heartbeat(worker, "w1", nullptr, &held).empty()) << "holds its maximum of un-acked splits";
+    EXPECT_EQ(held, 3u) << "every reply lists the whole set held";
 
     auto workers = internal::DecodeWorkerList(client.Call(internal::EncodeGetWorkers()));
     ASSERT_TRUE(workers.ok());
@@ -133,8 +140,10 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
   EXPECT_GT((*svc)->stats().replayed, 0);
   Peer worker((*svc)->address());
   bool known = false;
-  EXPECT_TRUE(Heartbeat(worker, "w1", &known).empty()) << "still holds its 3 un-acked leases";
+  size_t held_after_restart = 0;
+  EXPECT_TRUE(Heartbeat(worker, "w1", &known, &held_after_restart).empty()) << "still holds its 3 un-acked leases";
   EXPECT_TRUE(known);
+  EXPECT_EQ(held_after_restart, 3u);
 
   // Drain the whole epoch through w1 and a new worker; every split exactly once.
   Peer client((*svc)->address());

@@ -1,12 +1,14 @@
 // ferry::Client: the remote iterator a trainer links. Header-only; it links the wire
 // codec (ferry::wire) through the CMake INTERFACE target ferry::client.
 //
-// It connects to each worker named in ClientOptions, authenticates (HMAC challenge,
-// when a token is set), opens one stream per worker with the job inline, and grants
-// `credits` batches of prefetch per worker. Each batch frame is read into one
-// 64-byte-aligned buffer (from a pool, or from a user allocator, e.g. pinned
-// memory) and yielded as views into that buffer: no copy. Next() returns whichever
-// batch arrived first across workers.
+// Two ways to find the data:
+//
+// Point to point (ClientOptions::workers). The client connects to each worker named,
+// authenticates (HMAC challenge, when a token is set), opens one stream per worker
+// with the job inline, and grants `credits` batches of prefetch per worker. With N
+// workers, worker i serves every N-th sample of each epoch's permutation (static
+// sharding). A transient failure (connection lost, worker draining) reconnects with
+// exponential back-off and resumes the stream after the last batch received.
 //
 //   ferry::ClientOptions o;
 //   o.workers = {"10.0.0.5:7000", "10.0.0.6:7000"};
@@ -14,26 +16,44 @@
 //   o.pipeline = ferry::PipelineSpec::ImagenetTrain();
 //   auto client = ferry::Client::Connect(o);  // same BatchIterator API as Loader
 //
-// Sharding: with N workers, worker i serves every N-th sample of each epoch's
-// permutation (static sharding), so together they cover each epoch exactly once.
-// Failures: a transient failure (connection lost, worker draining) reconnects with
-// exponential back-off and resumes the stream after the last batch received; the
-// content is deterministic, so nothing is lost or repeated. Permanent failures
-// (refused token, bad job) surface from Next() as a Status.
+// Through a dispatcher (ClientOptions::dispatcher + job_name). The client gets or joins
+// the named job (a second client naming it shares its epochs, each sample going to
+// one of them), learns the job's workers from the dispatcher as they come and go, and
+// opens a stream to each by job name. Workers push the batches of the splits leased to
+// them for this consumer. The client acknowledges each split once it has yielded all
+// of its batches, and drops any batch it has already yielded: a split whose worker
+// died is leased again and re-sent from its start, and content is deterministic, so
+// the epoch arrives exactly once. SaveState() returns the iterator's state (job,
+// consumer, completed splits, the yielded batches of open splits); a new client given
+// it as `resume_state` continues with exactly the batches not yet yielded.
+//
+//   o.dispatcher = "10.0.0.2:7100";
+//   o.job_name = "resnet50-run7";
+//
+// Each batch frame is read into one 64-byte-aligned buffer (from a pool, or from a
+// user allocator, e.g. pinned memory) and yielded as views into that buffer: no copy.
+// Next() returns whichever batch arrived first across workers (`arrival`), or, with
+// `deterministic`, this consumer's batches in (epoch, split, batch) order.
 #ifndef FERRY_CLIENT_H_
 #define FERRY_CLIENT_H_
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ferry/internal/connection.h"
+#include "ferry/internal/control.h"
+#include "ferry/internal/control_channel.h"
 #include "ferry/internal/wire.h"
 #include "ferry/iterator.h"
 #include "ferry/pipeline_spec.h"
@@ -41,8 +61,11 @@
 namespace ferry {
 
 struct ClientOptions {
-  std::vector<std::string> workers;  // HOST:PORT of each worker
-  // The job, run by the workers.
+  std::vector<std::string> workers;  // point to point: HOST:PORT of each worker
+  std::string dispatcher;            // or: HOST:PORT of ferry-dispatcher ...
+  std::string job_name;              // ... and the job to get or join there
+
+  // The job (inline to the workers, or the named job's configuration).
   std::string data;                  // dataset path on the workers' filesystem
   PipelineSpec pipeline = PipelineSpec::ImagenetTrain();
   int batch_size = 256;
@@ -50,8 +73,12 @@ struct ClientOptions {
   bool shuffle = true;
   LastBatch last_batch = LastBatch::kKeep;
   int64_t epochs = 1;                // <= 0: forever
-  uint64_t first_epoch = 0;
-  uint64_t fingerprint = 0;          // expected (listing, pipeline) fingerprint; 0 = unchecked
+  uint64_t first_epoch = 0;          // point to point only
+  uint64_t fingerprint = 0;          // point to point: expected (listing, pipeline) fingerprint; 0 = unchecked
+  int batches_per_split = 4;         // dispatcher: the unit of leasing and acknowledgement
+  bool deterministic = false;        // dispatcher: yield in (epoch, split, batch) order
+  std::string resume_state;          // dispatcher: a SaveState() to continue after
+  int64_t num_samples = 0;           // dispatcher, "synthetic:" datasets only: their size
 
   int credits = 4;                   // prefetch depth per worker, in batches
   std::string token;                 // shared token; empty = $FERRY_TOKEN, or none
@@ -63,13 +90,78 @@ struct ClientOptions {
   int max_retries = 6;               // consecutive failed (re)connects per worker
   double backoff_initial_s = 0.1;
   double backoff_max_s = 2.0;
-  std::string consumer_id = "ferry-client";
+  double poll_interval_s = 0.1;      // dispatcher: how often to look for workers and job status
+  double dispatcher_timeout_s = 120; // dispatcher: give up after this long unreachable
+  // Point to point: "ferry-client" when empty. Dispatcher: a random id when empty (a
+  // resumed state brings its own).
+  std::string consumer_id;
+};
+
+// What a dispatcher-mode client has yielded, enough to resume exactly: every split of
+// epochs before `first_open` is complete; of later epochs, `done` splits are complete
+// and `partial` ones have the listed batches (batch_in_split) yielded.
+struct IteratorState {
+  std::string job, consumer;
+  uint64_t first_open = 0;
+  std::set<std::pair<uint64_t, int64_t>> done;
+  std::map<std::pair<uint64_t, int64_t>, std::set<int64_t>> partial;
+
+  // A small line-oriented text form (names hold no whitespace).
+  std::string Serialize() const {
+    std::ostringstream o;
+    o << "ferry-iterator-state 1\njob " << job << "\nconsumer " << consumer << "\nfirst_open " << first_open << "\n";
+    for (const auto& [e, sp] : done) o << "done " << e << " " << sp << "\n";
+    for (const auto& [k, bs] : partial) {
+      o << "partial " << k.first << " " << k.second;
+      for (int64_t b : bs) o << " " << b;
+      o << "\n";
+    }
+    return o.str();
+  }
+
+  static Result<IteratorState> Parse(const std::string& text) {
+    std::istringstream in(text);
+    std::string line, word;
+    IteratorState st;
+    if (!std::getline(in, line) || line != "ferry-iterator-state 1")
+      return Status::InvalidArgument("not a ferry iterator state (bad first line)");
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      std::istringstream l(line);
+      l >> word;
+      if (word == "job") {
+        l >> st.job;
+      } else if (word == "consumer") {
+        l >> st.consumer;
+      } else if (word == "first_open") {
+        l >> st.first_open;
+      } else if (word == "done") {
+        uint64_t e;
+        int64_t sp;
+        if (!(l >> e >> sp)) return Status::InvalidArgument("iterator state: bad line '" + line + "'");
+        st.done.insert({e, sp});
+      } else if (word == "partial") {
+        uint64_t e;
+        int64_t sp, b;
+        if (!(l >> e >> sp)) return Status::InvalidArgument("iterator state: bad line '" + line + "'");
+        auto& bs = st.partial[{e, sp}];
+        while (l >> b) bs.insert(b);
+      } else {
+        return Status::InvalidArgument("iterator state: unknown line '" + line + "'");
+      }
+      if (l.fail() && !l.eof()) return Status::InvalidArgument("iterator state: bad line '" + line + "'");
+    }
+    if (st.job.empty() || st.consumer.empty()) return Status::InvalidArgument("iterator state: no job or consumer");
+    return st;
+  }
 };
 
 class Client : public BatchIterator {
  public:
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options) {
-    if (options.workers.empty()) return Status::InvalidArgument("no workers given");
+    const bool dispatched = !options.dispatcher.empty();
+    if (dispatched == !options.workers.empty())
+      return Status::InvalidArgument("give either workers (point to point) or a dispatcher, not both or neither");
     if (options.batch_size <= 0) return Status::InvalidArgument("batch_size must be > 0");
     if (options.credits <= 0) return Status::InvalidArgument("credits must be > 0");
     FERRY_RETURN_IF_ERROR(options.pipeline.Validate());
@@ -79,12 +171,43 @@ class Client : public BatchIterator {
     }
     if (!o.buffers) o.buffers = internal::DefaultBufferAllocator();
     for (const std::string& w : o.workers) FERRY_RETURN_IF_ERROR(internal::SplitHostPort(w).status());
+    IteratorState resume;
+    if (dispatched) {
+      FERRY_RETURN_IF_ERROR(internal::SplitHostPort(o.dispatcher).status());
+      if (o.batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
+      if (!o.resume_state.empty()) {
+        FERRY_ASSIGN_OR_RETURN(resume, IteratorState::Parse(o.resume_state));
+        if (!o.job_name.empty() && o.job_name != resume.job)
+          return Status::InvalidArgument("the resume state is of job " + resume.job + ", not " + o.job_name);
+        if (!o.consumer_id.empty() && o.consumer_id != resume.consumer)
+          return Status::InvalidArgument("the resume state is of consumer " + resume.consumer + ", not " + o.consumer_id);
+        o.job_name = resume.job;
+        o.consumer_id = resume.consumer;
+      }
+      if (o.job_name.empty()) return Status::InvalidArgument("a dispatcher job needs a job_name");
+      if (o.consumer_id.empty()) o.consumer_id = "consumer-" + RandomHex();
+      for (const std::string* n : {&o.job_name, &o.consumer_id}) {
+        if (n->find_first_of(" \t\r\n") != std::string::npos)
+          return Status::InvalidArgument("job and consumer names hold no whitespace: '" + *n + "'");
+      }
+    } else if (o.consumer_id.empty()) {
+      o.consumer_id = "ferry-client";
+    }
     std::unique_ptr<Client> c(new Client(std::move(o)));
+    if (dispatched) c->Restore(resume);
     c->Start();
     return c;
   }
 
   ~Client() override {
+    if (control_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      control_cv_.notify_all();
+      control_thread_.join();
+    }
     // Close every socket and timer, then let the io thread run out of work: all
     // handlers complete (aborted) before anything they reference is destroyed.
     internal::asio::post(io_, [this] {
@@ -97,21 +220,30 @@ class Client : public BatchIterator {
   Result<Batch> Next() override {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !ready_.empty() || !error_.ok() || finished_streams_ == int(opts_.workers.size()); });
-    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (ready_.empty()) {
-      if (!error_.ok()) return error_;
-      return Status::OutOfRange("end of data");
+    auto waited = [&] {
+      stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    for (;;) {
+      cv_.wait(lock, [&] { return Releasable() || !error_.ok() || Finished(); });
+      if (!Releasable()) {
+        waited();
+        if (!error_.ok()) return error_;
+        return Status::OutOfRange("end of data");
+      }
+      Item item = TakeReleasable();
+      const size_t stream = item.stream;
+      // The batch leaves the prefetch window: grant its worker one more.
+      internal::asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
+      if (dispatched() && !Account(item.batch.provenance)) {
+        ++duplicates_;
+        continue;  // already yielded (a re-sent split): drop it
+      }
+      if (item.batch.rows() == 0) continue;  // accounted for; nothing to yield
+      waited();
+      ++stats_.batches;
+      stats_.samples += item.batch.valid;
+      return std::move(item.batch);
     }
-    Item item = std::move(ready_.front());
-    ready_.pop_front();
-    ++stats_.batches;
-    stats_.samples += item.batch.valid;
-    lock.unlock();
-    // The batch leaves the prefetch window: grant its worker one more.
-    const size_t stream = item.stream;
-    internal::asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
-    return std::move(item.batch);
   }
 
   std::vector<SkippedSample> TakeSkipped() override {
@@ -128,18 +260,49 @@ class Client : public BatchIterator {
     return s;
   }
 
-  // Epochs every worker has finished sending (their EndOfEpoch arrived).
+  // Point to point: epochs every worker has finished sending. Dispatcher: epochs the
+  // whole job has completed.
   int64_t epochs_completed() const {
     std::lock_guard<std::mutex> lock(mu_);
+    if (dispatched()) return int64_t(first_open_);
     int64_t m = INT64_MAX;
     for (int64_t e : epochs_done_) m = std::min(m, e);
     return m == INT64_MAX ? 0 : m;
   }
 
+  // Dispatcher mode: the iterator's state after the last batch Next() returned.
+  IteratorState SaveState() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    IteratorState st;
+    st.job = opts_.job_name;
+    st.consumer = opts_.consumer_id;
+    st.first_open = first_open_;
+    for (const auto& k : done_) {
+      if (k.first >= first_open_) st.done.insert(k);
+    }
+    for (const auto& [k, bs] : partial_) {
+      if (k.first >= first_open_) st.partial[k] = bs;
+    }
+    return st;
+  }
+
+  const std::string& consumer_id() const { return opts_.consumer_id; }
   // Reconnects made after transient failures, over all workers.
   int64_t reconnects() const { return reconnects_.load(); }
+  // Dispatcher mode: re-sent batches dropped because they had been yielded already.
+  int64_t duplicates_dropped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return duplicates_;
+  }
+  // Dispatcher mode: the workers streamed from so far.
+  size_t workers_seen() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return workers_seen_;
+  }
 
  private:
+  using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
+
   struct Item {
     Batch batch;
     size_t stream;
@@ -148,7 +311,8 @@ class Client : public BatchIterator {
   // One worker's stream. Lives on the io thread.
   class Stream : public std::enable_shared_from_this<Stream> {
    public:
-    Stream(Client* c, size_t index) : c_(c), index_(index), timer_(c->io_) {}
+    Stream(Client* c, size_t index, std::string address)
+        : c_(c), index_(index), address_(std::move(address)), timer_(c->io_) {}
 
     void Begin() { Connect(); }
 
@@ -168,10 +332,13 @@ class Client : public BatchIterator {
       if (conn_) conn_->Close();
     }
 
+    bool retired() const { return done_; }
+    const std::string& Address() const { return address_; }
+
    private:
     void Connect() {
       if (done_) return;
-      auto hp = internal::SplitHostPort(c_->opts_.workers[index_]);
+      auto hp = internal::SplitHostPort(address_);
       auto self = shared_from_this();
       resolver_ = std::make_shared<internal::tcp::resolver>(c_->io_);
       resolver_->async_resolve(
@@ -190,8 +357,6 @@ class Client : public BatchIterator {
                 });
           });
     }
-
-    std::string Address() const { return c_->opts_.workers[index_]; }
 
     void Connected(internal::tcp::socket socket) {
       if (done_) return;
@@ -213,6 +378,8 @@ class Client : public BatchIterator {
         auto e = internal::DecodeError(f);
         const Status st = e.ok() ? e->status : e.status();
         if (st.IsTransient()) return Transient(st.WithContext("worker " + Address()));
+        // Another stream of this consumer took over (dispatcher mode): stand down.
+        if (c_->dispatched() && st.code() == StatusCode::kCancelled) return Retire();
         return Permanent(st.WithContext("worker " + Address()));
       }
       switch (state_) {
@@ -246,25 +413,30 @@ class Client : public BatchIterator {
     void SendOpen() {
       const ClientOptions& o = c_->opts_;
       internal::OpenStreamMsg m;
-      m.job.dataset_path = o.data;
-      m.job.pipeline_json = o.pipeline.ToJson();
-      m.job.seed = o.seed;
-      m.job.shuffle = o.shuffle;
-      m.job.epochs = o.epochs;
-      m.job.first_epoch = o.first_epoch;
-      m.job.batch_size = uint32_t(o.batch_size);
-      m.job.last_batch = o.last_batch == LastBatch::kDrop  ? internal::WireLastBatch::kDrop
-                         : o.last_batch == LastBatch::kPad ? internal::WireLastBatch::kPad
-                                                           : internal::WireLastBatch::kKeep;
-      m.job.worker_index = uint32_t(index_);
-      m.job.num_workers = uint32_t(o.workers.size());
-      m.job.fingerprint = o.fingerprint;
+      if (c_->dispatched()) {
+        m.by_name = true;
+        m.job_name = o.job_name;
+      } else {
+        m.job.dataset_path = o.data;
+        m.job.pipeline_json = o.pipeline.ToJson();
+        m.job.seed = o.seed;
+        m.job.shuffle = o.shuffle;
+        m.job.epochs = o.epochs;
+        m.job.first_epoch = o.first_epoch;
+        m.job.batch_size = uint32_t(o.batch_size);
+        m.job.last_batch = o.last_batch == LastBatch::kDrop  ? internal::WireLastBatch::kDrop
+                           : o.last_batch == LastBatch::kPad ? internal::WireLastBatch::kPad
+                                                             : internal::WireLastBatch::kKeep;
+        m.job.worker_index = uint32_t(index_);
+        m.job.num_workers = uint32_t(o.workers.size());
+        m.job.fingerprint = o.fingerprint;
+        m.resume_epoch = resume_epoch_;
+        m.resume_batches_done = resume_batches_;
+      }
       m.consumer_id = o.consumer_id;
       // Credits: the window minus what this stream has in the client's queue.
-      m.credits = uint32_t(std::max<int64_t>(0, int64_t(o.credits) - Queued())) + 0;
+      m.credits = uint32_t(std::max<int64_t>(0, int64_t(o.credits) - Queued()));
       owed_credits_ = 0;
-      m.resume_epoch = resume_epoch_;
-      m.resume_batches_done = resume_batches_;
       conn_->Send(internal::EncodeOpenStream(m));
       state_ = State::kStreaming;
       streaming_ = true;
@@ -288,7 +460,7 @@ class Client : public BatchIterator {
         c_->Deliver(index_, std::move(*b), std::move(skipped));
         return;
       }
-      if (f.header.type == internal::MessageType::kEndOfEpoch) {
+      if (f.header.type == internal::MessageType::kEndOfEpoch && !c_->dispatched()) {
         auto e = internal::DecodeEndOfEpoch(f);
         if (!e.ok()) return Permanent(e.status());
         resume_epoch_ = e->epoch + 1;
@@ -311,6 +483,9 @@ class Client : public BatchIterator {
       if (conn_) conn_->Close();
       conn_.reset();
       if (++failures_ > c_->opts_.max_retries) {
+        // Dispatcher mode: the worker is gone; the dispatcher leases its splits to
+        // others, and lists it again should it come back.
+        if (c_->dispatched()) return Retire();
         return Permanent(Status(s.code(), s.message() + " (gave up after " + std::to_string(c_->opts_.max_retries) +
                                               " retries)"));
       }
@@ -324,6 +499,11 @@ class Client : public BatchIterator {
       });
     }
 
+    void Retire() {
+      Shutdown();
+      c_->Retired(index_);
+    }
+
     void Permanent(const Status& s) {
       if (done_) return;
       done_ = true;
@@ -334,6 +514,7 @@ class Client : public BatchIterator {
     enum class State { kChallenge, kHelloOk, kStreaming };
     Client* c_;
     const size_t index_;
+    const std::string address_;
     internal::asio::steady_timer timer_;
     std::shared_ptr<internal::FrameConnection> conn_;
     std::shared_ptr<internal::tcp::resolver> resolver_;
@@ -354,23 +535,138 @@ class Client : public BatchIterator {
     epochs_done_.assign(opts_.workers.size(), 0);
   }
 
+  bool dispatched() const { return !opts_.dispatcher.empty(); }
+
+  static std::string RandomHex() {
+    static const char* hex = "0123456789abcdef";
+    const std::string n = internal::RandomNonce();
+    std::string out;
+    for (size_t i = 0; i < 6 && i < n.size(); ++i) {
+      out += hex[uint8_t(n[i]) >> 4];
+      out += hex[uint8_t(n[i]) & 15];
+    }
+    return out;
+  }
+
+  void Restore(const IteratorState& st) {
+    first_open_ = st.first_open;
+    done_ = st.done;
+    partial_ = st.partial;
+    // Acknowledge again what the state says is complete: the process that saved it may
+    // have stopped before its acknowledgements went out. Duplicates are harmless.
+    for (const auto& k : st.done) to_ack_.push_back(k);
+  }
+
   void Start() {
     for (size_t i = 0; i < opts_.workers.size(); ++i) {
-      streams_.push_back(std::make_shared<Stream>(this, i));
+      streams_.push_back(std::make_shared<Stream>(this, i, opts_.workers[i]));
       streams_.back()->resume_epoch_ = opts_.first_epoch;
     }
     internal::asio::post(io_, [this] {
       for (auto& s : streams_) s->Begin();
     });
     io_thread_ = std::thread([this] { io_.run(); });
+    if (dispatched()) control_thread_ = std::thread([this] { ControlLoop(); });
   }
+
+  // --- Release (mu_ held) -----------------------------------------------------------
+
+  bool Finished() const {
+    if (dispatched()) return job_finished_;
+    return finished_streams_ == int(opts_.workers.size());
+  }
+
+  // Deterministic order: the next batch this consumer must yield, as far as known.
+  // Every split of epochs before first_open_ is complete; within an epoch the splits
+  // are leased in order, so all of this consumer's splits below the lowest one it has
+  // not completed are known from the dispatcher's list (my_splits_).
+  bool NextInOrder(SplitId* split, int64_t* batch) const {
+    uint64_t epoch = std::max(first_open_, order_epoch_);
+    for (;; ++epoch) {
+      auto it = my_splits_.find(epoch);
+      if (it == my_splits_.end()) return false;
+      for (int64_t s : it->second.first) {
+        const SplitId k{epoch, s};
+        if (done_.count(k)) continue;
+        int64_t b = 0;
+        auto p = partial_.find(k);
+        if (p != partial_.end()) {
+          while (p->second.count(b)) ++b;
+        }
+        *split = k;
+        *batch = b;
+        return true;
+      }
+      if (!it->second.second) return false;  // more of my splits may yet be assigned
+    }
+  }
+
+  bool Releasable() const {
+    if (ready_.empty()) return false;
+    if (!dispatched() || !opts_.deterministic) return true;
+    SplitId k;
+    int64_t b;
+    for (const Item& it : ready_) {
+      const auto& p = it.batch.provenance;
+      if (p.epoch < first_open_ || done_.count({p.epoch, p.split})) return true;  // a duplicate: drop it
+      auto q = partial_.find({p.epoch, p.split});
+      if (q != partial_.end() && q->second.count(p.batch_in_split)) return true;
+    }
+    if (!NextInOrder(&k, &b)) return false;
+    for (const Item& it : ready_) {
+      const auto& p = it.batch.provenance;
+      if (p.epoch == k.first && p.split == k.second && p.batch_in_split == b) return true;
+    }
+    return false;
+  }
+
+  Item TakeReleasable() {
+    size_t pick = 0;
+    if (dispatched() && opts_.deterministic) {
+      SplitId k{};
+      int64_t b = -1;
+      const bool known = NextInOrder(&k, &b);
+      for (size_t i = 0; i < ready_.size(); ++i) {
+        const auto& p = ready_[i].batch.provenance;
+        const bool dup = p.epoch < first_open_ || done_.count({p.epoch, p.split}) ||
+                         (partial_.count({p.epoch, p.split}) && partial_.at({p.epoch, p.split}).count(p.batch_in_split));
+        if (dup || (known && p.epoch == k.first && p.split == k.second && p.batch_in_split == b)) {
+          pick = i;
+          break;
+        }
+      }
+    }
+    Item item = std::move(ready_[pick]);
+    ready_.erase(ready_.begin() + std::ptrdiff_t(pick));
+    return item;
+  }
+
+  // Records a batch as yielded; false if it was yielded before (a re-sent split). A
+  // split whose every batch is yielded is complete and queued for acknowledgement.
+  bool Account(const BatchProvenance& p) {
+    const SplitId k{p.epoch, p.split};
+    if (p.epoch < first_open_ || done_.count(k)) return false;
+    std::set<int64_t>& yielded = partial_[k];
+    if (!yielded.insert(p.batch_in_split).second) return false;
+    if (int64_t(yielded.size()) >= p.batches_in_split) {
+      partial_.erase(k);
+      done_.insert(k);
+      to_ack_.push_back(k);
+      control_cv_.notify_all();
+    }
+    return true;
+  }
+
+  // --- io thread callbacks ---------------------------------------------------------
 
   void Deliver(size_t stream, Batch b, std::vector<SkippedSample> skipped) {
     std::lock_guard<std::mutex> lock(mu_);
     total_skipped_ += int64_t(skipped.size());
     for (auto& s : skipped) skipped_.push_back(std::move(s));
-    if (b.rows() == 0) {
-      // Nothing to yield (every file of it was bad): keep the window full.
+    if (b.rows() == 0 && !(dispatched() && opts_.deterministic)) {
+      // Nothing to yield (every file of it was bad): keep the window full. It still
+      // counts towards its split.
+      if (dispatched()) Account(b.provenance);
       internal::asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
       return;
     }
@@ -389,10 +685,177 @@ class Client : public BatchIterator {
     cv_.notify_all();
   }
 
+  void Retired(size_t stream) { stream_of_.erase(streams_[stream]->Address()); }
+
   void Fail(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_.ok()) error_ = s;
     cv_.notify_all();
+  }
+
+  // Opens a stream to every listed worker that has none (io thread).
+  void EnsureStreams(const std::vector<std::string>& addresses) {
+    for (const std::string& a : addresses) {
+      if (stream_of_.count(a)) continue;
+      const size_t index = streams_.size();
+      streams_.push_back(std::make_shared<Stream>(this, index, a));
+      stream_of_[a] = index;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++workers_seen_;
+      }
+      streams_.back()->Begin();
+    }
+  }
+
+  // --- The control loop (dispatcher mode, its own thread) ---------------------------
+
+  internal::JobConfigMsg JobConfig() const {
+    internal::JobConfigMsg c;
+    c.name = opts_.job_name;
+    c.dataset = opts_.data;
+    c.pipeline_json = opts_.pipeline.ToJson();
+    c.seed = opts_.seed;
+    c.shuffle = opts_.shuffle;
+    c.epochs = opts_.epochs;
+    c.batch_size = opts_.batch_size;
+    c.last_batch = uint8_t(opts_.last_batch);
+    c.mode = 0;
+    c.ordering = opts_.deterministic ? 1 : 0;
+    c.batches_per_split = opts_.batches_per_split;
+    c.num_samples = opts_.num_samples;
+    return c;
+  }
+
+  // Waits up to `seconds`, or until there is something to acknowledge or a stop.
+  bool ControlWait(double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    control_cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)),
+                         [&] { return stop_ || !to_ack_.empty(); });
+    return !stop_;
+  }
+
+  void ControlLoop() {
+    internal::ControlChannel ch(opts_.dispatcher, opts_.token, internal::Role::kClient, opts_.consumer_id);
+    bool joined = false;
+    auto unreachable_since = std::chrono::steady_clock::now();
+    int failures = 0;
+    auto next_workers = std::chrono::steady_clock::now();
+    std::vector<SplitId> acks;
+    for (;;) {
+      bool stopping;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping = stop_;
+        acks.assign(to_ack_.begin(), to_ack_.end());
+      }
+      if (stopping) {
+        if (!acks.empty() && joined) FinalAcks(acks);
+        return;
+      }
+      Status st = ControlStep(ch, &joined, acks, &next_workers);
+      if (st.ok()) {
+        failures = 0;
+        unreachable_since = std::chrono::steady_clock::now();
+      } else if (st.IsTransient()) {
+        if (std::chrono::steady_clock::now() - unreachable_since >
+            std::chrono::milliseconds(int64_t(opts_.dispatcher_timeout_s * 1000))) {
+          Fail(Status(st.code(), st.message() + " (dispatcher unreachable for " +
+                                     std::to_string(int(opts_.dispatcher_timeout_s)) + " s)"));
+          return;
+        }
+        double delay = opts_.backoff_initial_s;
+        for (int i = 0; i < failures; ++i) delay = std::min(delay * 2, opts_.backoff_max_s);
+        ++failures;
+        if (!ControlWait(delay)) continue;
+        continue;
+      } else {
+        Fail(st.WithContext("dispatcher " + opts_.dispatcher));
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (job_finished_) return;
+      }
+      ControlWait(opts_.poll_interval_s);
+    }
+  }
+
+  Status ControlStep(internal::ControlChannel& ch, bool* joined, const std::vector<SplitId>& acks,
+                     std::chrono::steady_clock::time_point* next_workers) {
+    if (!*joined) {
+      FERRY_ASSIGN_OR_RETURN(internal::InFrame r, ch.Call(internal::EncodeGetOrCreateJob(JobConfig(), opts_.consumer_id)));
+      FERRY_ASSIGN_OR_RETURN(internal::JobConfigMsg info, internal::DecodeJobInfo(r));
+      *joined = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = info;
+    }
+    // Acknowledge, or ask how the job stands.
+    internal::JobStatusMsg status;
+    uint64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      epoch = std::max(first_open_, order_epoch_);
+    }
+    if (!acks.empty()) {
+      internal::AckSplitsMsg m{opts_.job_name, opts_.consumer_id, acks};
+      auto r = ch.Call(internal::EncodeAckSplits(m));
+      if (!r.ok() && r.status().code() == StatusCode::kNotFound) return JobGone();
+      FERRY_RETURN_IF_ERROR(r.status());
+      FERRY_ASSIGN_OR_RETURN(status, internal::DecodeJobStatus(*r));
+      std::lock_guard<std::mutex> lock(mu_);
+      to_ack_.erase(to_ack_.begin(), to_ack_.begin() + std::ptrdiff_t(acks.size()));
+    }
+    if (acks.empty() || opts_.deterministic) {
+      auto r = ch.Call(internal::EncodeGetJobStatus(opts_.job_name, opts_.consumer_id, epoch));
+      if (!r.ok() && r.status().code() == StatusCode::kNotFound) return JobGone();
+      FERRY_RETURN_IF_ERROR(r.status());
+      FERRY_ASSIGN_OR_RETURN(status, internal::DecodeJobStatus(*r));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (epoch >= status.first_open) my_splits_[epoch] = {status.my_splits, status.epoch_fully_assigned};
+      // Deterministic order moves to the next epoch once every split of mine in this
+      // one is known and complete.
+      if (status.epoch_fully_assigned) {
+        bool all = true;
+        for (int64_t s : status.my_splits) all = all && done_.count({epoch, s}) > 0;
+        if (all && epoch + 1 > order_epoch_) order_epoch_ = epoch + 1;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status.first_open > first_open_) {
+        first_open_ = status.first_open;
+        for (auto it = done_.begin(); it != done_.end();) it = it->first < first_open_ ? done_.erase(it) : std::next(it);
+        for (auto it = partial_.begin(); it != partial_.end();)
+          it = it->first.first < first_open_ ? partial_.erase(it) : std::next(it);
+        for (auto it = my_splits_.begin(); it != my_splits_.end();)
+          it = it->first < first_open_ ? my_splits_.erase(it) : std::next(it);
+      }
+      if (status.finished) job_finished_ = true;
+      cv_.notify_all();
+    }
+    if (std::chrono::steady_clock::now() >= *next_workers) {
+      FERRY_ASSIGN_OR_RETURN(internal::InFrame r, ch.Call(internal::EncodeGetWorkers()));
+      FERRY_ASSIGN_OR_RETURN(std::vector<std::string> workers, internal::DecodeWorkerList(r));
+      internal::asio::post(io_, [this, workers] { EnsureStreams(workers); });
+      *next_workers = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(opts_.poll_interval_s * 1000));
+    }
+    return Status::OK();
+  }
+
+  // The dispatcher no longer knows the job: it finished and was garbage-collected.
+  Status JobGone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_finished_ = true;
+    cv_.notify_all();
+    return Status::OK();
+  }
+
+  // On destruction: acknowledge what was yielded, briefly and at most once.
+  void FinalAcks(const std::vector<SplitId>& acks) {
+    internal::ControlChannel ch(opts_.dispatcher, opts_.token, internal::Role::kClient, opts_.consumer_id,
+                                std::chrono::seconds(2));
+    (void)ch.Call(internal::EncodeAckSplits({opts_.job_name, opts_.consumer_id, acks}));
   }
 
   using WorkGuard = internal::asio::executor_work_guard<internal::asio::io_context::executor_type>;
@@ -401,11 +864,14 @@ class Client : public BatchIterator {
   internal::asio::io_context io_;
   std::unique_ptr<WorkGuard> work_;
   std::thread io_thread_;
-  std::vector<std::shared_ptr<Stream>> streams_;  // io thread (fixed after Start)
+  std::thread control_thread_;
+  std::vector<std::shared_ptr<Stream>> streams_;  // io thread (appended in dispatcher mode)
+  std::map<std::string, size_t> stream_of_;       // io thread: live streams by address
   std::atomic<int64_t> reconnects_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable control_cv_;
   std::deque<Item> ready_;               // GUARDED_BY(mu_)
   std::vector<SkippedSample> skipped_;   // GUARDED_BY(mu_)
   int64_t total_skipped_ = 0;            // GUARDED_BY(mu_)
@@ -413,6 +879,18 @@ class Client : public BatchIterator {
   std::vector<int64_t> epochs_done_;     // GUARDED_BY(mu_)
   int finished_streams_ = 0;             // GUARDED_BY(mu_)
   Status error_;                         // GUARDED_BY(mu_)
+  // Dispatcher mode, GUARDED_BY(mu_):
+  bool stop_ = false;
+  bool job_finished_ = false;
+  internal::JobConfigMsg job_;
+  uint64_t first_open_ = 0;              // epochs before it are complete (the dispatcher says)
+  uint64_t order_epoch_ = 0;             // deterministic: epochs before it are complete for me
+  std::set<SplitId> done_;               // complete splits of open epochs
+  std::map<SplitId, std::set<int64_t>> partial_;  // yielded batches of open splits
+  std::vector<SplitId> to_ack_;          // complete, not yet acknowledged
+  std::map<uint64_t, std::pair<std::vector<int64_t>, bool>> my_splits_;  // deterministic: epoch -> (mine, all assigned)
+  int64_t duplicates_ = 0;
+  size_t workers_seen_ = 0;
 };
 
 }  // namespace ferry

@@ -76,6 +76,10 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
 //   any other directory           -> ImageFolder
 Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec);
 
+// `n` samples with no bytes behind them (kind() "synthetic"; label i % 1000): for
+// benchmarks of everything but decoding. A BatchProducer fills their rows itself.
+std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n);
+
 }  // namespace ferry
 
 #endif  // FERRY_DATA_DATASET_H_

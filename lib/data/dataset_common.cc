@@ -188,6 +188,33 @@ bool HasImageExtension(std::string_view filename) {
   return false;
 }
 
+namespace {
+
+class SyntheticDataset : public Dataset {
+ public:
+  explicit SyntheticDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  int32_t Label(int64_t index) const override { return int32_t(index % 1000); }
+  std::string Path(int64_t index) const override { return "synthetic:" + std::to_string(index); }
+  Status ReadSample(int64_t, std::string* out) const override {
+    out->clear();
+    return Status::OK();
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+  uint64_t fingerprint() const override { return uint64_t(n_) * 0x9e3779b97f4a7c15ull; }
+  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
+  std::string_view kind() const override { return "synthetic"; }
+
+ private:
+  const int64_t n_;
+  const std::vector<std::string> classes_;
+  const std::vector<ListingIssue> issues_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n) { return std::make_unique<SyntheticDataset>(n); }
+
 Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
   if (spec.empty()) return Status::InvalidArgument("empty dataset spec");
   struct stat st;

@@ -1,6 +1,7 @@
 #include "pipeline/producer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <oneapi/tbb/blocked_range.h>
@@ -135,6 +136,7 @@ void BatchProducer::Stop() {
     stop_ = true;
     cv_.notify_all();
   }
+  plans_->Cancel();
   allocator_->Cancel();
   if (thread_.joinable()) thread_.join();
   std::unique_lock<std::mutex> lock(mu_);
@@ -142,9 +144,12 @@ void BatchProducer::Stop() {
 }
 
 void BatchProducer::StopPlanning() {
-  std::lock_guard<std::mutex> lock(mu_);
-  stop_planning_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_planning_ = true;
+    cv_.notify_all();
+  }
+  plans_->Cancel();
 }
 
 void BatchProducer::Run() {
@@ -208,6 +213,7 @@ void BatchProducer::Fill(ProducedBatch* b) {
   const BatchMemory& m = b->memory;
   const std::vector<int64_t>& samples = b->plan.samples;
   const int n = int(samples.size());
+  if (dataset_->kind() == "synthetic") return FillSynthetic(b);
   std::vector<Status> status(static_cast<size_t>(n));
   tbb::parallel_for(tbb::blocked_range<int>(0, n, 1), [&](const tbb::blocked_range<int>& r) {
     thread_local std::string bytes;
@@ -242,6 +248,24 @@ void BatchProducer::Fill(ProducedBatch* b) {
   } else {
     b->rows = valid;
   }
+}
+
+void BatchProducer::FillSynthetic(ProducedBatch* b) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(synthetic_cost_us_);
+  const BatchMemory& m = b->memory;
+  const std::vector<int64_t>& samples = b->plan.samples;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    m.labels[i] = dataset_->Label(samples[i]);
+    m.indices[i] = samples[i];
+    std::memset(m.images + i * sample_bytes_, int(samples[i] & 0xff), sample_bytes_);
+  }
+  b->valid = int64_t(samples.size());
+  b->rows = b->plan.pad ? b->plan.rows : b->valid;
+  for (int64_t i = b->valid; i < b->rows; ++i) {
+    std::memset(m.images + size_t(i) * sample_bytes_, 0, sample_bytes_);
+    m.labels[i] = m.indices[i] = -1;
+  }
+  std::this_thread::sleep_until(until);
 }
 
 void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {

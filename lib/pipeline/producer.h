@@ -67,8 +67,11 @@ struct BatchPlan {
 class PlanSource {
  public:
   virtual ~PlanSource() = default;
-  // The next batch, or nullopt when there are no more.
+  // The next batch, or nullopt when there are no more. May block (the producer
+  // calls it on its own thread, outside the arena).
   virtual std::optional<BatchPlan> Next() = 0;
+  // Makes a blocked Next(), and every later one, return nullopt. Thread-safe.
+  virtual void Cancel() {}
 };
 
 // Every num_shards-th sample of each epoch's permutation, batched in order, for
@@ -165,6 +168,11 @@ class BatchProducer {
   // Stops and waits for every task of this producer to finish.
   ~BatchProducer();
 
+  // Synthetic datasets (kind() "synthetic"): instead of decoding, each batch's rows
+  // are filled with a byte pattern and the batch takes `cost_us` of wall time, so a
+  // worker emits batches at a fixed rate (the scaling benchmark). Before Start().
+  void SetSyntheticBatchCost(int64_t cost_us) { synthetic_cost_us_ = cost_us; }
+
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
   void Stop();
@@ -175,6 +183,7 @@ class BatchProducer {
  private:
   void Run();
   void Fill(ProducedBatch* batch);
+  void FillSynthetic(ProducedBatch* batch);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
 
   const std::shared_ptr<const Dataset> dataset_;
@@ -187,6 +196,7 @@ class BatchProducer {
   const int max_in_flight_;
   const EmitFn emit_;
   const DoneFn done_;
+  int64_t synthetic_cost_us_ = 0;
   std::thread thread_;
 
   std::mutex mu_;

@@ -70,6 +70,7 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
     r.setWorkerId(m.worker_id);
     r.setDraining(m.draining);
     r.setWantLeases(m.want_leases);
+    r.setLeaving(m.leaving);
   });
 }
 
@@ -86,6 +87,8 @@ OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
     auto jobs = r.initJobs(unsigned(m.jobs.size()));
     for (unsigned i = 0; i < m.jobs.size(); ++i) PutConfig(jobs[i], m.jobs[i]);
     r.setKnown(m.known);
+    r.setNewLeases(m.new_leases);
+    r.setIdle(m.idle);
   });
 }
 
@@ -161,7 +164,7 @@ Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f) {
 
 Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
   return Decode<ctl::Heartbeat>(f, MessageType::kHeartbeat, [](ctl::Heartbeat::Reader r) -> Result<HeartbeatMsg> {
-    return HeartbeatMsg{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases()};
+    return HeartbeatMsg{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving()};
   });
 }
 
@@ -174,6 +177,9 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
       m.jobs.push_back(std::move(c));
     }
     m.known = r.getKnown();
+    m.new_leases = r.getNewLeases();
+    m.idle = r.getIdle();
+    if (m.new_leases > m.leases.size()) return Status::InvalidArgument("HeartbeatOk: newLeases exceeds the leases");
     return m;
   });
 }

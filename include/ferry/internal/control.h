@@ -37,12 +37,15 @@ struct HeartbeatMsg {
   std::string worker_id;
   bool draining = false;
   bool want_leases = true;
+  bool leaving = false;
 };
 
 struct HeartbeatOkMsg {
-  std::vector<LeaseMsg> leases;
+  std::vector<LeaseMsg> leases;  // every split the worker holds, the new ones first
   std::vector<JobConfigMsg> jobs;
   bool known = true;
+  uint32_t new_leases = 0;
+  bool idle = false;
 };
 
 struct JobStatusMsg {

@@ -1,0 +1,103 @@
+// Dynamic sharding on a worker: the splits the dispatcher leased to it, turned into
+// batch plans for a BatchProducer.
+//
+// Glossary (see lib/dispatch/state.h for the dispatcher's side)
+//   split      batches [s*k, min((s+1)*k, B)) of epoch e's batch order, k batches per
+//              split, B batches per epoch; batch b covers positions [b*bs, (b+1)*bs)
+//              of the epoch permutation.
+//   held       the splits leased to this worker for one (job, consumer) and not yet
+//              acknowledged: the whole set, as every heartbeat reply restates it.
+//   todo       held splits the current stream has not planned yet.
+//
+// A SplitFeed is shared by the worker's dispatcher link (which restates `held`) and
+// the stream serving that consumer (whose producer takes from `todo`). A new stream
+// for the same consumer (a reconnect) takes over: its todo starts again from every
+// held split, because what the old stream sent may not have arrived; the client
+// drops batches it already yielded, and content is deterministic, so re-sending is
+// exact.
+#ifndef FERRY_PIPELINE_SPLIT_PLAN_H_
+#define FERRY_PIPELINE_SPLIT_PLAN_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "ferry/batch.h"
+#include "pipeline/producer.h"
+
+namespace ferry {
+
+struct SplitKey {
+  uint64_t epoch = 0;
+  int64_t split = 0;
+  bool operator<(const SplitKey& o) const { return epoch != o.epoch ? epoch < o.epoch : split < o.split; }
+  bool operator==(const SplitKey& o) const { return epoch == o.epoch && split == o.split; }
+};
+
+// The batch geometry of a dispatcher job.
+struct SplitGeometry {
+  int64_t num_samples = 0;
+  int64_t batch_size = 1;
+  int64_t batches_per_split = 1;
+  LastBatch last_batch = LastBatch::kKeep;
+  uint64_t seed = 0;
+  bool shuffle = true;
+
+  int64_t BatchesPerEpoch() const;
+  int64_t SplitsPerEpoch() const;
+  // The plans of split `s` of `epoch`, given that epoch's permutation.
+  std::vector<BatchPlan> Plans(const std::vector<int64_t>& perm, uint64_t epoch, int64_t s) const;
+};
+
+class SplitFeed {
+ public:
+  // Restates the held set (dispatcher link). New splits join `todo`; splits no longer
+  // held (acknowledged, or taken back) leave it. Returns how many are held.
+  size_t SetHeld(const std::set<SplitKey>& held);
+  size_t held() const;
+
+  // A new stream takes over (io thread): todo = every held split. Returns the stream's
+  // generation; a Take() of an older generation returns nullopt from now on.
+  uint64_t Attach();
+  // The lowest split in todo; blocks until there is one. nullopt once the generation
+  // is superseded or `*cancelled` is set (then call Wake()).
+  std::optional<SplitKey> Take(uint64_t generation, const std::atomic<bool>* cancelled);
+  void Wake();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<SplitKey> held_;  // GUARDED_BY(mu_)
+  std::set<SplitKey> todo_;  // GUARDED_BY(mu_)
+  uint64_t generation_ = 0;  // GUARDED_BY(mu_)
+};
+
+// Plans the batches of the splits taken from a feed, in split order within each
+// split. Next() blocks while the feed is empty; Cancel() ends it.
+class SplitPlan : public PlanSource {
+ public:
+  SplitPlan(SplitGeometry geometry, std::shared_ptr<SplitFeed> feed, uint64_t generation)
+      : g_(geometry), feed_(std::move(feed)), generation_(generation) {}
+  std::optional<BatchPlan> Next() override;
+  void Cancel() override;
+
+ private:
+  const SplitGeometry g_;
+  const std::shared_ptr<SplitFeed> feed_;
+  const uint64_t generation_;
+  std::atomic<bool> cancelled_{false};
+  std::vector<BatchPlan> pending_;  // the rest of the current split, reversed
+  // The last two epochs' permutations (a re-leased split of the previous epoch may
+  // arrive after the next epoch has started).
+  std::map<uint64_t, std::vector<int64_t>> perms_;
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_PIPELINE_SPLIT_PLAN_H_
