@@ -16,6 +16,10 @@
 //       --data DIR [--pipeline P] [--epochs E] [--batch-size B] [--last-batch keep|drop|pad]
 //       [--dump-indices FILE] [--token-file F] [--stop-after K --save-state F] [--resume F]
 //       last line: consume img/s=<x> wait_frac=<y> samples=<n>
+//   ferry-bench sharding --data DIR [--workers 2] [--epochs 2] [--rounds 3]
+//       last line: sharding workers=<N> static_img/s=<x> dynamic_img/s=<y> ratio=<y/x>
+//   ferry-bench scale [--workers 32] [--synthetic-cost-us 20000] [--seconds 5]
+//       last line: scale workers=<N> ... single_batches/s=<x> aggregate_batches/s=<y> efficiency=<y/(N x)>
 //   ferry-bench dispatcher-load [--workers 1000] [--seconds S] [--interval-ms 100]
 //       last line: dispatcher workers=<N> leases/s=<x> heartbeats/s=<y> p50_ms=<a> p99_ms=<b>
 #include <turbojpeg.h>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "cpu_time.h"
+#include "cluster_bench.h"
 #include "remote_bench.h"
 #include "data/dataset.h"
 #include "ferry/loader.h"
@@ -280,6 +285,27 @@ int main(int argc, char** argv) {
   consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
   consume->add_flag("--progress", c.progress, "show progress on stderr even when it is not a terminal");
 
+  ShardingArgs sh;
+  auto* sharding = app.add_subcommand("sharding", "dynamic (dispatcher) vs static sharding over the same local workers");
+  sharding->add_option("--data", sh.data, "dataset")->required();
+  sharding->add_option("--pipeline", sh.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
+  sharding->add_option("--workers", sh.workers, "local workers")->check(CLI::Range(1, 64));
+  sharding->add_option("--threads-per-worker", sh.threads_per_worker, "decode threads per worker")
+      ->check(CLI::PositiveNumber);
+  sharding->add_option("--batch-size", sh.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  sharding->add_option("--batches-per-split", sh.batches_per_split, "dynamic: batches per split")
+      ->check(CLI::PositiveNumber);
+  sharding->add_option("--epochs", sh.epochs, "epochs per run")->check(CLI::PositiveNumber);
+  sharding->add_option("--rounds", sh.rounds, "alternating static/dynamic rounds")->check(CLI::PositiveNumber);
+
+  ScaleArgs sc;
+  auto* scale = app.add_subcommand("scale", "N synthetic-cost workers vs one: aggregate / (N x single)");
+  scale->add_option("--workers", sc.workers, "workers in the scaled run")->check(CLI::Range(1, 256));
+  scale->add_option("--synthetic-cost-us", sc.synthetic_cost_us, "worker time per batch")->check(CLI::PositiveNumber);
+  scale->add_option("--batch-size", sc.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  scale->add_option("--seconds", sc.seconds, "timed window per run")->check(CLI::PositiveNumber);
+  scale->add_option("--warmup", sc.warmup_s, "seconds before timing")->check(CLI::NonNegativeNumber);
+
   DispatcherLoadArgs dl;
   auto* dload = app.add_subcommand("dispatcher-load", "N simulated workers heartbeating and leasing against ferry-dispatcher");
   dload->add_option("--workers", dl.workers, "simulated workers")->check(CLI::Range(1, 20000));
@@ -313,6 +339,8 @@ int main(int argc, char** argv) {
     return RunConsume(c);
   }
   if (dload->parsed()) return RunDispatcherLoad(dl);
+  if (sharding->parsed()) return RunSharding(sh);
+  if (scale->parsed()) return RunScale(sc);
   if (pipeline->parsed()) return RunPipeline(p);
   if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);
   if (list->parsed()) return RunList(list_data);

@@ -90,10 +90,17 @@ void DispatcherLink::Leave() {
   if (!r.ok()) Log("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
 }
 
+void DispatcherLink::Poke() {
+  std::lock_guard<std::mutex> lock(mu_);
+  poked_ = true;
+  cv_.notify_all();
+}
+
 void DispatcherLink::Sleep(int ms) {
   std::unique_lock<std::mutex> lock(mu_);
   const bool was_draining = draining_;
-  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_ || draining_ != was_draining; });
+  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_ || poked_ || draining_ != was_draining; });
+  poked_ = false;
 }
 
 void DispatcherLink::Run() {

@@ -58,6 +58,9 @@ class DispatcherLink {
 
   // Heartbeats say "draining" from now on: no new leases.
   void SetDraining();
+  // Heartbeat now rather than at the next interval: a consumer just opened a stream
+  // (it wants splits), so the first leases come within a round trip.
+  void Poke();
   // Blocks until draining and the dispatcher says this worker holds nothing (every
   // split acknowledged), or until the timeout. True when drained.
   bool WaitDrained(double timeout_s);
@@ -81,6 +84,7 @@ class DispatcherLink {
   bool stop_ = false, draining_ = false, idle_ = false, registered_ = false;  // GUARDED_BY(mu_)
   size_t held_ = 0;                                                         // GUARDED_BY(mu_)
   bool drain_seen_ = false;  // a reply came after draining was set  // GUARDED_BY(mu_)
+  bool poked_ = false;                                                      // GUARDED_BY(mu_)
   int interval_ms_ = 200;                                                   // GUARDED_BY(mu_)
   int64_t heartbeats_ = 0;                                                  // GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<const WorkerJob>> jobs_;            // GUARDED_BY(mu_)

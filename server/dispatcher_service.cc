@@ -358,7 +358,9 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     asio::post(svc_->blocking_, [weak, svc, want, consumer]() mutable {
       Status status;
       if (want.dataset.rfind("synthetic:", 0) == 0) {
-        if (want.num_samples <= 0) status = Status::InvalidArgument("a synthetic dataset needs num_samples");
+        // Workers hold an epoch's permutation (8 bytes a sample): keep it sane.
+        if (want.num_samples <= 0 || want.num_samples > (int64_t(1) << 26))
+          status = Status::InvalidArgument("a synthetic dataset needs num_samples in [1, 2^26]");
       } else {
         auto spec = PipelineSpec::FromJson(want.pipeline_json);
         auto ds = spec.ok() ? OpenDataset(want.dataset) : Result<std::unique_ptr<Dataset>>(spec.status());

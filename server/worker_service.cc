@@ -305,6 +305,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (m->by_name) {
       if (msg_.consumer_id.empty()) return Refuse(Status::InvalidArgument("a stream by job name needs a consumer id"));
       feed_ = svc_->link_->Feed(msg_.job_name, msg_.consumer_id);
+      if (feed_->held() == 0) svc_->link_->Poke();  // a consumer is waiting: ask for splits now
       return WaitForJob();
     }
     const internal::JobSpecMsg& j = msg_.job;

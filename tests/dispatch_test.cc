@@ -68,6 +68,27 @@ TEST(StateTest, LeaseAckAdvancesEpochs) {
   EXPECT_EQ(s.job("job")->first_open, 1u);
 }
 
+TEST(DecisionsTest, TheTailOfAJobIsSharedFairly) {
+  DispatcherState s;
+  MustApply(s, CreateJob{Config("job", 100, 10, 1, 1)});  // 1 epoch of 10 one-batch splits
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  auto l1 = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l1.size(), 1u);
+  EXPECT_EQ(l1[0].splits.size(), 4u) << "plenty pending: the full lease-ahead";
+  MustApply(s, l1[0]);
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 1}, {0, 2}, {0, 3}}});
+  // 6 pending, 2 workers: w2 takes its share of 3, not 4, leaving 3 for w1.
+  auto l2 = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(l2.size(), 1u);
+  EXPECT_EQ(l2[0].splits.size(), 3u);
+  MustApply(s, l2[0]);
+  auto l3 = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l3.size(), 1u);
+  EXPECT_EQ(l3[0].splits.size(), 2u) << "3 pending left, 2 workers: a share of 2";
+}
+
 TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
   DispatcherState s;
   MustApply(s, CreateJob{Config()});

@@ -26,6 +26,24 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     LeaseSplits lease{name, worker, {}};
     const int64_t per_epoch = j.config.SplitsPerEpoch();
     const uint64_t last = j.first_open + 1;  // look one epoch ahead at most
+    // At the tail of the job, share what is left: a worker takes at most its fair
+    // share of the pending splits, so that none holds several of the last splits while
+    // another idles (the job would end one worker-split late).
+    if (j.config.epochs > 0 && last + 1 >= uint64_t(j.config.epochs)) {
+      int64_t pending = 0;
+      for (uint64_t epoch = j.first_open; epoch <= last && epoch < uint64_t(j.config.epochs); ++epoch) {
+        auto et = j.epochs.find(epoch);
+        if (et == j.epochs.end()) {
+          pending += per_epoch;
+          continue;
+        }
+        for (SplitStatus st : et->second.status) pending += st == SplitStatus::kPending ? 1 : 0;
+      }
+      int64_t live = 0;
+      for (const auto& [id, w] : state.workers()) live += w.draining ? 0 : 1;
+      const int64_t share = (pending + std::max<int64_t>(1, live) - 1) / std::max<int64_t>(1, live);
+      budget = int(std::min<int64_t>(budget, std::max<int64_t>(1, share)));
+    }
     for (uint64_t epoch = j.first_open; epoch <= last && budget > 0; ++epoch) {
       if (j.config.epochs > 0 && epoch >= uint64_t(j.config.epochs)) break;
       auto et = j.epochs.find(epoch);

@@ -139,6 +139,10 @@ Status DispatcherState::Apply(const Update& u) {
           const JobConfig& c = x.config;
           if (c.name.empty()) return Status::InvalidArgument("job needs a name");
           if (c.batch_size <= 0 || c.batches_per_split <= 0) return Status::InvalidArgument("bad batch or split size");
+          if (c.num_samples < 0 || c.SplitsPerEpoch() > kMaxSplitsPerEpoch)
+            return Status::InvalidArgument("job " + c.name + ": " + std::to_string(c.SplitsPerEpoch()) +
+                                           " splits per epoch is more than the dispatcher tracks (" +
+                                           std::to_string(kMaxSplitsPerEpoch) + "); use larger batches or splits");
           auto it = jobs_.find(c.name);
           if (it != jobs_.end()) {
             if (it->second.config == c) return Status::OK();  // idempotent

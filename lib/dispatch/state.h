@@ -39,6 +39,10 @@
 
 namespace ferry::dispatch {
 
+// The dispatcher keeps a few words per split of each open epoch; this bounds that
+// memory (about 100 bytes a split) whatever a client asks for.
+inline constexpr int64_t kMaxSplitsPerEpoch = int64_t(1) << 22;
+
 enum class ProcessingMode : uint8_t { kDistributedEpoch = 0, kParallelEpochs = 1 };
 enum class Ordering : uint8_t { kArrival = 0, kDeterministic = 1 };
 
