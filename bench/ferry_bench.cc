@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
   consume->add_option("--num-samples", c.num_samples, "size of a synthetic: dataset");
   consume->add_option("--step-ms", c.step_ms, "simulate a training step of this many ms after each batch");
   consume->add_option("--stop-after", c.stop_after, "yield this many batches, save --save-state, exit 0");
-  consume->add_option("--save-state", c.save_state, "with --stop-after: write the iterator state here");
+  consume->add_option("--save-state", c.save_state, "write the iterator state here (at --stop-after or --save-after)");
+  consume->add_option("--save-after", c.save_after, "save the state after this many batches and go on (a checkpoint)");
   consume->add_option("--resume", c.resume, "continue from a state saved by --save-state")->needs(dispatcher_opt);
   consume->add_option("--data", c.data, "dataset path as the workers see it");
   consume->add_option("--pipeline", c.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");

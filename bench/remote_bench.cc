@@ -267,18 +267,20 @@ int RunConsume(const ConsumeArgs& a) {
       for (int64_t i = 0; i < b->valid_rows(); ++i) dump << idx[i] << '\n';
       dump.flush();
     }
-    if (a.stop_after >= 0 && batches >= a.stop_after) {
-      if (!a.save_state.empty()) {
-        // Atomically: a crash mid-write must not leave half a state.
-        const std::string tmp = a.save_state + ".tmp";
-        std::ofstream out(tmp, std::ios::trunc);
-        out << (*client)->SaveState().Serialize();
-        out.close();
-        if (!out || std::rename(tmp.c_str(), a.save_state.c_str()) != 0) {
-          std::fprintf(stderr, "error: cannot write %s\n", a.save_state.c_str());
-          return 1;
-        }
+    const bool stop = a.stop_after >= 0 && batches >= a.stop_after;
+    if (!a.save_state.empty() && ((a.save_after < 0 && stop) || batches == a.save_after)) {
+      // Atomically: a crash mid-write must not leave half a state.
+      const std::string tmp = a.save_state + ".tmp";
+      std::ofstream out(tmp, std::ios::trunc);
+      out << (*client)->SaveState().Serialize();
+      out.close();
+      if (!out || std::rename(tmp.c_str(), a.save_state.c_str()) != 0) {
+        std::fprintf(stderr, "error: cannot write %s\n", a.save_state.c_str());
+        return 1;
       }
+      if (!stop) std::fprintf(stderr, "state after %lld batches saved to %s\n", (long long)batches, a.save_state.c_str());
+    }
+    if (stop) {
       std::printf("stopped after %lld batches (%lld samples)%s\n", (long long)batches, (long long)samples,
                   a.save_state.empty() ? "" : ("; state saved to " + a.save_state).c_str());
       return 0;

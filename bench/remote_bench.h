@@ -23,6 +23,7 @@ struct ConsumeArgs {
   bool deterministic = false;
   int64_t num_samples = 0;  // synthetic datasets
   int64_t stop_after = -1;  // batches, then save the state and exit
+  int64_t save_after = -1;  // batches, then save the state and go on (a checkpoint)
   double step_ms = 0;       // a simulated training step after each batch
   std::string save_state, resume;
   std::string data;

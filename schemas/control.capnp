@@ -9,6 +9,7 @@
 #   client -> GetWorkers                <- WorkerList
 #   client -> AckSplits                 <- JobStatus
 #   client -> GetJobStatus              <- JobStatus
+#   client -> RestoreConsumer           <- JobStatus   (resuming from a saved state)
 #   any    <- Error (then the connection closes)
 #
 # A reply that depends on a state change is sent only after the change is in the
@@ -18,8 +19,8 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("ferry::wire::control");
 
-# Frame types (FrameHeader.type) 16..26, in the order of the structs below from
-# RegisterWorker to JobStatus; see MessageType in include/ferry/internal/frame.h.
+# Frame types (FrameHeader.type) 16..27, in the order of the structs below from
+# RegisterWorker to RestoreConsumer; see MessageType in include/ferry/internal/frame.h.
 
 struct JobConfig {
   name @0 :Text;
@@ -110,4 +111,14 @@ struct JobStatus {
   # The splits of `epoch` (the request's) assigned to this consumer so far, in order.
   mySplits @2 :List(Int64);
   epochFullyAssigned @3 :Bool;  # no split of `epoch` is left without a consumer
+}
+
+# A consumer resuming from a saved iterator state: the epochs before firstOpen and the
+# `done` splits are complete for it; its other splits (even ones acknowledged after the
+# state was saved) are to be delivered again.
+struct RestoreConsumer {
+  job @0 :Text;
+  consumerId @1 :Text;
+  firstOpen @2 :UInt64;
+  done @3 :List(SplitRef);
 }

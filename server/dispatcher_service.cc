@@ -250,6 +250,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kGetWorkers: return OnGetWorkers(f);
       case MessageType::kAckSplits: return OnAck(f);
       case MessageType::kGetJobStatus: return OnJobStatus(f);
+      case MessageType::kRestoreConsumer: return OnRestore(f);
       default:
         return Refuse(Status::InvalidArgument(std::string("unexpected ") + MessageTypeName(f.header.type)));
     }
@@ -425,6 +426,18 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     if (!s.ok()) return Refuse(s);
     svc_->acks_ += int64_t(u.splits.size());
     SendStatus(a->job, a->consumer_id, 0);
+  }
+
+  void OnRestore(const InFrame& f) {
+    auto m = internal::DecodeRestoreConsumer(f);
+    if (!m.ok()) return Refuse(m.status());
+    dispatch::RestoreConsumer u{m->job, m->consumer_id, m->first_open, {}};
+    for (const auto& [e, s] : m->done) u.done.push_back({e, s});
+    Status s = svc_->Commit(u);
+    if (!s.ok()) return Refuse(s);
+    Log("job %s: consumer %s resumed from a saved state at epoch %llu (%zu splits done)", m->job.c_str(),
+        m->consumer_id.c_str(), (unsigned long long)m->first_open, m->done.size());
+    SendStatus(m->job, m->consumer_id, m->first_open);
   }
 
   void OnJobStatus(const InFrame& f) {

@@ -208,6 +208,29 @@ TEST_F(ChaosTest, StopAClientAndResumeANewOneFromItsState) {
   ExpectEachIndexOnce(ReadFile(dump), kSamples);
 }
 
+// The trainer checkpoints (saves the state) after 17 batches, goes on to batch 41 and
+// dies; a new process resumes from the checkpoint. The splits completed and
+// acknowledged after the checkpoint must come again: together with the first 17
+// batches, the resumed run is exactly one epoch.
+TEST_F(ChaosTest, ResumeFromACheckpointTheTrainerHadGonePast) {
+  auto d = StartDispatcher("127.0.0.1:0");
+  auto w1 = StartWorker();
+  const std::string dump = dir_ / "first.txt", resumed = dir_ / "resumed.txt";
+  const std::string state = dir_ / "state.txt";
+  auto first = StartConsume("first", dump, {"--consumer-id", "trainer", "--save-after", "17", "--save-state", state,
+                                            "--stop-after", "41"});
+  ExpectExitsZero(*first, 60, "first consume");
+  std::vector<std::string> lines = Lines(ReadFile(dump));
+  ASSERT_EQ(lines.size(), size_t(41 * kBatch));
+  lines.resize(17 * kBatch);  // what the checkpoint had yielded
+  auto second = StartConsume("second", resumed, {"--resume", state});
+  ExpectExitsZero(*second, 60, "resumed consume");
+  std::string joined;
+  for (const std::string& l : lines) joined += l + "\n";
+  ExpectEachIndexOnce(joined + ReadFile(resumed), kSamples);
+  EXPECT_NE(d->err().find("resumed from a saved state"), std::string::npos) << d->err();
+}
+
 TEST_F(ChaosTest, TwoClientsShareOneJob) {
   auto d = StartDispatcher("127.0.0.1:0");
   auto w1 = StartWorker();

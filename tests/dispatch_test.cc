@@ -89,6 +89,71 @@ TEST(DecisionsTest, TheTailOfAJobIsSharedFairly) {
   EXPECT_EQ(l3[0].splits.size(), 2u) << "3 pending left, 2 workers: a share of 2";
 }
 
+// Leases every pending split to w1 and acks it; returns the splits, in order.
+std::vector<SplitRef> LeaseAndAckAll(DispatcherState& s, const std::string& consumer) {
+  std::vector<SplitRef> got;
+  for (int round = 0; round < 100; ++round) {
+    auto leases = DecideLeases(s, "w1", LeasePolicy{4});
+    if (leases.empty()) break;
+    EXPECT_TRUE(s.Apply(leases[0]).ok());
+    AckSplits ack{"job", consumer, {}};
+    for (const auto& l : leases[0].splits) {
+      got.push_back(l.ref);
+      ack.splits.push_back(l.ref);
+    }
+    EXPECT_TRUE(s.Apply(ack).ok());
+  }
+  return got;
+}
+
+TEST(StateTest, RestoreReopensWhatWasAckedAfterTheSavedState) {
+  // 2 epochs of 5 splits. The consumer saved its state after splits 0..2 of epoch 0,
+  // went on through epoch 0 and into epoch 1, and acked all that; then it restarted
+  // from the saved state.
+  DispatcherState s;
+  MustApply(s, CreateJob{Config()});
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c1"}, {{0, 2}, "c1"}, {{0, 3}, "c1"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 1}, {0, 2}, {0, 3}}});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 4}, "c1"}, {{1, 0}, "c1"}, {{1, 1}, "c1"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 4}, {1, 0}}});
+  ASSERT_EQ(s.job("job")->first_open, 1u) << "epoch 0 completed after the state was saved";
+  MustApply(s, RestoreConsumer{"job", "c1", 0, {{0, 0}, {0, 1}, {0, 2}}});
+  EXPECT_EQ(s.job("job")->first_open, 0u) << "epoch 0 is open again";
+  // Exactly the splits the saved state had not completed come out again (1/1 was
+  // still leased to w1 and stays so).
+  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitRef> want = {{0, 3}, {0, 4}, {1, 0}, {1, 2}, {1, 3}, {1, 4}};
+  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  EXPECT_EQ(got.size(), want.size());
+  MustApply(s, AckSplits{"job", "c1", {{1, 1}}});
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
+TEST(StateTest, RestoreIntoAFreshJobSkipsCompletedEpochs) {
+  DispatcherState s;
+  MustApply(s, CreateJob{Config()});
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RestoreConsumer{"job", "c1", 1, {{1, 0}, {1, 4}}});
+  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitRef> want = {{1, 1}, {1, 2}, {1, 3}};
+  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
+TEST(StateTest, RestoreWithSeveralConsumersMustStayInTheEpoch) {
+  DispatcherState s;
+  MustApply(s, CreateJob{Config()});
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c1", 1, {}}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(s.Apply(RestoreConsumer{"job", "c1", 0, {{0, 0}}}).ok());
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c2", 0, {{0, 0}}}).code(), StatusCode::kFailedPrecondition)
+      << "split 0/0 is c1's";
+}
+
 TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
   DispatcherState s;
   MustApply(s, CreateJob{Config()});
@@ -298,7 +363,8 @@ TEST(JournalFileTest, TornTailIsDroppedCorruptMiddleIsAnError) {
 TEST(UpdateCodecTest, RoundTripAndGarbage) {
   const std::vector<Update> all = {CreateJob{Config()}, AddConsumer{"j", "c"}, RegisterWorker{"w", "h:1"},
                                    RemoveWorker{"w"}, DrainWorker{"w"}, LeaseSplits{"j", "w", {{{3, 4}, "c"}}},
-                                   AckSplits{"j", "c", {{1, 2}, {1, 3}}}, RemoveJob{"j"}, JobProgress{"j", 5}};
+                                   AckSplits{"j", "c", {{1, 2}, {1, 3}}}, RemoveJob{"j"}, JobProgress{"j", 5},
+                                   RestoreConsumer{"j", "c", 3, {{3, 1}, {4, 0}}}};
   for (const Update& u : all) {
     Result<Update> back = DecodeUpdate(EncodeUpdate(u));
     ASSERT_TRUE(back.ok());

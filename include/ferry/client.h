@@ -552,9 +552,11 @@ class Client : public BatchIterator {
     first_open_ = st.first_open;
     done_ = st.done;
     partial_ = st.partial;
-    // Acknowledge again what the state says is complete: the process that saved it may
-    // have stopped before its acknowledgements went out. Duplicates are harmless.
-    for (const auto& k : st.done) to_ack_.push_back(k);
+    // Told to the dispatcher after joining (RestoreConsumer): the state's complete
+    // splits are acknowledged (the process that saved it may have stopped before its
+    // acknowledgements went out), and any other split of this consumer acknowledged
+    // since (the trainer went on past its checkpoint) is delivered again.
+    if (!st.job.empty()) restore_ = std::make_unique<IteratorState>(st);
   }
 
   void Start() {
@@ -790,6 +792,13 @@ class Client : public BatchIterator {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = info;
     }
+    if (restore_) {
+      internal::RestoreConsumerMsg m{opts_.job_name, opts_.consumer_id, restore_->first_open, {}};
+      m.done.assign(restore_->done.begin(), restore_->done.end());
+      FERRY_ASSIGN_OR_RETURN(internal::InFrame r, ch.Call(internal::EncodeRestoreConsumer(m)));
+      FERRY_RETURN_IF_ERROR(internal::DecodeJobStatus(r).status());
+      restore_.reset();
+    }
     // Acknowledge, or ask how the job stands.
     internal::JobStatusMsg status;
     uint64_t epoch;
@@ -865,6 +874,7 @@ class Client : public BatchIterator {
   std::unique_ptr<WorkGuard> work_;
   std::thread io_thread_;
   std::thread control_thread_;
+  std::unique_ptr<IteratorState> restore_;        // control thread: to tell the dispatcher
   std::vector<std::shared_ptr<Stream>> streams_;  // io thread (appended in dispatcher mode)
   std::map<std::string, size_t> stream_of_;       // io thread: live streams by address
   std::atomic<int64_t> reconnects_{0};

@@ -119,7 +119,7 @@ bool GetConfig(Reader& r, JobConfig* c) {
 
 enum Tag : uint64_t {
   kCreateJob = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress,
+  kJobProgress, kRestoreConsumer,
 };
 
 constexpr uint64_t kMaxListed = 1 << 24;
@@ -255,6 +255,16 @@ std::string EncodeUpdate(const Update& u) {
           w.U64(kJobProgress);
           w.Str(x.job);
           w.U64(x.first_open);
+        } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
+          w.U64(kRestoreConsumer);
+          w.Str(x.job);
+          w.Str(x.consumer);
+          w.U64(x.first_open);
+          w.U64(x.done.size());
+          for (const auto& r : x.done) {
+            w.U64(r.epoch);
+            w.I64(r.split);
+          }
         }
       },
       u);
@@ -329,6 +339,18 @@ Result<Update> DecodeUpdate(const std::string& bytes) {
     case kJobProgress: {
       JobProgress x;
       if (!r.Str(&x.job) || !r.U64(&x.first_open)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kRestoreConsumer: {
+      RestoreConsumer x;
+      uint64_t n;
+      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&x.first_open) || !r.U64(&n) || n > kMaxListed)
+        return bad();
+      x.done.resize(size_t(n));
+      for (auto& s : x.done) {
+        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
+      }
       u = std::move(x);
       break;
     }

@@ -131,6 +131,74 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   return Status::OK();
 }
 
+Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
+  auto jt = jobs_.find(u.job);
+  if (jt == jobs_.end()) return Status::NotFound("restore: no job " + u.job);
+  JobState& j = jt->second;
+  if (!j.HasConsumer(u.consumer)) return Status::NotFound("restore: no consumer " + u.consumer + " in " + u.job);
+  if (j.config.epochs > 0 && u.first_open > uint64_t(j.config.epochs))
+    return Status::OutOfRange("restore: epoch out of range");
+  const bool alone = j.consumers.size() == 1;
+  if (u.first_open != j.first_open && !alone)
+    return Status::FailedPrecondition(
+        "restore: job " + u.job + " is at epoch " + std::to_string(j.first_open) + " and the state at epoch " +
+        std::to_string(u.first_open) + "; with several consumers a state can only be restored within the same epoch");
+  std::set<SplitRef> done(u.done.begin(), u.done.end());
+  for (const SplitRef& r : done) {
+    if (r.split < 0 || r.split >= j.config.SplitsPerEpoch() || r.epoch < u.first_open ||
+        (j.config.epochs > 0 && r.epoch >= uint64_t(j.config.epochs)))
+      return Status::OutOfRange("restore: split out of range");
+    auto et = j.epochs.find(r.epoch);
+    if (et != j.epochs.end() && !et->second.consumer[size_t(r.split)].empty() &&
+        et->second.consumer[size_t(r.split)] != u.consumer)
+      return Status::FailedPrecondition("restore: split belongs to another consumer");
+  }
+  const size_t n = size_t(j.config.SplitsPerEpoch());
+  if (u.first_open < j.first_open) {
+    // Reopen completed epochs (this consumer did every split of them).
+    for (uint64_t e = u.first_open; e < j.first_open; ++e) {
+      EpochState es;
+      es.status.assign(n, SplitStatus::kDone);
+      es.worker.assign(n, std::string());
+      es.consumer.assign(n, u.consumer);
+      es.done = int64_t(n);
+      j.epochs.emplace(e, std::move(es));
+    }
+  } else if (u.first_open > j.first_open) {
+    // A job created afresh (its predecessor was garbage-collected): skip ahead.
+    for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < u.first_open ? j.epochs.erase(e) : std::next(e);
+  }
+  j.first_open = u.first_open;
+  for (auto& [epoch, e] : j.epochs) {
+    for (size_t s = 0; s < e.status.size(); ++s) {
+      const bool saved_done = done.count(SplitRef{epoch, int64_t(s)}) > 0;
+      if (saved_done) {
+        if (e.status[s] == SplitStatus::kLeased) --e.leased;
+        if (e.status[s] != SplitStatus::kDone) ++e.done;
+        e.status[s] = SplitStatus::kDone;
+        e.worker[s].clear();
+        e.consumer[s] = u.consumer;
+      } else if (e.status[s] == SplitStatus::kDone && e.consumer[s] == u.consumer) {
+        e.status[s] = SplitStatus::kPending;  // keeps its consumer
+        --e.done;
+      }
+    }
+  }
+  // Saved-done splits of epochs not started yet.
+  std::set<uint64_t> started;
+  for (const auto& [epoch, e] : j.epochs) started.insert(epoch);
+  for (const SplitRef& r : done) {
+    if (started.count(r.epoch)) continue;
+    EpochState* e = OpenEpoch(j, r.epoch);
+    if (e == nullptr) continue;
+    e->status[size_t(r.split)] = SplitStatus::kDone;
+    e->consumer[size_t(r.split)] = u.consumer;
+    ++e->done;
+  }
+  Advance(j);
+  return Status::OK();
+}
+
 Status DispatcherState::Apply(const Update& u) {
   Status st = std::visit(
       [this](const auto& x) -> Status {
@@ -187,6 +255,8 @@ Status DispatcherState::Apply(const Update& u) {
         } else if constexpr (std::is_same_v<T, RemoveJob>) {
           if (jobs_.erase(x.job) == 0) return Status::NotFound("no job " + x.job);
           return Status::OK();
+        } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
+          return ApplyRestore(x);
         } else if constexpr (std::is_same_v<T, JobProgress>) {
           auto it = jobs_.find(x.job);
           if (it == jobs_.end()) return Status::NotFound("no job " + x.job);

@@ -90,9 +90,20 @@ struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSpli
 struct AckSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
 struct RemoveJob { std::string job; };                  // garbage collection
 struct JobProgress { std::string job; uint64_t first_open = 0; };  // snapshots: epochs before are complete
+// A consumer resumes from a saved iterator state: epochs before `first_open` and the
+// `done` splits are complete for it; every other split of it in later epochs is not,
+// even if acknowledged after the state was saved (the trainer went on past its
+// checkpoint, then restarted from it). Those return to pending, keeping their
+// consumer. Moving the job's own first_open (back, or forward for a job recreated
+// after garbage collection) is allowed only when this is the job's only consumer.
+struct RestoreConsumer {
+  std::string job, consumer;
+  uint64_t first_open = 0;
+  std::vector<SplitRef> done;
+};
 
 using Update = std::variant<CreateJob, AddConsumer, RegisterWorker, RemoveWorker, DrainWorker, LeaseSplits,
-                            AckSplits, RemoveJob, JobProgress>;
+                            AckSplits, RemoveJob, JobProgress, RestoreConsumer>;
 
 enum class SplitStatus : uint8_t { kPending = 0, kLeased = 1, kDone = 2 };
 
@@ -145,6 +156,7 @@ class DispatcherState {
  private:
   Status ApplyLease(const LeaseSplits& u);
   Status ApplyAck(const AckSplits& u);
+  Status ApplyRestore(const RestoreConsumer& u);
   void Advance(JobState& j);
 
   std::map<std::string, JobState> jobs_;

@@ -220,6 +220,32 @@ Result<AckSplitsMsg> DecodeAckSplits(const InFrame& f) {
   });
 }
 
+OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m) {
+  return Build(MessageType::kRestoreConsumer, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::RestoreConsumer>();
+    r.setJob(m.job);
+    r.setConsumerId(m.consumer_id);
+    r.setFirstOpen(m.first_open);
+    auto done = r.initDone(unsigned(m.done.size()));
+    for (unsigned i = 0; i < m.done.size(); ++i) {
+      done[i].setEpoch(m.done[i].first);
+      done[i].setSplit(m.done[i].second);
+    }
+  });
+}
+
+Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f) {
+  return Decode<ctl::RestoreConsumer>(
+      f, MessageType::kRestoreConsumer, [](ctl::RestoreConsumer::Reader r) -> Result<RestoreConsumerMsg> {
+        RestoreConsumerMsg m;
+        m.job = Str(r.getJob());
+        m.consumer_id = Str(r.getConsumerId());
+        m.first_open = r.getFirstOpen();
+        for (auto s : r.getDone()) m.done.push_back({s.getEpoch(), s.getSplit()});
+        return m;
+      });
+}
+
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f) {
   return Decode<ctl::GetJobStatus>(f, MessageType::kGetJobStatus, [](ctl::GetJobStatus::Reader r) -> Result<GetJobStatusMsg> {
     return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch()};

@@ -68,7 +68,7 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
-    MessageType::kJobStatus};
+    MessageType::kJobStatus,        MessageType::kRestoreConsumer};
 
 void DecodeAll(InFrame f) {
   for (MessageType t : kAllTypes) {
@@ -145,6 +145,9 @@ void DecodeAll(InFrame f) {
         break;
       case MessageType::kJobStatus:
         (void)DecodeJobStatus(f);
+        break;
+      case MessageType::kRestoreConsumer:
+        (void)DecodeRestoreConsumer(f);
         break;
       case MessageType::kInvalid:
         break;

@@ -87,6 +87,13 @@ struct GetJobStatusMsg {
 };
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f);
 Result<JobStatusMsg> DecodeJobStatus(const InFrame& f);
+struct RestoreConsumerMsg {
+  std::string job, consumer_id;
+  uint64_t first_open = 0;
+  std::vector<std::pair<uint64_t, int64_t>> done;  // (epoch, split)
+};
+OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);
+Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f);
 
 }  // namespace ferry::internal
 
