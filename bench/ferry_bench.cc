@@ -281,6 +281,7 @@ int main(int argc, char** argv) {
   consume->add_option("--batch-size", c.batch_size, "samples per batch")->check(CLI::PositiveNumber);
   consume->add_option("--last-batch", c.last_batch, "keep (default), drop or pad");
   consume->add_option("--dump-indices", c.dump_indices, "append every delivered sample index to FILE");
+  consume->add_option("--dump-digests", c.dump_digests, "append 'epoch split batch hash-of-pixels' per batch to FILE");
   consume->add_option("--token-file", c.token_file, "shared token (else $FERRY_TOKEN)");
   consume->add_option("--seed", c.seed, "seed of the epoch order and the augmentation");
   consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);

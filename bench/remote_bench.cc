@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "cpu_time.h"
 #include "ferry/client.h"
 #include "ferry/loader.h"
@@ -236,6 +237,14 @@ int RunConsume(const ConsumeArgs& a) {
       return 1;
     }
   }
+  std::ofstream digests;
+  if (!a.dump_digests.empty()) {
+    digests.open(a.dump_digests, std::ios::app);
+    if (!digests) {
+      std::fprintf(stderr, "error: cannot write %s\n", a.dump_digests.c_str());
+      return 1;
+    }
+  }
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
@@ -261,6 +270,14 @@ int RunConsume(const ConsumeArgs& a) {
     }
     samples += b->valid_rows();
     ++batches;
+    if (digests.is_open()) {
+      Fingerprinter f;
+      f.Add(std::string_view(static_cast<const char*>(b->images.data), b->images.num_bytes()));
+      f.Add(std::string_view(static_cast<const char*>(b->labels.data), b->labels.num_bytes()));
+      digests << b->provenance.epoch << ' ' << b->provenance.split << ' ' << b->provenance.batch_in_split << ' '
+              << f.Hex() << '\n';
+      digests.flush();
+    }
     if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
     if (dump.is_open()) {
       const int64_t* idx = b->indices.as<int64_t>();

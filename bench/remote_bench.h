@@ -32,6 +32,7 @@ struct ConsumeArgs {
   int batch_size = 64;
   std::string last_batch = "keep";
   std::string dump_indices;
+  std::string dump_digests;  // one line per batch: epoch split batch_in_split hash-of-pixels
   std::string token_file;
   uint64_t seed = 0;
   int credits = 4;

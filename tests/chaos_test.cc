@@ -7,7 +7,9 @@
 //   3. the dispatcher is killed with SIGKILL and restarted on its work dir;
 //   4. the consumer stops, saving its state, and a new process resumes from it;
 //   5. two consumers share the job;
-// plus SIGTERM draining a worker that holds splits, and --exit-when-idle.
+// plus: resuming from a checkpoint the trainer had gone past, deterministic order
+// (the same batches, pixel for pixel, from 1 worker and from 3), SIGTERM draining a
+// worker that holds splits, and --exit-when-idle.
 //
 // "Mid-epoch" is made reliable by a consumer that simulates a training step after each
 // batch (--step-ms), so an epoch takes seconds; the trigger waits for a number of
@@ -104,9 +106,10 @@ class ChaosTest : public ::testing::Test {
   }
 
   std::unique_ptr<Child> StartConsume(const std::string& name, const std::string& dump,
-                                      std::vector<std::string> extra = {}, const std::string& step_ms = "25") {
+                                      std::vector<std::string> extra = {}, const std::string& step_ms = "25",
+                                      const std::string& job = "job") {
     std::vector<std::string> argv = {bench_bin_,   "consume",      "--dispatcher", dispatcher_,
-                                     "--job",      "job",            "--data",       data_->path(),
+                                     "--job",      job,            "--data",       data_->path(),
                                      "--pipeline", kSpecJson,      "--batch-size", std::to_string(kBatch),
                                      "--batches-per-split", "2",   "--epochs",     "1",
                                      "--dump-indices", dump,       "--step-ms",    step_ms};
@@ -229,6 +232,27 @@ TEST_F(ChaosTest, ResumeFromACheckpointTheTrainerHadGonePast) {
   for (const std::string& l : lines) joined += l + "\n";
   ExpectEachIndexOnce(joined + ReadFile(resumed), kSamples);
   EXPECT_NE(d->err().find("resumed from a saved state"), std::string::npos) << d->err();
+}
+
+TEST_F(ChaosTest, DeterministicOrderIsTheSameWhateverTheWorkers) {
+  auto d = StartDispatcher("127.0.0.1:0");
+  std::vector<std::unique_ptr<Child>> workers;
+  workers.push_back(StartWorker());
+  std::string digests[2];
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) {
+      workers.push_back(StartWorker());
+      workers.push_back(StartWorker());
+    }
+    const std::string tag = std::to_string(run);
+    const std::string dump = dir_ / ("indices" + tag + ".txt"), digest = dir_ / ("digests" + tag + ".txt");
+    auto c = StartConsume("run" + tag, dump, {"--deterministic", "--dump-digests", digest}, "0", "det" + tag);
+    ExpectExitsZero(*c, 60, "run " + tag);
+    ExpectEachIndexOnce(ReadFile(dump), kSamples);
+    digests[run] = ReadFile(digest);
+  }
+  EXPECT_EQ(Lines(digests[0]).size(), size_t(kSamples / kBatch));
+  EXPECT_EQ(digests[0], digests[1]) << "1 worker and 3 workers yielded different sequences";
 }
 
 TEST_F(ChaosTest, TwoClientsShareOneJob) {
