@@ -137,7 +137,7 @@ class SimWorker : public Peer {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
       self->sent_ = Clock::now();
-      self->conn_->Send(internal::EncodeHeartbeat({self->id_, false, true}));
+      self->conn_->Send(internal::EncodeHeartbeat({self->id_, false, true, false, {}}));
     });
   }
 

@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
   consume->add_option("--batches-per-split", c.batches_per_split, "dispatcher: batches per split")
       ->check(CLI::PositiveNumber);
   consume->add_flag("--deterministic", c.deterministic, "dispatcher: yield in split order");
+  consume->add_flag("--parallel-epochs", c.parallel_epochs, "dispatcher: every worker yields every epoch (no sharding)");
   consume->add_option("--num-samples", c.num_samples, "size of a synthetic: dataset");
   consume->add_option("--step-ms", c.step_ms, "simulate a training step of this many ms after each batch");
   consume->add_option("--stop-after", c.stop_after, "yield this many batches, save --save-state, exit 0");

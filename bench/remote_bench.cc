@@ -200,6 +200,7 @@ int RunConsume(const ConsumeArgs& a) {
   o.consumer_id = a.consumer_id;
   o.batches_per_split = a.batches_per_split;
   o.deterministic = a.deterministic;
+  o.parallel_epochs = a.parallel_epochs;
   o.num_samples = a.num_samples;
   if (!a.resume.empty()) {
     std::ifstream in(a.resume);

@@ -21,6 +21,7 @@ struct ConsumeArgs {
   std::string dispatcher, job, consumer_id;  // or a dispatcher job
   int batches_per_split = 4;
   bool deterministic = false;
+  bool parallel_epochs = false;
   int64_t num_samples = 0;  // synthetic datasets
   int64_t stop_after = -1;  // batches, then save the state and exit
   int64_t save_after = -1;  // batches, then save the state and go on (a checkpoint)

@@ -64,6 +64,7 @@ struct Heartbeat {
   draining @1 :Bool;
   wantLeases @2 :Bool = true;
   leaving @3 :Bool;             # exiting now: its un-acked splits go back to pending
+  wantJobs @4 :List(Text);      # jobs a client asked this worker for, whose configs it lacks
 }
 
 struct HeartbeatOk {

@@ -90,6 +90,14 @@ void DispatcherLink::Leave() {
   if (!r.ok()) Log("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
 }
 
+void DispatcherLink::Want(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job) || wanted_.count(job)) return;
+  wanted_.insert(job);
+  poked_ = true;
+  cv_.notify_all();
+}
+
 void DispatcherLink::Poke() {
   std::lock_guard<std::mutex> lock(mu_);
   poked_ = true;
@@ -155,6 +163,7 @@ bool DispatcherLink::Heartbeat(internal::ControlChannel& ch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     h.draining = draining_;
+    h.want_jobs.assign(wanted_.begin(), wanted_.end());
   }
   h.want_leases = !h.draining;
   auto r = ch.Call(internal::EncodeHeartbeat(h));
@@ -205,6 +214,7 @@ bool DispatcherLink::Heartbeat(internal::ControlChannel& ch) {
     else Log("job %s: %lld samples", c.name.c_str(), (long long)c.num_samples);
     std::lock_guard<std::mutex> lock(mu_);
     jobs_[c.name] = std::move(job);
+    wanted_.erase(c.name);
   }
   std::map<std::pair<std::string, std::string>, std::set<SplitKey>> held;
   for (const internal::LeaseMsg& l : ok->leases) held[{l.job, l.consumer}].insert({l.epoch, l.split});

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -61,6 +62,9 @@ class DispatcherLink {
   // Heartbeat now rather than at the next interval: a consumer just opened a stream
   // (it wants splits), so the first leases come within a round trip.
   void Poke();
+  // A client opened a stream for this job: fetch its config at the next heartbeat
+  // even if no split of it is leased here (parallel_epochs jobs never lease).
+  void Want(const std::string& job);
   // Blocks until draining and the dispatcher says this worker holds nothing (every
   // split acknowledged), or until the timeout. True when drained.
   bool WaitDrained(double timeout_s);
@@ -71,6 +75,7 @@ class DispatcherLink {
   void WaitIdle();
 
   int64_t heartbeats() const;
+  const std::string& worker_id() const { return o_.worker_id; }
 
  private:
   void Run();
@@ -88,6 +93,7 @@ class DispatcherLink {
   int interval_ms_ = 200;                                                   // GUARDED_BY(mu_)
   int64_t heartbeats_ = 0;                                                  // GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<const WorkerJob>> jobs_;            // GUARDED_BY(mu_)
+  std::set<std::string> wanted_;                                            // GUARDED_BY(mu_)
   std::map<std::pair<std::string, std::string>, std::shared_ptr<SplitFeed>> feeds_;  // GUARDED_BY(mu_)
 };
 

@@ -328,6 +328,9 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
           reply.leases.push_back({job, x.ref.epoch, x.ref.split, x.consumer});
       }
     }
+    for (const std::string& j : h->want_jobs) {
+      if (state.job(j) != nullptr) jobs.insert(j);  // a client waits on this worker for it
+    }
     for (const std::string& j : jobs) reply.jobs.push_back(ToMsg(state.job(j)->config));
     reply.idle = svc_->Idle();
     if (reply.idle) svc_->told_idle_.insert(h->worker_id);

@@ -305,6 +305,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (m->by_name) {
       if (msg_.consumer_id.empty()) return Refuse(Status::InvalidArgument("a stream by job name needs a consumer id"));
       feed_ = svc_->link_->Feed(msg_.job_name, msg_.consumer_id);
+      svc_->link_->Want(msg_.job_name);
       if (feed_->held() == 0) svc_->link_->Poke();  // a consumer is waiting: ask for splits now
       return WaitForJob();
     }
@@ -374,11 +375,31 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (!job->status.ok()) return Refuse(job->status);
-    if (job->config.mode != 0) return Refuse(Status::Unimplemented("parallel_epochs streams are not served yet"));
     spec_ = job->spec;
+    if (job->config.mode == 1) return StartParallelEpochs(*job);
     named_ = true;
     auto plan = std::make_unique<SplitPlan>(job->geometry(), feed_, feed_->Attach());
     StartProducer(job->dataset, job->config.seed, job->config.batch_size, std::move(plan));
+  }
+
+  // parallel_epochs: this worker yields every epoch of the job by itself, its
+  // augmentation drawn from the job's seed mixed with the worker's id (so that workers
+  // differ, and a worker given a fixed --worker-id repeats itself).
+  void StartParallelEpochs(const WorkerJob& job) {
+    const internal::JobConfigMsg& c = job.config;
+    LoaderOptions o;
+    o.data = c.dataset;
+    o.pipeline = job.spec;
+    o.batch_size = c.batch_size;
+    Fingerprinter f;
+    f.AddU64(c.seed);
+    f.Add(svc_->link_->worker_id());
+    o.seed = f.Finish();
+    o.shuffle = c.shuffle;
+    o.last_batch = LastBatch(c.last_batch);
+    o.epochs = c.epochs;
+    last_epoch_ = c.epochs > 0 ? c.epochs - 1 : -1;
+    StartProducer(job.dataset, o.seed, o.batch_size, std::make_unique<StaticShardPlan>(job.dataset->size(), o));
   }
 
   void StartProducer(std::shared_ptr<const Dataset> dataset, uint64_t seed, int64_t batch_size,

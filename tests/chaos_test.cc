@@ -8,8 +8,9 @@
 //   4. the consumer stops, saving its state, and a new process resumes from it;
 //   5. two consumers share the job;
 // plus: resuming from a checkpoint the trainer had gone past, deterministic order
-// (the same batches, pixel for pixel, from 1 worker and from 3), SIGTERM draining a
-// worker that holds splits, and --exit-when-idle.
+// (the same batches, pixel for pixel, from 1 worker and from 3), parallel_epochs
+// (each worker yields the whole epoch), SIGTERM draining a worker that holds splits,
+// and --exit-when-idle.
 //
 // "Mid-epoch" is made reliable by a consumer that simulates a training step after each
 // batch (--step-ms), so an epoch takes seconds; the trigger waits for a number of
@@ -253,6 +254,21 @@ TEST_F(ChaosTest, DeterministicOrderIsTheSameWhateverTheWorkers) {
   }
   EXPECT_EQ(Lines(digests[0]).size(), size_t(kSamples / kBatch));
   EXPECT_EQ(digests[0], digests[1]) << "1 worker and 3 workers yielded different sequences";
+}
+
+// parallel_epochs: no sharding; each worker yields the whole epoch.
+TEST_F(ChaosTest, ParallelEpochsEveryWorkerYieldsTheWholeEpoch) {
+  auto d = StartDispatcher("127.0.0.1:0");
+  auto w1 = StartWorker();
+  auto w2 = StartWorker();
+  // Both workers registered before the client asks for the list.
+  const std::string dump = dir_ / "indices.txt";
+  auto c = StartConsume("consume", dump, {"--parallel-epochs"}, "0", "parallel");
+  ExpectExitsZero(*c, 60, "consume");
+  std::map<int64_t, int> count;
+  for (const std::string& l : Lines(ReadFile(dump))) ++count[std::stoll(l)];
+  EXPECT_EQ(count.size(), size_t(kSamples));
+  for (const auto& [index, n] : count) EXPECT_EQ(n, 2) << "index " << index;
 }
 
 TEST_F(ChaosTest, TwoClientsShareOneJob) {

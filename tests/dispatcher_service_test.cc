@@ -91,7 +91,7 @@ DispatcherOptions Options(const std::string& dir) {
 // worker holds (new or not).
 std::vector<internal::LeaseMsg> Heartbeat(Peer& w, const std::string& id, bool* known = nullptr,
                                           size_t* held = nullptr) {
-  auto ok = internal::DecodeHeartbeatOk(w.Call(internal::EncodeHeartbeat({id, false, true})));
+  auto ok = internal::DecodeHeartbeatOk(w.Call(internal::EncodeHeartbeat({id, false, true, false, {}})));
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   if (known) *known = ok->known;
   if (held) *held = ok->leases.size();

@@ -77,6 +77,9 @@ struct ClientOptions {
   uint64_t fingerprint = 0;          // point to point: expected (listing, pipeline) fingerprint; 0 = unchecked
   int batches_per_split = 4;         // dispatcher: the unit of leasing and acknowledgement
   bool deterministic = false;        // dispatcher: yield in (epoch, split, batch) order
+  // Dispatcher: every worker yields every epoch of the job (no sharding, no
+  // exactly-once: tf.data's parallel_epochs), each with its own augmentation draws.
+  bool parallel_epochs = false;
   std::string resume_state;          // dispatcher: a SaveState() to continue after
   int64_t num_samples = 0;           // dispatcher, "synthetic:" datasets only: their size
 
@@ -234,7 +237,7 @@ class Client : public BatchIterator {
       const size_t stream = item.stream;
       // The batch leaves the prefetch window: grant its worker one more.
       internal::asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
-      if (dispatched() && !Account(item.batch.provenance)) {
+      if (sharded() && !Account(item.batch.provenance)) {
         ++duplicates_;
         continue;  // already yielded (a re-sent split): drop it
       }
@@ -264,9 +267,9 @@ class Client : public BatchIterator {
   // whole job has completed.
   int64_t epochs_completed() const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (dispatched()) return int64_t(first_open_);
+    if (sharded()) return int64_t(first_open_);
     int64_t m = INT64_MAX;
-    for (int64_t e : epochs_done_) m = std::min(m, e);
+    for (const auto& [stream, e] : epochs_done_) m = std::min(m, e);
     return m == INT64_MAX ? 0 : m;
   }
 
@@ -460,7 +463,7 @@ class Client : public BatchIterator {
         c_->Deliver(index_, std::move(*b), std::move(skipped));
         return;
       }
-      if (f.header.type == internal::MessageType::kEndOfEpoch && !c_->dispatched()) {
+      if (f.header.type == internal::MessageType::kEndOfEpoch && !c_->sharded()) {
         auto e = internal::DecodeEndOfEpoch(f);
         if (!e.ok()) return Permanent(e.status());
         resume_epoch_ = e->epoch + 1;
@@ -532,10 +535,13 @@ class Client : public BatchIterator {
 
   explicit Client(ClientOptions o)
       : opts_(std::move(o)), work_(std::make_unique<WorkGuard>(io_.get_executor())) {
-    epochs_done_.assign(opts_.workers.size(), 0);
+    for (size_t i = 0; i < opts_.workers.size(); ++i) epochs_done_[i] = 0;
+    streams_opened_ = opts_.workers.size();
   }
 
   bool dispatched() const { return !opts_.dispatcher.empty(); }
+  // Dynamic sharding: splits, acknowledgements, dedup (dispatcher, distributed_epoch).
+  bool sharded() const { return dispatched() && !opts_.parallel_epochs; }
 
   static std::string RandomHex() {
     static const char* hex = "0123456789abcdef";
@@ -574,8 +580,10 @@ class Client : public BatchIterator {
   // --- Release (mu_ held) -----------------------------------------------------------
 
   bool Finished() const {
-    if (dispatched()) return job_finished_;
-    return finished_streams_ == int(opts_.workers.size());
+    if (sharded()) return job_finished_;
+    // Point to point, or parallel epochs: every stream opened has ended (a dead
+    // worker's stream counts as ended: parallel epochs are at most once).
+    return finished_streams_ > 0 && finished_streams_ == int(streams_opened_);
   }
 
   // Deterministic order: the next batch this consumer must yield, as far as known.
@@ -605,7 +613,7 @@ class Client : public BatchIterator {
 
   bool Releasable() const {
     if (ready_.empty()) return false;
-    if (!dispatched() || !opts_.deterministic) return true;
+    if (!sharded() || !opts_.deterministic) return true;
     SplitId k;
     int64_t b;
     for (const Item& it : ready_) {
@@ -624,7 +632,7 @@ class Client : public BatchIterator {
 
   Item TakeReleasable() {
     size_t pick = 0;
-    if (dispatched() && opts_.deterministic) {
+    if (sharded() && opts_.deterministic) {
       SplitId k{};
       int64_t b = -1;
       const bool known = NextInOrder(&k, &b);
@@ -665,10 +673,10 @@ class Client : public BatchIterator {
     std::lock_guard<std::mutex> lock(mu_);
     total_skipped_ += int64_t(skipped.size());
     for (auto& s : skipped) skipped_.push_back(std::move(s));
-    if (b.rows() == 0 && !(dispatched() && opts_.deterministic)) {
+    if (b.rows() == 0 && !(sharded() && opts_.deterministic)) {
       // Nothing to yield (every file of it was bad): keep the window full. It still
       // counts towards its split.
-      if (dispatched()) Account(b.provenance);
+      if (sharded()) Account(b.provenance);
       internal::asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
       return;
     }
@@ -678,7 +686,8 @@ class Client : public BatchIterator {
 
   void EpochDone(size_t stream, uint64_t epoch) {
     std::lock_guard<std::mutex> lock(mu_);
-    epochs_done_[stream] = std::max<int64_t>(epochs_done_[stream], int64_t(epoch - opts_.first_epoch) + 1);
+    int64_t& done = epochs_done_[stream];
+    done = std::max<int64_t>(done, int64_t(epoch - opts_.first_epoch) + 1);
   }
 
   void StreamFinished() {
@@ -687,7 +696,10 @@ class Client : public BatchIterator {
     cv_.notify_all();
   }
 
-  void Retired(size_t stream) { stream_of_.erase(streams_[stream]->Address()); }
+  void Retired(size_t stream) {
+    stream_of_.erase(streams_[stream]->Address());
+    if (opts_.parallel_epochs) StreamFinished();
+  }
 
   void Fail(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -699,12 +711,20 @@ class Client : public BatchIterator {
   void EnsureStreams(const std::vector<std::string>& addresses) {
     for (const std::string& a : addresses) {
       if (stream_of_.count(a)) continue;
+      if (opts_.parallel_epochs) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (Finished()) continue;  // every stream has ended: too late to join
+      }
       const size_t index = streams_.size();
       streams_.push_back(std::make_shared<Stream>(this, index, a));
       stream_of_[a] = index;
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++workers_seen_;
+        if (opts_.parallel_epochs) {
+          ++streams_opened_;
+          epochs_done_[index] = 0;
+        }
       }
       streams_.back()->Begin();
     }
@@ -722,7 +742,7 @@ class Client : public BatchIterator {
     c.epochs = opts_.epochs;
     c.batch_size = opts_.batch_size;
     c.last_batch = uint8_t(opts_.last_batch);
-    c.mode = 0;
+    c.mode = opts_.parallel_epochs ? 1 : 0;
     c.ordering = opts_.deterministic ? 1 : 0;
     c.batches_per_split = opts_.batches_per_split;
     c.num_samples = opts_.num_samples;
@@ -886,7 +906,8 @@ class Client : public BatchIterator {
   std::vector<SkippedSample> skipped_;   // GUARDED_BY(mu_)
   int64_t total_skipped_ = 0;            // GUARDED_BY(mu_)
   IteratorStats stats_;                  // GUARDED_BY(mu_)
-  std::vector<int64_t> epochs_done_;     // GUARDED_BY(mu_)
+  std::map<size_t, int64_t> epochs_done_;  // GUARDED_BY(mu_): per stream
+  size_t streams_opened_ = 0;            // GUARDED_BY(mu_)
   int finished_streams_ = 0;             // GUARDED_BY(mu_)
   Status error_;                         // GUARDED_BY(mu_)
   // Dispatcher mode, GUARDED_BY(mu_):

@@ -88,7 +88,9 @@ std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
 std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use) {
   std::vector<RemoveJob> out;
   for (const auto& [name, j] : state.jobs()) {
-    if (j.finished() && !jobs_in_use.count(name)) out.push_back({name});
+    // parallel_epochs jobs have no splits to finish: they end with their consumers.
+    const bool done = j.finished() || j.config.mode == ProcessingMode::kParallelEpochs;
+    if (done && !jobs_in_use.count(name)) out.push_back({name});
   }
   return out;
 }

@@ -35,7 +35,7 @@ std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
                                             const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
                                             int64_t timeout_ms);
 
-// Finished jobs that no consumer is connected to any more.
+// Finished jobs (and parallel_epochs jobs) that no consumer is connected to any more.
 std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use);
 
 // Whether every job has finished (for --exit-when-idle). False with no jobs at all.

@@ -71,6 +71,8 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
     r.setDraining(m.draining);
     r.setWantLeases(m.want_leases);
     r.setLeaving(m.leaving);
+    auto want = r.initWantJobs(unsigned(m.want_jobs.size()));
+    for (unsigned i = 0; i < m.want_jobs.size(); ++i) want.set(i, m.want_jobs[i]);
   });
 }
 
@@ -164,7 +166,9 @@ Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f) {
 
 Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
   return Decode<ctl::Heartbeat>(f, MessageType::kHeartbeat, [](ctl::Heartbeat::Reader r) -> Result<HeartbeatMsg> {
-    return HeartbeatMsg{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving()};
+    HeartbeatMsg m{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving(), {}};
+    for (auto j : r.getWantJobs()) m.want_jobs.push_back(Str(j));
+    return m;
   });
 }
 

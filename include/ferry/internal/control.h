@@ -38,6 +38,7 @@ struct HeartbeatMsg {
   bool draining = false;
   bool want_leases = true;
   bool leaving = false;
+  std::vector<std::string> want_jobs;
 };
 
 struct HeartbeatOkMsg {
