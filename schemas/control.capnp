@@ -10,6 +10,7 @@
 #   client -> AckSplits                 <- JobStatus
 #   client -> GetJobStatus              <- JobStatus
 #   client -> RestoreConsumer           <- JobStatus   (resuming from a saved state)
+#   client -> ReportWorker              <- WorkerList  (a worker's stream broke and it refuses connections)
 #   any    <- Error (then the connection closes)
 #
 # A reply that depends on a state change is sent only after the change is in the
@@ -19,8 +20,8 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("ferry::wire::control");
 
-# Frame types (FrameHeader.type) 16..27, in the order of the structs below from
-# RegisterWorker to RestoreConsumer; see MessageType in include/ferry/internal/frame.h.
+# Frame types (FrameHeader.type) 16..28, in the order of the structs below from
+# RegisterWorker to ReportWorker; see MessageType in include/ferry/internal/frame.h.
 
 struct JobConfig {
   name @0 :Text;
@@ -122,4 +123,11 @@ struct RestoreConsumer {
   consumerId @1 :Text;
   firstOpen @2 :UInt64;
   done @3 :List(SplitRef);
+}
+
+# A client lost its stream to the worker at `address` and cannot reconnect (connection
+# refused): the dispatcher removes that worker at once, rather than at its heartbeat
+# timeout, if it has also gone quiet. Its splits go back to pending.
+struct ReportWorker {
+  address @0 :Text;
 }

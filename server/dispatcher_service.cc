@@ -251,6 +251,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kAckSplits: return OnAck(f);
       case MessageType::kGetJobStatus: return OnJobStatus(f);
       case MessageType::kRestoreConsumer: return OnRestore(f);
+      case MessageType::kReportWorker: return OnReport(f);
       default:
         return Refuse(Status::InvalidArgument(std::string("unexpected ") + MessageTypeName(f.header.type)));
     }
@@ -413,6 +414,10 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   void OnGetWorkers(const InFrame& f) {
     Status s = internal::DecodeGetWorkers(f);
     if (!s.ok()) return Refuse(s);
+    SendWorkers();
+  }
+
+  void SendWorkers() {
     std::vector<std::string> addresses;
     for (const auto& [id, w] : svc_->state_.workers()) {
       if (!w.draining) addresses.push_back(w.address);
@@ -441,6 +446,26 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     Log("job %s: consumer %s resumed from a saved state at epoch %llu (%zu splits done)", m->job.c_str(),
         m->consumer_id.c_str(), (unsigned long long)m->first_open, m->done.size());
     SendStatus(m->job, m->consumer_id, m->first_open);
+  }
+
+  void OnReport(const InFrame& f) {
+    auto address = internal::DecodeReportWorker(f);
+    if (!address.ok()) return Refuse(address.status());
+    // A client's word alone does not kill a worker (the network between them may be
+    // at fault): the worker must also have missed a heartbeat.
+    std::vector<std::string> gone;
+    for (const auto& [id, w] : svc_->state_.workers()) {
+      auto seen = svc_->last_seen_.find(id);
+      const int64_t quiet = seen == svc_->last_seen_.end() ? 0 : NowMs() - seen->second;
+      if (w.address == *address && quiet > svc_->opts_.heartbeat_interval_ms + 50) gone.push_back(id);
+    }
+    for (const std::string& id : gone) {
+      Log("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
+          address->c_str());
+      if (svc_->Commit(dispatch::RemoveWorker{id}).ok()) ++svc_->workers_removed_;
+      svc_->last_seen_.erase(id);
+    }
+    SendWorkers();
   }
 
   void OnJobStatus(const InFrame& f) {

@@ -160,13 +160,15 @@ Status DecodeAs(MessageType type, const InFrame& f) {
       return DecodeJobStatus(g).status();
     case MessageType::kRestoreConsumer:
       return DecodeRestoreConsumer(g).status();
+    case MessageType::kReportWorker:
+      return DecodeReportWorker(g).status();
     case MessageType::kInvalid:
       break;
   }
   return Status::Internal("no decoder");
 }
 
-// Every message type there is: the data plane (1..8), then the control plane (16..27).
+// Every message type there is: the data plane (1..8), then the control plane (16..28).
 constexpr MessageType kAllTypes[] = {
     MessageType::kChallenge,        MessageType::kHello,     MessageType::kHelloOk,
     MessageType::kOpenStream,       MessageType::kCredit,    MessageType::kBatch,
@@ -174,7 +176,7 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
-    MessageType::kJobStatus,        MessageType::kRestoreConsumer};
+    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker};
 
 // Memory for a tensor: 64-byte aligned and padded to a multiple of 64 bytes.
 struct AlignedBytes {
@@ -240,8 +242,8 @@ TEST(WireFrameHeaderTest, RefusesWrongVersion) {
 }
 
 TEST(WireFrameHeaderTest, RefusesUnknownTypes) {
-  // Between the data plane's types (1..8) and the control plane's (16..27), and beyond.
-  for (uint16_t t : {0, 9, 12, 15, 28, 99, 0x0100, 0xFFFF}) {
+  // Between the data plane's types (1..8) and the control plane's (16..28), and beyond.
+  for (uint16_t t : {0, 9, 12, 15, 29, 99, 0x0100, 0xFFFF}) {
     Result<FrameHeader> p = Parse(Header("FRY1", 1, t, 64));
     ASSERT_FALSE(p.ok()) << t;
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);

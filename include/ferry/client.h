@@ -353,8 +353,13 @@ class Client : public BatchIterator {
             internal::asio::async_connect(
                 *self->connecting_, results, [self](const boost::system::error_code& ec2, const internal::tcp::endpoint&) {
                   if (self->done_) return;
-                  if (ec2)
+                  if (ec2) {
+                    // A worker we streamed from now refuses connections: its process
+                    // is gone. Tell the dispatcher, so that its splits move on now.
+                    if (ec2 == internal::asio::error::connection_refused && self->streamed_)
+                      self->c_->ReportUnreachable(self->Address());
                     return self->Transient(Status::Unavailable("cannot connect to " + self->Address() + ": " + ec2.message()));
+                  }
                   auto socket = std::move(self->connecting_);
                   self->Connected(std::move(*socket));
                 });
@@ -443,6 +448,7 @@ class Client : public BatchIterator {
       conn_->Send(internal::EncodeOpenStream(m));
       state_ = State::kStreaming;
       streaming_ = true;
+      streamed_ = true;
     }
 
     int64_t Queued() {
@@ -524,6 +530,7 @@ class Client : public BatchIterator {
     std::shared_ptr<internal::tcp::socket> connecting_;
     State state_ = State::kChallenge;
     bool streaming_ = false;
+    bool streamed_ = false;  // reached streaming at least once
     bool done_ = false;
     int failures_ = 0;
     uint32_t owed_credits_ = 0;
@@ -701,6 +708,13 @@ class Client : public BatchIterator {
     if (opts_.parallel_epochs) StreamFinished();
   }
 
+  void ReportUnreachable(const std::string& address) {
+    if (!sharded()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    unreachable_.push_back(address);
+    control_cv_.notify_all();
+  }
+
   void Fail(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_.ok()) error_ = s;
@@ -753,7 +767,7 @@ class Client : public BatchIterator {
   bool ControlWait(double seconds) {
     std::unique_lock<std::mutex> lock(mu_);
     control_cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)),
-                         [&] { return stop_ || !to_ack_.empty(); });
+                         [&] { return stop_ || !to_ack_.empty() || !unreachable_.empty(); });
     return !stop_;
   }
 
@@ -863,6 +877,19 @@ class Client : public BatchIterator {
       if (status.finished) job_finished_ = true;
       cv_.notify_all();
     }
+    std::vector<std::string> unreachable;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unreachable.swap(unreachable_);
+    }
+    for (const std::string& a : unreachable) {
+      auto r = ch.Call(internal::EncodeReportWorker(a));
+      if (!r.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        unreachable_.push_back(a);  // again next time
+        return r.status();
+      }
+    }
     if (std::chrono::steady_clock::now() >= *next_workers) {
       FERRY_ASSIGN_OR_RETURN(internal::InFrame r, ch.Call(internal::EncodeGetWorkers()));
       FERRY_ASSIGN_OR_RETURN(std::vector<std::string> workers, internal::DecodeWorkerList(r));
@@ -919,6 +946,7 @@ class Client : public BatchIterator {
   std::set<SplitId> done_;               // complete splits of open epochs
   std::map<SplitId, std::set<int64_t>> partial_;  // yielded batches of open splits
   std::vector<SplitId> to_ack_;          // complete, not yet acknowledged
+  std::vector<std::string> unreachable_;  // workers to report to the dispatcher
   std::map<uint64_t, std::pair<std::vector<int64_t>, bool>> my_splits_;  // deterministic: epoch -> (mine, all assigned)
   int64_t duplicates_ = 0;
   size_t workers_seen_ = 0;

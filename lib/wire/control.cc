@@ -250,6 +250,16 @@ Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f) {
       });
 }
 
+OutFrame EncodeReportWorker(const std::string& address) {
+  return Build(MessageType::kReportWorker,
+               [&](capnp::MessageBuilder& b) { b.initRoot<ctl::ReportWorker>().setAddress(address); });
+}
+
+Result<std::string> DecodeReportWorker(const InFrame& f) {
+  return Decode<ctl::ReportWorker>(f, MessageType::kReportWorker,
+                                   [](ctl::ReportWorker::Reader r) -> Result<std::string> { return Str(r.getAddress()); });
+}
+
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f) {
   return Decode<ctl::GetJobStatus>(f, MessageType::kGetJobStatus, [](ctl::GetJobStatus::Reader r) -> Result<GetJobStatusMsg> {
     return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch()};

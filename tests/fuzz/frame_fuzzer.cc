@@ -68,7 +68,7 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
-    MessageType::kJobStatus,        MessageType::kRestoreConsumer};
+    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker};
 
 void DecodeAll(InFrame f) {
   for (MessageType t : kAllTypes) {
@@ -148,6 +148,9 @@ void DecodeAll(InFrame f) {
         break;
       case MessageType::kRestoreConsumer:
         (void)DecodeRestoreConsumer(f);
+        break;
+      case MessageType::kReportWorker:
+        (void)DecodeReportWorker(f);
         break;
       case MessageType::kInvalid:
         break;

@@ -95,6 +95,8 @@ struct RestoreConsumerMsg {
 };
 OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);
 Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f);
+OutFrame EncodeReportWorker(const std::string& address);
+Result<std::string> DecodeReportWorker(const InFrame& f);
 
 }  // namespace ferry::internal
 

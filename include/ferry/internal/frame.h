@@ -49,6 +49,7 @@ enum class MessageType : uint16_t {
   kGetJobStatus = 25,
   kJobStatus = 26,
   kRestoreConsumer = 27,
+  kReportWorker = 28,
 };
 
 inline const char* MessageTypeName(MessageType t) {
@@ -73,6 +74,7 @@ inline const char* MessageTypeName(MessageType t) {
     case MessageType::kGetJobStatus: return "GetJobStatus";
     case MessageType::kJobStatus: return "JobStatus";
     case MessageType::kRestoreConsumer: return "RestoreConsumer";
+    case MessageType::kReportWorker: return "ReportWorker";
     case MessageType::kInvalid: break;
   }
   return "Invalid";
@@ -112,7 +114,7 @@ inline Result<FrameHeader> ParseFrameHeader(const uint8_t in[kFrameHeaderSize], 
     return Status::InvalidArgument("bad frame: protocol version " + std::to_string(h.version) + ", expected " +
                                    std::to_string(kProtocolVersion));
   if (type == 0 || (type > uint16_t(MessageType::kError) && type < uint16_t(MessageType::kRegisterWorker)) ||
-      type > uint16_t(MessageType::kRestoreConsumer))
+      type > uint16_t(MessageType::kReportWorker))
     return Status::InvalidArgument("bad frame: unknown message type " + std::to_string(type));
   h.type = MessageType(type);
   const uint64_t limit = h.type == MessageType::kBatch ? limits.max_batch_bytes : limits.max_control_bytes;
