@@ -462,18 +462,21 @@ TEST(LoaderPrefetchTest, RunsAheadOnlyBoundedly) {
     EXPECT_GE(ahead, 1);
     EXPECT_LE(ahead, bound) << "prefetch " << prefetch;
     {
-      // Taking a batch but holding it frees nothing: still no further progress.
+      // Taking a batch lets exactly one more through, even while the consumer holds
+      // it: what the consumer keeps is its own, and the pipeline's bound counts only
+      // what it has not handed out (a trainer may keep its batches; it must not
+      // stall the loader).
       Result<Batch> held = loader->Next();
       ASSERT_TRUE(held.ok()) << held.status().ToString();
       EXPECT_EQ(held->rows(), 1);
       EXPECT_EQ(held->valid_rows(), 0);
       EXPECT_EQ(held->skipped, 1);
       EXPECT_EQ(held->labels.as<int64_t>()[0], -1);
+      ASSERT_TRUE(WaitFor([&] { return produced() >= ahead + 1; }, 20)) << produced();
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      EXPECT_EQ(produced(), ahead) << "prefetch " << prefetch;
+      EXPECT_EQ(produced(), ahead + 1) << "prefetch " << prefetch;
     }
-    // Releasing it lets exactly one more batch through.
-    ASSERT_TRUE(WaitFor([&] { return produced() >= ahead + 1; }, 20)) << produced();
+    // Releasing it lets nothing more through (its buffer goes back to the free list).
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(produced(), ahead + 1) << "prefetch " << prefetch;
     // Draining delivers one padding batch per file and reports every file.

@@ -16,8 +16,9 @@ echo "== ctest (Release)"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
 echo "== pytest"
-FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" \
-  /usr/bin/python3 -m pytest -q tests/python
+FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
+  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 echo "== fuzz (frame and message parsers, ${FERRY_FUZZ_SECONDS:-30} s)"
 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
@@ -25,7 +26,7 @@ bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 if [[ -z "${FERRY_SKIP_SANITIZE:-}" ]]; then
   echo "== ctest (ASan+UBSan)"
   asan=${build}-asan
-  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON >/dev/null
+  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON -DFERRY_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$asan" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" --output-on-failure -j "$jobs"

@@ -54,6 +54,10 @@ class Batch {
   // Holds the memory the views point into. Copy it to keep the memory alive beyond
   // the Batch (e.g. a Python tensor that outlives the iteration step).
   std::shared_ptr<void> keepalive;
+  // The whole buffer `keepalive` holds, which every view lies inside (for checks of
+  // zero copy, and for registering it with a device, e.g. cudaHostRegister).
+  const void* buffer = nullptr;
+  size_t buffer_size = 0;
 };
 
 }  // namespace ferry

@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -247,6 +248,21 @@ class Client : public BatchIterator {
       stats_.samples += item.batch.valid;
       return std::move(item.batch);
     }
+  }
+
+  bool WaitReady(double seconds) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)),
+                        [&] { return Releasable() || !error_.ok() || Finished(); });
+  }
+
+  // Dispatcher mode: the job's configuration once the dispatcher has answered (its
+  // num_samples gives the epoch's length); waits up to `seconds`.
+  std::optional<internal::JobConfigMsg> JobInfo(double seconds) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)), [&] { return joined_ || !error_.ok(); });
+    if (!joined_) return std::nullopt;
+    return job_;
   }
 
   std::vector<SkippedSample> TakeSkipped() override {
@@ -825,6 +841,8 @@ class Client : public BatchIterator {
       *joined = true;
       std::lock_guard<std::mutex> lock(mu_);
       job_ = info;
+      joined_ = true;
+      cv_.notify_all();
     }
     if (restore_) {
       internal::RestoreConsumerMsg m{opts_.job_name, opts_.consumer_id, restore_->first_open, {}};
@@ -927,7 +945,7 @@ class Client : public BatchIterator {
   std::atomic<int64_t> reconnects_{0};
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   std::condition_variable control_cv_;
   std::deque<Item> ready_;               // GUARDED_BY(mu_)
   std::vector<SkippedSample> skipped_;   // GUARDED_BY(mu_)
@@ -940,6 +958,7 @@ class Client : public BatchIterator {
   // Dispatcher mode, GUARDED_BY(mu_):
   bool stop_ = false;
   bool job_finished_ = false;
+  bool joined_ = false;
   internal::JobConfigMsg job_;
   uint64_t first_open_ = 0;              // epochs before it are complete (the dispatcher says)
   uint64_t order_epoch_ = 0;             // deterministic: epochs before it are complete for me

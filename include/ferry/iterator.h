@@ -39,6 +39,13 @@ class BatchIterator {
   // The next batch, or OutOfRange once every epoch is done, or another error.
   // Blocks until a batch is ready. Not thread-safe: one consumer thread.
   virtual Result<Batch> Next() = 0;
+  // Waits up to `seconds` until Next() would return without waiting (a batch, the end,
+  // or an error is there); true if so. For callers that must stay responsive (the
+  // Python binding checks for Ctrl-C between waits).
+  virtual bool WaitReady(double seconds) {
+    (void)seconds;
+    return true;
+  }
   // Drains and returns the skipped samples reported since the last call.
   virtual std::vector<SkippedSample> TakeSkipped() = 0;
   virtual IteratorStats stats() const = 0;

@@ -35,6 +35,9 @@ struct LoaderOptions {
   // num_shards-th sample starting at shard_index.
   int shard_index = 0;
   int num_shards = 1;
+  // Exact resume: the first `resume_batches` batches of `first_epoch` (by their
+  // batch_in_epoch) were yielded before; start after them.
+  int64_t resume_batches = 0;
 };
 
 class Loader : public BatchIterator {
@@ -43,6 +46,7 @@ class Loader : public BatchIterator {
   ~Loader() override;
 
   Result<Batch> Next() override;
+  bool WaitReady(double seconds) override;
   std::vector<SkippedSample> TakeSkipped() override;
   IteratorStats stats() const override;
 

@@ -1,8 +1,12 @@
 // BatchPool: a bounded pool of 64-byte-aligned buffers for batches.
 //
-// Bounded memory: at most `capacity` buffers ever exist. Acquire() blocks while all
-// are out; a buffer returns when the last shared_ptr to it dies (the Batch, or a
-// Python tensor holding its keepalive). Thread-safe.
+// Bounded memory: at most `capacity` buffers are in the pipeline (being filled, or
+// finished and not yet handed to the consumer); Acquire() blocks while that many are.
+// A buffer handed to the consumer is Detach()ed: it no longer counts, because the
+// consumer may keep it as long as it likes (a trainer that collects its labels, a
+// Python tensor kept in a list) and the pipeline must not wait for it. A buffer
+// returns when the last shared_ptr to it dies; at most `capacity` free buffers are
+// kept for reuse. Thread-safe.
 #ifndef FERRY_PIPELINE_BATCH_POOL_H_
 #define FERRY_PIPELINE_BATCH_POOL_H_
 
@@ -10,6 +14,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 namespace ferry {
@@ -26,7 +31,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   // Blocks until a buffer is free or Cancel() was called (then returns nullptr).
   std::shared_ptr<void> Acquire() {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return cancelled_ || !free_.empty() || created_ < capacity_; });
+    cv_.wait(lock, [&] { return cancelled_ || in_pipeline_ < capacity_; });
     if (cancelled_) return nullptr;
     void* p;
     if (!free_.empty()) {
@@ -35,13 +40,22 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
     } else {
       p = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
       if (p == nullptr) throw std::bad_alloc();
-      ++created_;
     }
+    ++in_pipeline_;
     std::weak_ptr<BatchPool> weak = weak_from_this();
     return std::shared_ptr<void>(p, [weak](void* q) {
       if (auto pool = weak.lock()) pool->Release(q);
       else std::free(q);
     });
+  }
+
+  // The buffer starting at `p` has been handed to the consumer.
+  void Detach(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (detached_.insert(p).second) {
+      --in_pipeline_;
+      cv_.notify_one();
+    }
   }
 
   void Cancel() {
@@ -56,7 +70,12 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   BatchPool(size_t bytes, int capacity) : bytes_(bytes), capacity_(capacity) {}
   void Release(void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(p);
+    if (detached_.erase(p) == 0) --in_pipeline_;
+    if (int(free_.size()) < capacity_) {
+      free_.push_back(p);
+    } else {
+      std::free(p);
+    }
     cv_.notify_one();
   }
 
@@ -64,8 +83,9 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   const int capacity_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<void*> free_;  // GUARDED_BY(mu_)
-  int created_ = 0;          // GUARDED_BY(mu_)
+  std::vector<void*> free_;            // GUARDED_BY(mu_)
+  std::set<const void*> detached_;     // GUARDED_BY(mu_): out with the consumer
+  int in_pipeline_ = 0;                // GUARDED_BY(mu_)
   bool cancelled_ = false;   // GUARDED_BY(mu_)
 };
 

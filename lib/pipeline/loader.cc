@@ -42,11 +42,24 @@ class Loader::Impl {
     if (producer_) producer_->Stop();
   }
 
+  std::unique_ptr<PlanSource> Plan() const {
+    std::unique_ptr<PlanSource> plan = std::make_unique<StaticShardPlan>(dataset_->size(), opts_);
+    if (opts_.resume_batches > 0)
+      plan = std::make_unique<ResumePlan>(std::move(plan), opts_.first_epoch, opts_.resume_batches);
+    return plan;
+  }
+
+  bool WaitReady(double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return ready_cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)),
+                              [&] { return !ready_.empty() || done_; });
+  }
+
   void Start() {
-    auto allocator = std::make_shared<PooledBatchAllocator>(opts_.batch_size, opts_.pipeline.sample_bytes(), opts_.prefetch + 2);
+    allocator_ = std::make_shared<PooledBatchAllocator>(opts_.batch_size, opts_.pipeline.sample_bytes(), opts_.prefetch + 2);
     producer_ = std::make_unique<BatchProducer>(
-        dataset_, opts_.pipeline, opts_.seed, std::make_unique<StaticShardPlan>(dataset_->size(), opts_),
-        std::move(allocator), MakeDecodeArena(opts_.threads), opts_.prefetch,
+        dataset_, opts_.pipeline, opts_.seed, Plan(),
+        allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->Start();
   }
@@ -62,6 +75,7 @@ class Loader::Impl {
     }
     Batch b = std::move(ready_.front());
     ready_.pop_front();
+    allocator_->Detach(b.buffer);  // the consumer may keep it: the pipeline goes on
     ++stats_.batches;
     stats_.samples += b.valid;
     return b;
@@ -104,6 +118,8 @@ class Loader::Impl {
     b.skipped = int64_t(p.skipped.size());
     b.provenance = p.plan.provenance();
     b.keepalive = std::move(p.memory.owner);
+    b.buffer = p.memory.images;
+    b.buffer_size = p.memory.size;
     std::lock_guard<std::mutex> lock(mu_);
     total_skipped_ += int64_t(p.skipped.size());
     for (auto& s : p.skipped) skipped_.push_back(std::move(s));
@@ -127,6 +143,7 @@ class Loader::Impl {
   const std::shared_ptr<const Dataset> dataset_;
   uint64_t fingerprint_ = 0;
   int64_t batches_per_epoch_ = 0;
+  std::shared_ptr<PooledBatchAllocator> allocator_;
   std::unique_ptr<BatchProducer> producer_;
 
   mutable std::mutex mu_;
@@ -158,6 +175,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 Result<Batch> Loader::Next() { return impl_->Next(); }
+bool Loader::WaitReady(double seconds) { return impl_->WaitReady(seconds); }
 std::vector<SkippedSample> Loader::TakeSkipped() { return impl_->TakeSkipped(); }
 IteratorStats Loader::stats() const { return impl_->stats(); }
 int64_t Loader::dataset_size() const { return impl_->dataset_size(); }

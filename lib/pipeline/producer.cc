@@ -80,10 +80,13 @@ BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_
   m.images = base;
   m.labels = reinterpret_cast<int64_t*>(base + labels_offset_);
   m.indices = reinterpret_cast<int64_t*>(base + indices_offset_);
+  m.size = indices_offset_ + (indices_offset_ - labels_offset_);  // [images | labels | indices]
   return m;
 }
 
 void PooledBatchAllocator::Cancel() { pool_->Cancel(); }
+
+void PooledBatchAllocator::Detach(const void* images) { pool_->Detach(images); }
 
 // ---------------------------------------------------------------------------------
 // MakeDecodeArena

@@ -119,6 +119,7 @@ struct BatchMemory {
   int64_t* indices = nullptr; // rows
   std::shared_ptr<void> owner;
   std::shared_ptr<void> tag;
+  size_t size = 0;  // bytes of the buffer `owner` holds, from `images` on
 };
 
 class BatchAllocator {
@@ -140,6 +141,9 @@ class PooledBatchAllocator : public BatchAllocator {
   PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity);
   BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
   void Cancel() override;
+  // The batch whose buffer starts at `images` went to the consumer: it no longer
+  // counts against the bound (see BatchPool).
+  void Detach(const void* images);
 
  private:
   const size_t labels_offset_, indices_offset_;

@@ -458,6 +458,8 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped)
       for (auto s : sk) skipped->push_back({s.getIndex(), Str(s.getPath()), Str(s.getReason())});
     }
     b.keepalive = f.body;
+    b.buffer = f.body->data();
+    b.buffer_size = f.body->size();
     return b;
   });
 }

@@ -22,3 +22,36 @@ def sample_data():
     if not path or not os.path.isdir(path):
         pytest.fail("FERRY_SAMPLE_DATA must point to the sample ImageFolder (bench/setup.sh builds it)")
     return path
+
+
+@pytest.fixture(scope="session")
+def ferry():
+    """The ferry package, from FERRY_PYTHON_DIR (tests/run_all.sh sets it) or build/python."""
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("FERRY_PYTHON_DIR") or os.path.join(here, "..", "..", "build", "python")
+    if not os.path.isdir(os.path.join(path, "ferry")):
+        pytest.fail("no ferry package in %s (build with -DFERRY_BUILD_PYTHON=ON)" % path)
+    sys.path.insert(0, os.path.abspath(path))
+    import ferry as module
+    return module
+
+
+@pytest.fixture(scope="session")
+def small_tree(sample_data, tmp_path_factory):
+    """A small ImageFolder of real JPEGs from the sample set: 3 classes x 40 files."""
+    root = tmp_path_factory.mktemp("small") / "tree"
+    classes = sorted(c for c in os.listdir(sample_data) if os.path.isdir(os.path.join(sample_data, c)))[:3]
+    for c in classes:
+        os.makedirs(root / c)
+        for f in sorted(os.listdir(os.path.join(sample_data, c)))[:40]:
+            shutil.copy(os.path.join(sample_data, c, f), root / c / f)
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def ferry_local():
+    path = os.environ.get("FERRY_LOCAL") or os.path.join(os.path.dirname(_bench()), "..", "server", "ferry-local")
+    if not os.path.exists(path):
+        pytest.fail("FERRY_LOCAL must point to the ferry-local executable")
+    return os.path.abspath(path)

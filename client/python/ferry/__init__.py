@@ -1,0 +1,348 @@
+"""Ferry for PyTorch: batches of decoded, augmented images as torch tensors, from the
+in-process pipeline (local mode) or from Ferry workers (point to point, or through a
+ferry-dispatcher job).
+
+    import ferry
+    loader = ferry.Loader(data="/datasets/imagenet/train", pipeline="imagenet-train",
+                          batch_size=256, threads=8)
+    for epoch in range(90):
+        for images, labels in loader:      # one epoch per pass, like a DataLoader
+            ...
+
+Tensors are views of Ferry's batch buffers (no copy): images float32 NCHW for the
+normalizing presets, uint8 NHWC when the spec says so; labels int64. A tensor keeps its
+buffer alive for as long as it lives.
+
+`state_dict()` / `load_state_dict()` give exact resume: a run interrupted and resumed
+yields the same batches, bit for bit, as one that was not (local mode, and
+deterministic remote mode).
+"""
+import json
+import os
+import time
+import warnings
+
+import torch
+
+from . import _ferry
+
+__all__ = ["Loader", "DataLoader", "FerryError", "list_dataset", "pipeline_from_transform"]
+
+FerryError = RuntimeError
+
+
+def list_dataset(data):
+    """(paths, labels, classes) as Ferry lists `data` (the order of torchvision's ImageFolder)."""
+    return _ferry.list_dataset(str(data))
+
+
+def _pipeline_string(pipeline):
+    if isinstance(pipeline, dict):
+        return json.dumps(pipeline)
+    return str(pipeline)
+
+
+class Loader:
+    """An iterable of (images, labels) batches; each pass over it is one epoch.
+
+    Local mode (the default): `threads` decode threads in this process.
+    Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job, shared by
+    every client naming it), or `workers=["host:port", ...]` (point to point).
+
+    epochs: how many epochs the loader yields in all (None: no limit).
+    drop_last: drop each epoch's final short batch (else it comes short).
+    prefetch: batches decoded ahead (local), or per worker (remote).
+    pin_memory: copy each batch to pinned memory for fast host-to-GPU copies, when CUDA
+      is available (ignored, with a warning, when it is not).
+    deterministic: remote dispatcher mode yields batches in split order, so that a run
+      is the same whatever the number of workers.
+    """
+
+    def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
+                 epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
+                 deterministic=False, token_file="", consumer_id="", batches_per_split=4):
+        if data is None:
+            raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
+        if dispatcher and workers:
+            raise ValueError("give either dispatcher (with job_name) or workers, not both")
+        if dispatcher and not job_name:
+            raise ValueError("a dispatcher needs a job_name")
+        if batch_size <= 0:
+            raise ValueError("batch_size must be > 0")
+        if epochs is not None and epochs <= 0:
+            raise ValueError("epochs must be > 0, or None for no limit")
+        self.data = str(data)
+        self.pipeline = _pipeline_string(pipeline)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.epochs = epochs
+        self.threads = int(threads)
+        self.dispatcher = dispatcher or ""
+        self.job_name = job_name or ""
+        self.workers = list(workers or [])
+        self.prefetch = int(prefetch)
+        self.deterministic = bool(deterministic)
+        self.token_file = token_file or ""
+        self.consumer_id = consumer_id or ""
+        self.batches_per_split = int(batches_per_split)
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
+            self.pin_memory = False
+        self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        # Where the iteration stands: the epoch being yielded, and how many of its
+        # batches (local: by batch_in_epoch) were yielded.
+        self._epoch = 0
+        self._batches_done = 0
+        self._resume_state = ""  # dispatcher mode
+        self._it = None
+        self._stash = None  # a batch of the next epoch, seen early
+        self._skipped = []
+        self._wait = 0.0
+        self._samples = 0
+        self._batches = 0
+        self._started = None
+        self._len = None
+        self._last = None
+
+    # -- the C++ iterator, created lazily (after load_state_dict, at the right place) --
+
+    def _last_batch(self):
+        return "drop" if self.drop_last else "keep"
+
+    def _open(self):
+        if self._it is not None:
+            return self._it
+        remaining = 0 if self.epochs is None else self.epochs - self._epoch
+        if self.mode == "local":
+            self._it = _ferry.open_local(self.data, self.pipeline, self.batch_size, self.seed, self.shuffle,
+                                         self._last_batch(), remaining, self._epoch, self._batches_done, self.threads,
+                                         self.prefetch)
+        else:
+            epochs = 0 if self.epochs is None else (self.epochs if self.mode == "dispatcher" else remaining)
+            first = 0 if self.mode == "dispatcher" else self._epoch
+            self._it = _ferry.connect(self.workers, self.dispatcher, self.job_name, self.data, self.pipeline,
+                                      self.batch_size, self.seed, self.shuffle, self._last_batch(), epochs, first,
+                                      self.prefetch, self.token_file, self.consumer_id, self.deterministic,
+                                      self._resume_state, self.batches_per_split)
+        return self._it
+
+    def close(self):
+        """Stops the pipeline (or the streams) now; a later iteration starts it again."""
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def __iter__(self):
+        if self.epochs is not None and self._epoch >= self.epochs:
+            return iter(())
+        return self._epoch_batches()
+
+    def _to_torch(self, b):
+        images = torch.from_numpy(b["images"])
+        labels = torch.from_numpy(b["labels"])
+        if self.pin_memory:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        return images, labels
+
+    def _next_raw(self):
+        t0 = time.perf_counter()
+        if self._started is None:
+            self._started = t0
+        b = self._open().next()
+        self._wait += time.perf_counter() - t0
+        self._skipped.extend(self._it.take_skipped())
+        return b
+
+    def _epoch_batches(self):
+        epoch = self._epoch
+        # One exact boundary: in local mode and single-stream orders the batch marked
+        # last_in_epoch is the epoch's last. Otherwise the first batch of the next epoch
+        # ends this one (kept for the next pass).
+        exact = self.mode == "local" or (self.mode == "dispatcher" and self.deterministic) or len(self.workers) == 1
+        while True:
+            if self._stash is not None and self._stash["epoch"] <= epoch:
+                b, self._stash = self._stash, None
+            elif self._stash is not None:
+                break
+            else:
+                b = self._next_raw()
+                if b is None:
+                    break
+                if b["epoch"] > epoch:
+                    self._stash = b
+                    break
+            self._batches_done = b["batch_in_epoch"] + 1 if self.mode == "local" else self._batches_done + 1
+            last = exact and b["last_in_epoch"]
+            if b["valid"] > 0 or b["labels"].shape[0] > 0:
+                self._last = b
+                self._batches += 1
+                self._samples += int(b["valid"])
+                yield self._to_torch(b)
+            if last:
+                break
+        self._epoch = epoch + 1
+        self._batches_done = 0
+
+    def __len__(self):
+        """Batches per epoch (of this consumer, in dispatcher mode with one consumer)."""
+        if self._len is None:
+            if self.mode == "local":
+                self._len = self._open().batches_per_epoch()
+            else:
+                if self.mode == "dispatcher":
+                    n = self._open().job_samples()
+                else:
+                    n = len(list_dataset(self.data)[0])
+                if n < 0:
+                    raise TypeError("the job's size is not known yet (the dispatcher did not answer)")
+                per = [n]
+                if self.mode == "workers":
+                    k = len(self.workers)
+                    per = [n // k + (1 if i < n % k else 0) for i in range(k)]
+                self._len = sum(p // self.batch_size + (0 if self.drop_last or p % self.batch_size == 0 else 1)
+                                for p in per)
+        return self._len
+
+    # -- state -------------------------------------------------------------------------
+
+    def state_dict(self):
+        """Where the iteration stands, to resume exactly (save it with a checkpoint)."""
+        sd = {"version": 1, "mode": self.mode, "epoch": self._epoch, "batches_done": self._batches_done,
+              "seed": self.seed, "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline}
+        if self.mode == "dispatcher":
+            sd["iterator_state"] = self._open().state()
+            sd["job_name"] = self.job_name
+        return sd
+
+    def load_state_dict(self, sd):
+        """Continues from a state_dict(): the next batch is the one after the saved point."""
+        if sd.get("version") != 1:
+            raise ValueError("not a ferry.Loader state_dict (version %r)" % sd.get("version"))
+        if sd.get("mode") != self.mode:
+            raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), self.mode))
+        for key in ("seed", "batch_size", "data", "pipeline"):
+            if sd.get(key) != getattr(self, key):
+                raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
+                                                                                        getattr(self, key)))
+        self.close()
+        self._stash = None
+        self._epoch = int(sd["epoch"])
+        self._batches_done = int(sd["batches_done"])
+        if self.mode == "dispatcher":
+            self._resume_state = sd["iterator_state"]
+        elif self.mode == "workers" and self._batches_done:
+            raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
+
+    # -- observability -------------------------------------------------------------------
+
+    def stats(self):
+        """data_wait_s (time spent waiting for batches), throughput (samples/s since the
+        first batch was asked for), batches, samples, skipped (bad files)."""
+        wall = 0.0 if self._started is None else time.perf_counter() - self._started
+        return {"data_wait_s": self._wait, "throughput": self._samples / wall if wall > 0 else 0.0,
+                "batches": self._batches, "samples": self._samples, "skipped": len(self._skipped),
+                "wall_s": wall}
+
+    def last_batch_info(self):
+        """Of the batch yielded last: its sample indices (a tensor), provenance (epoch,
+        batch_in_epoch, split, batch_in_split), valid rows, and `buffer` = (address, size)
+        of the memory its tensors view."""
+        if self._last is None:
+            return None
+        info = {k: v for k, v in self._last.items() if k not in ("images", "labels", "indices")}
+        info["indices"] = torch.from_numpy(self._last["indices"])
+        return info
+
+    def skipped(self):
+        """Bad files skipped so far: a list of (index, path, reason)."""
+        return list(self._skipped)
+
+
+# ---------------------------------------------------------------------------------------
+# The drop-in wrapper
+
+def _transform_to_pipeline(transform):
+    """A Ferry pipeline spec (dict) equivalent to a torchvision transform, or ValueError."""
+    import torchvision.transforms as T
+    ops = []
+    output = {"dtype": "uint8", "layout": "NHWC"}
+    steps = list(transform.transforms) if isinstance(transform, T.Compose) else [transform]
+    size = None
+    saw_tensor = False
+    i = 0
+    while i < len(steps):
+        t = steps[i]
+        name = type(t).__name__
+        if name == "RandomResizedCrop":
+            sz = t.size[0] if isinstance(t.size, (tuple, list)) else t.size
+            ops.append({"op": "random_resized_crop", "size": int(sz), "scale": list(t.scale), "ratio": list(t.ratio)})
+        elif name == "Resize":
+            if not isinstance(t.size, int) and not (isinstance(t.size, (tuple, list)) and len(t.size) == 1):
+                raise ValueError("ferry supports Resize(int) (the shorter side), not %r" % (t.size,))
+            size = t.size if isinstance(t.size, int) else t.size[0]
+            ops.append({"op": "resize_shorter", "size": int(size)})
+        elif name == "CenterCrop":
+            sz = t.size[0] if isinstance(t.size, (tuple, list)) else t.size
+            ops.append({"op": "center_crop", "size": int(sz)})
+        elif name == "RandomHorizontalFlip":
+            ops.append({"op": "hflip", "p": float(t.p)})
+        elif name == "ColorJitter":
+            def amount(v):
+                return 0.0 if v is None else float(v[1] - 1.0) if isinstance(v, (tuple, list)) else float(v)
+            ops.append({"op": "color_jitter", "brightness": amount(t.brightness), "contrast": amount(t.contrast),
+                        "saturation": amount(t.saturation)})
+        elif name in ("ToTensor", "PILToTensor"):
+            saw_tensor = True
+            output = {"dtype": "float32", "layout": "NCHW"} if name == "ToTensor" else output
+        elif name == "Normalize":
+            if not saw_tensor:
+                raise ValueError("Normalize must follow ToTensor")
+            ops.append({"op": "normalize", "mean": [float(x) for x in t.mean], "std": [float(x) for x in t.std]})
+        else:
+            raise ValueError("ferry.DataLoader cannot run torchvision's %s; supported: RandomResizedCrop, Resize, "
+                             "CenterCrop, RandomHorizontalFlip, ColorJitter, ToTensor, Normalize" % name)
+        i += 1
+    if not saw_tensor:
+        raise ValueError("the transform must end in ToTensor (Ferry yields tensors)")
+    return {"decode": "rgb", "ops": ops, "output": output}
+
+
+def pipeline_from_transform(transform):
+    """The Ferry pipeline spec (a dict) that does what a torchvision transform does."""
+    return _transform_to_pipeline(transform)
+
+
+class DataLoader(Loader):
+    """torch.utils.data.DataLoader's signature over Ferry, for an existing script:
+
+        dataset = torchvision.datasets.ImageFolder(root, transform=train_transform)
+    -   loader = torch.utils.data.DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8)
+    +   loader = ferry.DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8)
+
+    `dataset` is a torchvision ImageFolder (its root and transform are used; Ferry
+    lists the same samples in the same order) or a path. num_workers becomes decode
+    threads. Iterating yields (images, labels) per batch, one epoch per pass.
+    Remote modes take dispatcher=/job_name= or workers= as in Loader.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, num_workers=0, drop_last=False, pin_memory=False,
+                 seed=0, epochs=None, **kwargs):
+        root = getattr(dataset, "root", dataset)
+        transform = getattr(dataset, "transform", None)
+        pipeline = kwargs.pop("pipeline", None)
+        if pipeline is None:
+            pipeline = _transform_to_pipeline(transform) if transform is not None else "imagenet-train"
+        self.dataset = dataset
+        super().__init__(data=os.fspath(root), pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=shuffle,
+                         drop_last=drop_last, epochs=epochs, threads=num_workers, pin_memory=pin_memory, **kwargs)
