@@ -146,6 +146,7 @@ class WorkerService::Impl {
   std::unique_ptr<DispatcherLink> link_;         // dispatcher mode; fixed after Run()
   std::thread drain_thread_;
   std::atomic<bool> drain_started_{false};
+  std::atomic<int> named_streams_{0};  // open streams by job name (dispatcher mode)
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
   std::atomic<int64_t> open_connections_{0};
@@ -378,6 +379,7 @@ class Session : public std::enable_shared_from_this<Session> {
     spec_ = job->spec;
     if (job->config.mode == 1) return StartParallelEpochs(*job);
     named_ = true;
+    ++svc_->named_streams_;
     auto plan = std::make_unique<SplitPlan>(job->geometry(), feed_, feed_->Attach());
     StartProducer(job->dataset, job->config.seed, job->config.batch_size, std::move(plan));
   }
@@ -571,6 +573,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Closed() {
     if (state_ == State::kClosed) return;
+    if (named_) --svc_->named_streams_;
     state_ = State::kClosed;
     timer_.cancel();
     out_.clear();
@@ -649,7 +652,21 @@ void WorkerService::Impl::Drain() {
     link_->SetDraining();
     Log("draining: taking no new leases; serving the splits held");
     drain_thread_ = std::thread([this] {
-      if (!link_->WaitDrained(opts_.drain_timeout_s))
+      // Wait for the consumers to acknowledge what this worker holds, as long as some
+      // consumer is connected to take it (none for a second: nobody will; the splits
+      // go back to the dispatcher when the worker leaves).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(opts_.drain_timeout_s * 1000));
+      auto last_consumer = std::chrono::steady_clock::now();
+      bool drained = false;
+      while (!drained && std::chrono::steady_clock::now() < deadline) {
+        drained = link_->WaitDrained(0.1);
+        if (named_streams_ > 0) last_consumer = std::chrono::steady_clock::now();
+        if (!drained && std::chrono::steady_clock::now() - last_consumer > std::chrono::seconds(1)) {
+          Log("draining: no consumer is connected to take the splits held: they go back to the dispatcher");
+          break;
+        }
+      }
+      if (!drained && std::chrono::steady_clock::now() >= deadline)
         Log("drain timed out with splits unacknowledged: they go back to the dispatcher");
       DrainStreams();
     });
