@@ -210,6 +210,11 @@ class Client : public BatchIterator {
         stop_ = true;
       }
       control_cv_.notify_all();
+      {
+        // A call in flight to an unresponsive dispatcher returns within 50 ms.
+        std::lock_guard<std::mutex> lock(channel_mu_);
+        if (channel_ != nullptr) channel_->Interrupt();
+      }
       control_thread_.join();
     }
     // Close every socket and timer, then let the io thread run out of work: all
@@ -789,6 +794,17 @@ class Client : public BatchIterator {
 
   void ControlLoop() {
     internal::ControlChannel ch(opts_.dispatcher, opts_.token, internal::Role::kClient, opts_.consumer_id);
+    {
+      std::lock_guard<std::mutex> lock(channel_mu_);
+      channel_ = &ch;
+    }
+    struct Unpublish {
+      Client* c;
+      ~Unpublish() {
+        std::lock_guard<std::mutex> lock(c->channel_mu_);
+        c->channel_ = nullptr;
+      }
+    } unpublish{this};
     bool joined = false;
     auto unreachable_since = std::chrono::steady_clock::now();
     int failures = 0;
@@ -806,6 +822,10 @@ class Client : public BatchIterator {
         return;
       }
       Status st = ControlStep(ch, &joined, acks, &next_workers);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) continue;  // interrupted by the destructor: final acks, then out
+      }
       if (st.ok()) {
         failures = 0;
         unreachable_since = std::chrono::steady_clock::now();
@@ -940,6 +960,8 @@ class Client : public BatchIterator {
   std::thread io_thread_;
   std::thread control_thread_;
   std::unique_ptr<IteratorState> restore_;        // control thread: to tell the dispatcher
+  std::mutex channel_mu_;
+  internal::ControlChannel* channel_ = nullptr;   // GUARDED_BY(channel_mu_): the control thread's
   std::vector<std::shared_ptr<Stream>> streams_;  // io thread (appended in dispatcher mode)
   std::map<std::string, size_t> stream_of_;       // io thread: live streams by address
   std::atomic<int64_t> reconnects_{0};
