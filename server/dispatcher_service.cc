@@ -520,23 +520,10 @@ DispatcherService::Impl::~Impl() {
 }
 
 void DispatcherService::Impl::Accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (ec) {
-      // Out of descriptors and the like: retry later, never spin; a closed acceptor
-      // (shutdown) ends the loop.
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      Log("accept failed: %s", ec.message().c_str());
-      auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-      t->async_wait([this, t](const boost::system::error_code& e) {
-        if (!e && acceptor_.is_open()) Accept();
-      });
-      return;
-    }
-    if (!acceptor_.is_open()) return;  // accepted just before the close: drop it
+  AcceptLoop(acceptor_, [] { return true; }, [this](tcp::socket socket) {
     auto s = std::make_shared<DispatcherSession>(this, std::move(socket));
     sessions_.insert(s);
     s->Start();
-    Accept();
   });
 }
 

@@ -1,11 +1,17 @@
-// Binding a daemon's listening socket, shared by ferry-worker and ferry-dispatcher.
+// A daemon's listening socket, shared by ferry-worker and ferry-dispatcher: binding it,
+// and the accept loop.
 #ifndef FERRY_SERVER_LISTEN_H_
 #define FERRY_SERVER_LISTEN_H_
 
 #include <utility>  // before Asio (Boost 1.74, C++20)
 
 #include <boost/asio.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
+
+#include "core/log.h"
 
 #include "ferry/internal/connection.h"
 #include "ferry/status.h"
@@ -30,6 +36,31 @@ inline Result<std::string> Listen(boost::asio::ip::tcp::acceptor& acceptor, cons
   if (ec) return Status::Unavailable("cannot listen on " + address + ": " + ec.message());
   const tcp::endpoint bound = acceptor.local_endpoint();
   return bound.address().to_string() + ":" + std::to_string(bound.port());
+}
+
+// Accepts connections for as long as the acceptor is open and `accepting()` holds,
+// handing each socket to `on_socket` (on the acceptor's executor). A failed accept
+// (out of descriptors, say) is retried after 100 ms, never in a spin; a closed
+// acceptor ends the loop. A connection accepted just as `accepting()` turned false is
+// dropped.
+inline void AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, std::function<bool()> accepting,
+                       std::function<void(boost::asio::ip::tcp::socket)> on_socket) {
+  namespace asio = boost::asio;
+  acceptor.async_accept([&acceptor, accepting, on_socket](const boost::system::error_code& ec,
+                                                          asio::ip::tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      Log("accept failed: %s", ec.message().c_str());
+      auto t = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
+      t->async_wait([&acceptor, accepting, on_socket, t](const boost::system::error_code& e) {
+        if (!e && acceptor.is_open() && accepting()) AcceptLoop(acceptor, accepting, on_socket);
+      });
+      return;
+    }
+    if (!acceptor.is_open() || !accepting()) return;
+    on_socket(std::move(socket));
+    AcceptLoop(acceptor, accepting, on_socket);
+  });
 }
 
 }  // namespace ferry

@@ -604,25 +604,12 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 void WorkerService::Impl::Accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted && acceptor_.is_open()) {
-        Log("accept failed: %s", ec.message().c_str());
-        // Out of descriptors and the like: retry later, never spin.
-        auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-        t->async_wait([this, t](const boost::system::error_code& e) {
-          if (!e && !draining_ && !stopping_ && acceptor_.is_open()) Accept();
-        });
-      }
-      return;
-    }
-    if (draining_ || stopping_) return;  // accepted just before the close: drop it
+  AcceptLoop(acceptor_, [this] { return !draining_ && !stopping_; }, [this](tcp::socket socket) {
     ++connections_;
     auto s = std::make_shared<Session>(this, std::move(socket));
     sessions_.insert(s);
     open_connections_ = int64_t(sessions_.size());
     s->Start();
-    Accept();
   });
 }
 
