@@ -16,7 +16,7 @@ struct ShardingArgs {
   int batch_size = 64;
   int batches_per_split = 4;
   int64_t epochs = 2;
-  int rounds = 3;
+  int rounds = 6;
 };
 int RunSharding(const ShardingArgs& a);
 

@@ -20,9 +20,13 @@ SplitGeometry WorkerJob::geometry() const {
   return g;
 }
 
-DispatcherLink::DispatcherLink(LinkOptions o) : o_(std::move(o)) {}
+DispatcherLink::DispatcherLink(LinkOptions o) : o_(std::move(o)) { poke_target_->link = this; }
 
 DispatcherLink::~DispatcherLink() {
+  {
+    std::lock_guard<std::mutex> lock(poke_target_->mu);
+    poke_target_->link = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -41,8 +45,18 @@ std::shared_ptr<const WorkerJob> DispatcherLink::Job(const std::string& name) co
 
 std::shared_ptr<SplitFeed> DispatcherLink::Feed(const std::string& job, const std::string& consumer) {
   std::lock_guard<std::mutex> lock(mu_);
+  return FeedLocked(job, consumer);
+}
+
+std::shared_ptr<SplitFeed> DispatcherLink::FeedLocked(const std::string& job, const std::string& consumer) {
   auto& f = feeds_[{job, consumer}];
-  if (!f) f = std::make_shared<SplitFeed>();
+  if (!f) {
+    f = std::make_shared<SplitFeed>();
+    f->SetStarvedCallback([target = poke_target_] {
+      std::lock_guard<std::mutex> lock(target->mu);
+      if (target->link != nullptr) target->link->Poke();
+    });
+  }
   return f;
 }
 
@@ -219,10 +233,7 @@ bool DispatcherLink::Heartbeat(internal::ControlChannel& ch) {
   std::map<std::pair<std::string, std::string>, std::set<SplitKey>> held;
   for (const internal::LeaseMsg& l : ok->leases) held[{l.job, l.consumer}].insert({l.epoch, l.split});
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, splits] : held) {
-    auto& f = feeds_[key];
-    if (!f) f = std::make_shared<SplitFeed>();
-  }
+  for (auto& [key, splits] : held) FeedLocked(key.first, key.second);
   size_t total = 0;
   for (auto& [key, feed] : feeds_) {
     auto it = held.find(key);

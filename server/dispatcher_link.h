@@ -80,9 +80,18 @@ class DispatcherLink {
  private:
   void Run();
   bool Heartbeat(internal::ControlChannel& ch);
+  std::shared_ptr<SplitFeed> FeedLocked(const std::string& job, const std::string& consumer);
   void Sleep(int ms);
 
+  // What feeds call when they starve. Feeds may outlive the link (a stream's producer
+  // holds its feed), so they hold this, and the link detaches itself on destruction.
+  struct PokeTarget {
+    std::mutex mu;
+    DispatcherLink* link = nullptr;  // GUARDED_BY(mu)
+  };
+
   const LinkOptions o_;
+  const std::shared_ptr<PokeTarget> poke_target_ = std::make_shared<PokeTarget>();
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -64,6 +64,11 @@ uint64_t SplitFeed::Attach() {
 
 std::optional<SplitKey> SplitFeed::Take(uint64_t generation, const std::atomic<bool>* cancelled) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (todo_.empty() && starved_) {
+    lock.unlock();
+    starved_();
+    lock.lock();
+  }
   cv_.wait(lock, [&] { return cancelled->load() || generation != generation_ || !todo_.empty(); });
   if (cancelled->load() || generation != generation_) return std::nullopt;
   SplitKey k = *todo_.begin();

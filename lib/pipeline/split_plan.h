@@ -21,6 +21,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,10 +70,15 @@ class SplitFeed {
   // is superseded or `*cancelled` is set (then call Wake()).
   std::optional<SplitKey> Take(uint64_t generation, const std::atomic<bool>* cancelled);
   void Wake();
+  // Called (without the lock) when a Take() finds nothing to do and is about to wait:
+  // the worker asks the dispatcher for more splits now rather than at its next
+  // heartbeat. Set once, before use.
+  void SetStarvedCallback(std::function<void()> f) { starved_ = std::move(f); }
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::function<void()> starved_;
   std::set<SplitKey> held_;  // GUARDED_BY(mu_)
   std::set<SplitKey> todo_;  // GUARDED_BY(mu_)
   uint64_t generation_ = 0;  // GUARDED_BY(mu_)
