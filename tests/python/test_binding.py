@@ -168,6 +168,15 @@ def test_dataloader_drop_in(ferry, small_tree):
         ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([T.GaussianBlur(3), T.ToTensor()])))
 
 
+def test_a_loader_is_an_iterable_dataset_of_batches(ferry, small_tree):
+    def make():
+        return ferry.Loader(data=small_tree, pipeline=SMALL_U8, batch_size=16, seed=2, threads=2)
+    wrapped = torch.utils.data.DataLoader(make(), batch_size=None)
+    got, want = batches(wrapped), batches(make())
+    assert len(got) == len(want) == 7
+    assert all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1]) for p, q in zip(got, want))
+
+
 class LocalCluster:
     def __init__(self, ferry_local, workers=1):
         self.proc = subprocess.Popen([ferry_local, "--workers", str(workers)], stdout=subprocess.PIPE,

@@ -42,8 +42,11 @@ def _pipeline_string(pipeline):
     return str(pipeline)
 
 
-class Loader:
+class Loader(torch.utils.data.IterableDataset):
     """An iterable of (images, labels) batches; each pass over it is one epoch.
+
+    It is also a torch IterableDataset of whole batches, so that frameworks that want a
+    DataLoader get one: torch.utils.data.DataLoader(loader, batch_size=None).
 
     Local mode (the default): `threads` decode threads in this process.
     Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job, shared by
