@@ -842,7 +842,9 @@ class Client : public BatchIterator {
         if (!ControlWait(delay)) continue;
         continue;
       } else {
-        Fail(st.WithContext("dispatcher " + opts_.dispatcher));
+        // Name the dispatcher, unless the channel's message already does.
+        Fail(st.message().find(opts_.dispatcher) == std::string::npos ? st.WithContext("dispatcher " + opts_.dispatcher)
+                                                                      : st);
         return;
       }
       {
