@@ -306,6 +306,24 @@ TEST_F(ChaosTest, SigtermDrainsAWorkerThatHoldsSplits) {
   EXPECT_NE(d->err().find("is draining"), std::string::npos) << d->err();
 }
 
+TEST_F(ChaosTest, TheDispatchersTokenIsEnforced) {
+  testing::WriteFile(dir_ / "token", "s3cret\n");
+  auto d = StartDispatcher("127.0.0.1:0", {"--token-file", dir_ / "token"});
+  auto w1 = StartWorker({"--token-file", dir_ / "token"});
+  {
+    auto c = StartConsume("no-token", dir_ / "none.txt", {}, "0", "tok");
+    const std::optional<int> rc = c->Wait(30);
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_NE(*rc, 0);
+    EXPECT_NE(c->err().find("Unauthenticated"), std::string::npos) << c->err();
+    EXPECT_NE(c->err().find("requires a token"), std::string::npos) << c->err();
+  }
+  const std::string dump = dir_ / "indices.txt";
+  auto c = StartConsume("token", dump, {"--token-file", dir_ / "token"}, "0", "tok");
+  ExpectExitsZero(*c, 60, "consume with the token");
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+}
+
 TEST_F(ChaosTest, ExitWhenIdleStopsTheDispatcherAndWorkers) {
   auto d = StartDispatcher("127.0.0.1:0", {"--exit-when-idle"});
   auto w1 = StartWorker({"--exit-when-idle"});
