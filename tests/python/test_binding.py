@@ -226,6 +226,23 @@ def test_remote_mode_against_a_local_cluster(ferry, small_tree, cluster):
     assert all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1]) for p, q in zip(part, want))
 
 
+def test_point_to_point_workers(ferry, ferry_local, small_tree):
+    worker = os.path.join(os.path.dirname(ferry_local), "ferry-worker")
+    procs = [subprocess.Popen([worker, "--listen", "127.0.0.1:0", "--threads", "1"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+    try:
+        addresses = [p.stdout.readline().split()[-1] for p in procs]
+        loader = ferry.Loader(data=small_tree, pipeline=SMALL_U8, batch_size=10, drop_last=False, workers=addresses)
+        assert len(loader) == 12  # 60 samples per worker, 6 batches each
+        labels = sorted(torch.cat([y for _, y in loader]).tolist())
+        assert labels == sorted(ImageFolder(small_tree).targets)
+        assert batches(loader) == []  # epochs=1
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=30)
+
+
 def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree):
     # A "worker" that accepts connections and never answers: next() waits in C++ with
     # the GIL released; SIGINT must still raise KeyboardInterrupt promptly.
