@@ -639,41 +639,33 @@ class Client : public BatchIterator {
     }
   }
 
-  bool Releasable() const {
-    if (ready_.empty()) return false;
-    if (!sharded() || !opts_.deterministic) return true;
-    SplitId k;
-    int64_t b;
-    for (const Item& it : ready_) {
-      const auto& p = it.batch.provenance;
-      if (p.epoch < first_open_ || done_.count({p.epoch, p.split})) return true;  // a duplicate: drop it
-      auto q = partial_.find({p.epoch, p.split});
-      if (q != partial_.end() && q->second.count(p.batch_in_split)) return true;
-    }
-    if (!NextInOrder(&k, &b)) return false;
-    for (const Item& it : ready_) {
-      const auto& p = it.batch.provenance;
-      if (p.epoch == k.first && p.split == k.second && p.batch_in_split == b) return true;
-    }
-    return false;
+  // Whether a batch was yielded already (a re-sent split's).
+  bool Yielded(const BatchProvenance& p) const {
+    if (p.epoch < first_open_ || done_.count({p.epoch, p.split})) return true;
+    auto q = partial_.find({p.epoch, p.split});
+    return q != partial_.end() && q->second.count(p.batch_in_split) > 0;
   }
 
-  Item TakeReleasable() {
-    size_t pick = 0;
-    if (sharded() && opts_.deterministic) {
-      SplitId k{};
-      int64_t b = -1;
-      const bool known = NextInOrder(&k, &b);
-      for (size_t i = 0; i < ready_.size(); ++i) {
-        const auto& p = ready_[i].batch.provenance;
-        const bool dup = p.epoch < first_open_ || done_.count({p.epoch, p.split}) ||
-                         (partial_.count({p.epoch, p.split}) && partial_.at({p.epoch, p.split}).count(p.batch_in_split));
-        if (dup || (known && p.epoch == k.first && p.split == k.second && p.batch_in_split == b)) {
-          pick = i;
-          break;
-        }
-      }
+  // The position in ready_ of the batch Next() may release now, if any: the first one
+  // in arrival order; in deterministic order a duplicate (to drop) or the next batch
+  // in order.
+  std::optional<size_t> Pick() const {
+    if (ready_.empty()) return std::nullopt;
+    if (!sharded() || !opts_.deterministic) return size_t(0);
+    SplitId k{};
+    int64_t b = -1;
+    const bool known = NextInOrder(&k, &b);
+    for (size_t i = 0; i < ready_.size(); ++i) {
+      const auto& p = ready_[i].batch.provenance;
+      if (Yielded(p) || (known && p.epoch == k.first && p.split == k.second && p.batch_in_split == b)) return i;
     }
+    return std::nullopt;
+  }
+
+  bool Releasable() const { return Pick().has_value(); }
+
+  Item TakeReleasable() {
+    const size_t pick = *Pick();
     Item item = std::move(ready_[pick]);
     ready_.erase(ready_.begin() + std::ptrdiff_t(pick));
     return item;
@@ -682,10 +674,10 @@ class Client : public BatchIterator {
   // Records a batch as yielded; false if it was yielded before (a re-sent split). A
   // split whose every batch is yielded is complete and queued for acknowledgement.
   bool Account(const BatchProvenance& p) {
+    if (Yielded(p)) return false;
     const SplitId k{p.epoch, p.split};
-    if (p.epoch < first_open_ || done_.count(k)) return false;
     std::set<int64_t>& yielded = partial_[k];
-    if (!yielded.insert(p.batch_in_split).second) return false;
+    yielded.insert(p.batch_in_split);
     if (int64_t(yielded.size()) >= p.batches_in_split) {
       partial_.erase(k);
       done_.insert(k);
@@ -839,7 +831,7 @@ class Client : public BatchIterator {
         double delay = opts_.backoff_initial_s;
         for (int i = 0; i < failures; ++i) delay = std::min(delay * 2, opts_.backoff_max_s);
         ++failures;
-        if (!ControlWait(delay)) continue;
+        ControlWait(delay);
         continue;
       } else {
         // Name the dispatcher, unless the channel's message already does.
