@@ -66,13 +66,13 @@ int RunSharding(const ShardingArgs& a) {
     return 2;
   }
   ClientOptions base;
-  base.data = a.data;
-  base.pipeline = *spec;
-  base.batch_size = a.batch_size;
-  base.epochs = a.epochs;
-  base.seed = 1;
-  base.last_batch = LastBatch::kDrop;
-  base.batches_per_split = a.batches_per_split;
+  base.job.dataset = a.data;
+  base.job.pipeline = *spec;
+  base.job.batch_size = a.batch_size;
+  base.job.epochs = a.epochs;
+  base.job.seed = 1;
+  base.job.last_batch = LastBatch::kDrop;
+  base.job.batches_per_split = a.batches_per_split;
   RunResult total_static, total_dynamic;
   // Round 0 warms up (page cache, TBB threads, first listing) and is not counted.
   for (int round = 0; round <= a.rounds; ++round) {
@@ -129,12 +129,12 @@ int RunScale(const ScaleArgs& a) {
     ClientOptions o;
     o.dispatcher = (*cluster)->dispatcher();
     o.job_name = "scale";
-    o.data = "synthetic:";
-    o.num_samples = int64_t(1) << 20;  // 32768 batches: more than a run takes
-    o.pipeline = *spec;
-    o.batch_size = a.batch_size;
-    o.epochs = 1;
-    o.batches_per_split = 4;
+    o.job.dataset = "synthetic:";
+    o.job.num_samples = int64_t(1) << 20;  // 32768 batches: more than a run takes
+    o.job.pipeline = *spec;
+    o.job.batch_size = a.batch_size;
+    o.job.epochs = 1;
+    o.job.batches_per_split = 4;
     auto client = Client::Connect(o);
     if (!client.ok()) {
       std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());

@@ -22,17 +22,19 @@
 #include <vector>
 
 #include "cpu_time.h"
-#include "ferry/internal/connection.h"
-#include "ferry/internal/control.h"
+#include "net/address.h"
+#include "net/connection.h"
+#include "wire/codec.h"
+#include "wire/control.h"
 #include "remote_bench.h"
 
 namespace ferry::bench {
 
 namespace {
 
-using internal::FrameConnection;
-using internal::InFrame;
-using internal::MessageType;
+using net::FrameConnection;
+using wire::InFrame;
+using wire::MessageType;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
@@ -40,8 +42,8 @@ using Clock = std::chrono::steady_clock;
 struct LoadState {
   asio::io_context io;
   tcp::endpoint dispatcher;
-  std::shared_ptr<internal::BufferAllocator> buffers = internal::DefaultBufferAllocator();
-  std::deque<internal::LeaseMsg> to_ack;
+  std::shared_ptr<BufferAllocator> buffers = DefaultBufferAllocator();
+  std::deque<wire::LeaseMsg> to_ack;
   bool measuring = false, stopping = false;
   int64_t leases = 0, heartbeats = 0, errors = 0, registered = 0;
   std::vector<double> rtt_ms;
@@ -63,7 +65,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
         ++self->s_->errors;
         return;
       }
-      self->conn_ = std::make_shared<FrameConnection>(std::move(*socket), internal::FrameLimits{}, self->s_->buffers);
+      self->conn_ = std::make_shared<FrameConnection>(std::move(*socket), wire::FrameLimits{}, self->s_->buffers);
       self->conn_->StartReading([self](const Status& st, InFrame f) { self->OnFrame(st, std::move(f)); });
     });
   }
@@ -83,9 +85,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
       return;
     }
     if (f.header.type == MessageType::kChallenge) {
-      internal::HelloMsg h;
-      h.role = internal::Role::kTool;
-      conn_->Send(internal::EncodeHello(h));
+      wire::HelloMsg h;
+      h.role = wire::Role::kTool;
+      conn_->Send(wire::EncodeHello(h));
       return;
     }
     if (f.header.type == MessageType::kHelloOk) return OnReady();
@@ -106,7 +108,7 @@ class SimWorker : public Peer {
   SimWorker(LoadState* s, int index) : Peer(s), id_("sim-worker-" + std::to_string(index)), index_(index) {}
 
  private:
-  void OnReady() override { conn_->Send(internal::EncodeRegisterWorker(id_, "sim:" + std::to_string(index_))); }
+  void OnReady() override { conn_->Send(wire::EncodeRegisterWorker({id_, "sim:" + std::to_string(index_)})); }
 
   void OnReply(const InFrame& f) override {
     if (f.header.type == MessageType::kRegisterWorkerOk) {
@@ -114,7 +116,7 @@ class SimWorker : public Peer {
       return Schedule(int(index_ % s_->interval_ms));  // spread the heartbeats
     }
     if (f.header.type != MessageType::kHeartbeatOk) return;
-    auto ok = internal::DecodeHeartbeatOk(f);
+    auto ok = wire::DecodeHeartbeatOk(f);
     if (!ok.ok()) {
       ++s_->errors;
       return;
@@ -137,7 +139,7 @@ class SimWorker : public Peer {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
       self->sent_ = Clock::now();
-      self->conn_->Send(internal::EncodeHeartbeat({self->id_, false, true, false, {}}));
+      self->conn_->Send(wire::EncodeHeartbeat({self->id_, false, true, false, {}}));
     });
   }
 
@@ -148,11 +150,11 @@ class SimWorker : public Peer {
 
 class SimConsumer : public Peer {
  public:
-  SimConsumer(LoadState* s, internal::JobConfigMsg job) : Peer(s), job_(std::move(job)) {}
+  SimConsumer(LoadState* s, wire::NamedJob job) : Peer(s), job_(std::move(job)) {}
   bool joined() const { return joined_; }
 
  private:
-  void OnReady() override { conn_->Send(internal::EncodeGetOrCreateJob(job_, "bench-consumer")); }
+  void OnReady() override { conn_->Send(wire::EncodeGetOrCreateJob({job_, "bench-consumer"})); }
 
   void OnReply(const InFrame& f) override {
     if (f.header.type == MessageType::kJobInfo) joined_ = true;
@@ -167,16 +169,16 @@ class SimConsumer : public Peer {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
       if (self->s_->to_ack.empty()) return self->AckSoon();
-      internal::AckSplitsMsg m{self->job_.name, "bench-consumer", {}};
+      wire::AckSplitsMsg m{self->job_.name, "bench-consumer", {}};
       while (!self->s_->to_ack.empty()) {
         m.splits.push_back({self->s_->to_ack.front().epoch, self->s_->to_ack.front().split});
         self->s_->to_ack.pop_front();
       }
-      self->conn_->Send(internal::EncodeAckSplits(m));
+      self->conn_->Send(wire::EncodeAckSplits(m));
     });
   }
 
-  internal::JobConfigMsg job_;
+  wire::NamedJob job_;
   bool joined_ = false;
 };
 
@@ -223,19 +225,18 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
   std::string address = line;
   address = address.substr(address.find("on ") + 3);
   while (!address.empty() && std::isspace(static_cast<unsigned char>(address.back()))) address.pop_back();
-  auto hp = internal::SplitHostPort(address);
+  auto hp = net::SplitHostPort(address);
 
   LoadState s;
   s.interval_ms = a.interval_ms;
   s.dispatcher = tcp::endpoint(asio::ip::make_address(hp->first), hp->second);
-  internal::JobConfigMsg job;
+  wire::NamedJob job;
   job.name = "load";
-  job.dataset = "synthetic:";
-  job.pipeline_json = "{}";
-  job.num_samples = 1000000;
-  job.batch_size = 100;
-  job.batches_per_split = 1;  // 10000 splits per epoch
-  job.epochs = 0;
+  job.job.dataset = "synthetic:";
+  job.job.num_samples = 1000000;
+  job.job.batch_size = 100;
+  job.job.batches_per_split = 1;  // 10000 splits per epoch
+  job.job.epochs = 0;
   auto consumer = std::make_shared<SimConsumer>(&s, job);
   consumer->Start();
   std::vector<std::shared_ptr<SimWorker>> workers;

@@ -35,6 +35,7 @@
 
 #include "cpu_time.h"
 #include "cluster_bench.h"
+#include "consume.h"
 #include "remote_bench.h"
 #include "data/dataset.h"
 #include "ferry/loader.h"
@@ -68,25 +69,25 @@ void DrawProgress(double done_frac, double rate, int64_t samples) {
 
 int RunPipeline(const PipelineArgs& a) {
   LoaderOptions o;
-  o.data = a.data;
+  o.job.dataset = a.data;
   auto spec = PipelineSpec::Parse(a.pipeline);
   if (!spec.ok()) {
     std::cerr << "error: " << spec.status().ToString() << "\n";
     return 2;
   }
-  o.pipeline = *spec;
-  o.batch_size = a.batch_size;
+  o.job.pipeline = *spec;
+  o.job.batch_size = a.batch_size;
   o.threads = a.threads;
-  o.seed = a.seed;
+  o.job.seed = a.seed;
   o.prefetch = a.prefetch;
-  bool ok = false;
-  o.last_batch = ParseLastBatch(a.last_batch, &ok);
-  if (!ok) {
-    std::cerr << "error: --last-batch must be drop, pad or keep\n";
+  auto last_batch = ParseLastBatch(a.last_batch);
+  if (!last_batch.ok()) {
+    std::cerr << "error: --last-batch: " << last_batch.status().message() << "\n";
     return 2;
   }
+  o.job.last_batch = *last_batch;
   const bool timed = a.epochs <= 0;
-  o.epochs = timed ? 0 : a.epochs;  // 0 = forever, until the timed window ends
+  o.job.epochs = timed ? 0 : a.epochs;  // 0 = forever, until the timed window ends
   auto loader_or = Loader::Open(o);
   if (!loader_or.ok()) {
     std::cerr << "error: " << loader_or.status().ToString() << "\n";
@@ -259,34 +260,9 @@ int main(int argc, char** argv) {
   transport->add_option("--credits", t.credits, "client credits (prefetch depth)")->check(CLI::PositiveNumber);
   transport->add_option("--worker-bin", t.worker_bin, "the ferry-worker executable");
 
-  ConsumeArgs c;
-  auto* consume = app.add_subcommand("consume", "read from ferry-workers and report throughput");
-  auto* workers_opt = consume->add_option("--workers", c.workers, "HOST:PORT[,HOST:PORT...] (point to point)");
-  auto* dispatcher_opt = consume->add_option("--dispatcher", c.dispatcher, "HOST:PORT of ferry-dispatcher (with --job)");
-  workers_opt->excludes(dispatcher_opt);
-  consume->add_option("--job", c.job, "dispatcher job name to get or join")->needs(dispatcher_opt);
-  consume->add_option("--consumer-id", c.consumer_id, "this consumer's name in the job (default: random)");
-  consume->add_option("--batches-per-split", c.batches_per_split, "dispatcher: batches per split")
-      ->check(CLI::PositiveNumber);
-  consume->add_flag("--deterministic", c.deterministic, "dispatcher: yield in split order");
-  consume->add_flag("--parallel-epochs", c.parallel_epochs, "dispatcher: every worker yields every epoch (no sharding)");
-  consume->add_option("--num-samples", c.num_samples, "size of a synthetic: dataset");
-  consume->add_option("--step-ms", c.step_ms, "simulate a training step of this many ms after each batch");
-  consume->add_option("--stop-after", c.stop_after, "yield this many batches, save --save-state, exit 0");
-  consume->add_option("--save-state", c.save_state, "write the iterator state here (at --stop-after or --save-after)");
-  consume->add_option("--save-after", c.save_after, "save the state after this many batches and go on (a checkpoint)");
-  consume->add_option("--resume", c.resume, "continue from a state saved by --save-state")->needs(dispatcher_opt);
-  consume->add_option("--data", c.data, "dataset path as the workers see it");
-  consume->add_option("--pipeline", c.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
-  consume->add_option("--epochs", c.epochs, "epochs to read (<= 0: forever)");
-  consume->add_option("--batch-size", c.batch_size, "samples per batch")->check(CLI::PositiveNumber);
-  consume->add_option("--last-batch", c.last_batch, "keep (default), drop or pad");
-  consume->add_option("--dump-indices", c.dump_indices, "append every delivered sample index to FILE");
-  consume->add_option("--dump-digests", c.dump_digests, "append 'epoch split batch hash-of-pixels' per batch to FILE");
-  consume->add_option("--token-file", c.token_file, "shared token (else $FERRY_TOKEN)");
-  consume->add_option("--seed", c.seed, "seed of the epoch order and the augmentation");
-  consume->add_option("--credits", c.credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
-  consume->add_flag("--progress", c.progress, "show progress on stderr even when it is not a terminal");
+  ferry::tools::ConsumeArgs c;
+  auto* consume = app.add_subcommand("consume", "read from ferry-workers and report throughput (as ferry-consume)");
+  ferry::tools::AddConsumeOptions(consume, &c);
 
   ShardingArgs sh;
   auto* sharding = app.add_subcommand("sharding", "dynamic (dispatcher) vs static sharding over the same local workers");
@@ -326,21 +302,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (transport->parsed()) return RunTransport(t, argv[0]);
-  if (consume->parsed()) {
-    if (c.workers.empty() && c.dispatcher.empty()) {
-      std::fprintf(stderr, "ferry-bench consume: give --workers or --dispatcher\n\n%s", consume->help().c_str());
-      return 2;
-    }
-    if ((c.job.empty() && c.resume.empty()) && !c.dispatcher.empty()) {
-      std::fprintf(stderr, "ferry-bench consume: --dispatcher needs --job (or --resume)\n\n%s", consume->help().c_str());
-      return 2;
-    }
-    if (c.data.empty()) {
-      std::fprintf(stderr, "ferry-bench consume: --data is required\n\n%s", consume->help().c_str());
-      return 2;
-    }
-    return RunConsume(c);
-  }
+  if (consume->parsed()) return ferry::tools::RunConsumeCommand(*consume, c);
   if (dload->parsed()) return RunDispatcherLoad(dl);
   if (sharding->parsed()) return RunSharding(sh);
   if (scale->parsed()) return RunScale(sc);

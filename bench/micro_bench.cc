@@ -197,10 +197,10 @@ void BM_LoaderBatch(benchmark::State& state) {
     return;
   }
   LoaderOptions o;
-  o.data = dir;
-  o.batch_size = 32;
+  o.job.dataset = dir;
+  o.job.batch_size = 32;
   o.threads = 1;
-  o.epochs = 0;
+  o.job.epochs = 0;
   auto loader = Loader::Open(o);
   if (!loader.ok()) {
     state.SkipWithError(loader.status().ToString().c_str());

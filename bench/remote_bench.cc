@@ -26,19 +26,6 @@ namespace ferry::bench {
 
 namespace {
 
-std::vector<std::string> SplitCommas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = s.find(',', start);
-    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!part.empty()) out.push_back(part);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::string SiblingBinary(const char* argv0, const std::string& rel) {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -146,12 +133,11 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
   ClientOptions o;
   o.workers = {address};
   const int rows = 64;
-  o.batch_size = rows;
+  o.job.batch_size = rows;
   const uint64_t bytes = a.batch_bytes / rows * rows;
-  o.data = "synthetic:" + std::to_string(bytes) + ":1000";
-  o.epochs = 0;
+  o.job.dataset = "synthetic:" + std::to_string(bytes) + ":1000";
+  o.job.epochs = 0;
   o.credits = a.credits;
-  o.pipeline = PipelineSpec::ImagenetTrain();  // unused by a synthetic source
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
@@ -189,131 +175,6 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
               raw, bytes / 1e6, a.credits, ferry);
   std::printf("transport ferry_GB/s=%.3f raw_GB/s=%.3f ratio=%.3f client_cpu_per_GB=%.3f\n", ferry, raw,
               raw > 0 ? ferry / raw : 0.0, cpu / (double(total) / 1e9));
-  return 0;
-}
-
-int RunConsume(const ConsumeArgs& a) {
-  ClientOptions o;
-  if (!a.workers.empty()) o.workers = SplitCommas(a.workers);
-  o.dispatcher = a.dispatcher;
-  o.job_name = a.job;
-  o.consumer_id = a.consumer_id;
-  o.batches_per_split = a.batches_per_split;
-  o.deterministic = a.deterministic;
-  o.parallel_epochs = a.parallel_epochs;
-  o.num_samples = a.num_samples;
-  if (!a.resume.empty()) {
-    std::ifstream in(a.resume);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
-      std::fprintf(stderr, "error: cannot read %s\n", a.resume.c_str());
-      return 1;
-    }
-    o.resume_state = text.str();
-  }
-  o.data = a.data;
-  auto spec = PipelineSpec::Parse(a.pipeline);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
-    return 2;
-  }
-  o.pipeline = *spec;
-  o.epochs = a.epochs;
-  o.batch_size = a.batch_size;
-  o.seed = a.seed;
-  o.credits = a.credits;
-  o.token_file = a.token_file;
-  bool ok = false;
-  o.last_batch = ParseLastBatch(a.last_batch, &ok);
-  if (!ok) {
-    std::fprintf(stderr, "error: --last-batch must be keep, drop or pad\n");
-    return 2;
-  }
-  std::ofstream dump;
-  if (!a.dump_indices.empty()) {
-    dump.open(a.dump_indices, std::ios::app);
-    if (!dump) {
-      std::fprintf(stderr, "error: cannot write %s\n", a.dump_indices.c_str());
-      return 1;
-    }
-  }
-  std::ofstream digests;
-  if (!a.dump_digests.empty()) {
-    digests.open(a.dump_digests, std::ios::app);
-    if (!digests) {
-      std::fprintf(stderr, "error: cannot write %s\n", a.dump_digests.c_str());
-      return 1;
-    }
-  }
-  auto client = Client::Connect(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  const double t0 = WallSeconds();
-  int64_t samples = 0, batches = 0;
-  double last_draw = 0;
-  const bool show = a.progress || isatty(STDERR_FILENO);
-  for (;;) {
-    if (show && WallSeconds() - last_draw > 0.25) {
-      last_draw = WallSeconds();
-      const double el = std::max(1e-9, last_draw - t0);
-      std::fprintf(stderr, "\r  epoch %lld: %lld images, %.1f img/s   ", (long long)(*client)->epochs_completed(),
-                   (long long)samples, samples / el);
-      std::fflush(stderr);
-    }
-    Result<Batch> b = (*client)->Next();
-    if (!b.ok()) {
-      if (b.status().IsOutOfRange()) break;
-      std::fprintf(stderr, "error: %s\n", b.status().ToString().c_str());
-      return 1;
-    }
-    samples += b->valid_rows();
-    ++batches;
-    if (digests.is_open()) {
-      Fingerprinter f;
-      f.Add(std::string_view(static_cast<const char*>(b->images.data), b->images.num_bytes()));
-      f.Add(std::string_view(static_cast<const char*>(b->labels.data), b->labels.num_bytes()));
-      digests << b->provenance.epoch << ' ' << b->provenance.split << ' ' << b->provenance.batch_in_split << ' '
-              << f.Hex() << '\n';
-      digests.flush();
-    }
-    if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
-    if (dump.is_open()) {
-      const int64_t* idx = b->indices.as<int64_t>();
-      for (int64_t i = 0; i < b->valid_rows(); ++i) dump << idx[i] << '\n';
-      dump.flush();
-    }
-    const bool stop = a.stop_after >= 0 && batches >= a.stop_after;
-    if (!a.save_state.empty() && ((a.save_after < 0 && stop) || batches == a.save_after)) {
-      // Atomically: a crash mid-write must not leave half a state.
-      const std::string tmp = a.save_state + ".tmp";
-      std::ofstream out(tmp, std::ios::trunc);
-      out << (*client)->SaveState().Serialize();
-      out.close();
-      if (!out || std::rename(tmp.c_str(), a.save_state.c_str()) != 0) {
-        std::fprintf(stderr, "error: cannot write %s\n", a.save_state.c_str());
-        return 1;
-      }
-      if (!stop) std::fprintf(stderr, "state after %lld batches saved to %s\n", (long long)batches, a.save_state.c_str());
-    }
-    if (stop) {
-      std::printf("stopped after %lld batches (%lld samples)%s\n", (long long)batches, (long long)samples,
-                  a.save_state.empty() ? "" : ("; state saved to " + a.save_state).c_str());
-      return 0;
-    }
-  }
-  const double wall = WallSeconds() - t0;
-  if (show) std::fprintf(stderr, "\n");
-  const IteratorStats st = (*client)->stats();
-  for (const SkippedSample& s : (*client)->TakeSkipped()) std::fprintf(stderr, "skipped\t%s\t%s\n", s.path.c_str(), s.reason.c_str());
-  if (samples == 0 && st.skipped == 0) {
-    std::fprintf(stderr, "error: no data received\n");
-    return 1;
-  }
-  std::printf("consume img/s=%.1f wait_frac=%.3f samples=%lld\n", samples / wall, st.wait_seconds / wall,
-              static_cast<long long>(samples));
   return 0;
 }
 

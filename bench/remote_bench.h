@@ -1,5 +1,6 @@
 // ferry-bench's remote subcommands: transport (raw TCP vs a worker's batches) and
-// consume (a client reading from workers).
+// dispatcher-load (simulated workers against a real dispatcher). `consume` is the
+// consume tool (client/tools/consume.h).
 #ifndef FERRY_BENCH_REMOTE_BENCH_H_
 #define FERRY_BENCH_REMOTE_BENCH_H_
 
@@ -15,31 +16,6 @@ struct TransportArgs {
   std::string worker_bin;  // ferry-worker; default: next to ferry-bench
 };
 int RunTransport(const TransportArgs& a, const char* argv0);
-
-struct ConsumeArgs {
-  std::string workers;  // HOST:PORT[,HOST:PORT...]
-  std::string dispatcher, job, consumer_id;  // or a dispatcher job
-  int batches_per_split = 4;
-  bool deterministic = false;
-  bool parallel_epochs = false;
-  int64_t num_samples = 0;  // synthetic datasets
-  int64_t stop_after = -1;  // batches, then save the state and exit
-  int64_t save_after = -1;  // batches, then save the state and go on (a checkpoint)
-  double step_ms = 0;       // a simulated training step after each batch
-  std::string save_state, resume;
-  std::string data;
-  std::string pipeline = "imagenet-train";
-  int64_t epochs = 1;
-  int batch_size = 64;
-  std::string last_batch = "keep";
-  std::string dump_indices;
-  std::string dump_digests;  // one line per batch: epoch split batch_in_split hash-of-pixels
-  std::string token_file;
-  uint64_t seed = 0;
-  int credits = 4;
-  bool progress = false;
-};
-int RunConsume(const ConsumeArgs& a);
 
 struct DispatcherLoadArgs {
   int workers = 1000;

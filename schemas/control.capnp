@@ -1,4 +1,4 @@
-# Ferry's control plane, version 1: workers and clients talk to the dispatcher.
+# Ferry's control plane, version 2: workers and clients talk to the dispatcher.
 # Same framing as the data plane (schemas/ferry.capnp): a 16-byte FrameHeader, then
 # one message; the same Challenge/Hello/HelloOk handshake opens each connection.
 # Then strictly request -> reply, one at a time per connection:
@@ -18,25 +18,16 @@
 @0xb4a2d5e1f08c3a71;
 
 using Cxx = import "/capnp/c++.capnp";
-$Cxx.namespace("ferry::wire::control");
+$Cxx.namespace("ferry::schema");
+using Ferry = import "ferry.capnp";
 
 # Frame types (FrameHeader.type) 16..28, in the order of the structs below from
 # RegisterWorker to ReportWorker; see MessageType in include/ferry/internal/frame.h.
 
-struct JobConfig {
+# A dispatcher job: its name and what it is.
+struct NamedJob {
   name @0 :Text;
-  dataset @1 :Text;
-  pipelineJson @2 :Text;
-  seed @3 :UInt64;
-  shuffle @4 :Bool = true;
-  epochs @5 :Int64 = 1;
-  batchSize @6 :Int32;
-  lastBatch @7 :UInt8;          # ferry::LastBatch
-  mode @8 :UInt8;               # 0 distributed_epoch, 1 parallel_epochs
-  ordering @9 :UInt8;           # 0 arrival, 1 deterministic
-  batchesPerSplit @10 :Int32;
-  numSamples @11 :Int64;
-  fingerprint @12 :UInt64;
+  job @1 :Ferry.Job;
 }
 
 struct SplitRef {
@@ -74,19 +65,19 @@ struct HeartbeatOk {
   # from it (acknowledged, or re-leased after this worker was presumed dead) is one
   # the worker may forget.
   leases @0 :List(Lease);
-  jobs @1 :List(JobConfig);     # configs of the jobs those leases belong to
+  jobs @1 :List(NamedJob);      # the jobs those leases (and wantJobs) belong to
   known @2 :Bool = true;        # false: re-register (e.g. declared dead)
   newLeases @3 :UInt32;         # how many of `leases` (from the front) are new
   idle @4 :Bool;                # there are jobs and every one has finished
 }
 
 struct GetOrCreateJob {
-  config @0 :JobConfig;         # numSamples/fingerprint are filled in by the dispatcher
+  job @0 :NamedJob;             # numSamples/fingerprint are filled in by the dispatcher
   consumerId @1 :Text;
 }
 
 struct JobInfo {
-  config @0 :JobConfig;
+  job @0 :NamedJob;             # with the listing's numSamples and fingerprint
 }
 
 struct GetWorkers {}

@@ -1,4 +1,4 @@
-# Ferry's wire protocol, version 1.
+# Ferry's wire protocol, version 2.
 #
 # Every message travels as one frame:
 #   FrameHeader (16 bytes, little-endian): magic "FRY1", version (u16), type (u16),
@@ -12,20 +12,23 @@
 #   2. client -> worker   Hello       (role, HMAC-SHA256(token, nonce) when required)
 #   3. worker -> client   HelloOk, or Error(unauthenticated) and close
 #   4. client -> worker   OpenStream  (the job, inline or by name; initial credits;
-#                                      resume state)
+#                                      its share of the epoch; resume state)
 #   5. worker -> client   Batch ...   (one per credit; credits return with Credit)
 #      client -> worker   Credit      (n more batches may be sent)
 #   6. worker -> client   EndOfEpoch  (after an epoch's last batch of this stream)
 #   Errors: worker -> client Error(code, message); the connection then closes.
 #
-# Control plane (dispatcher): the structs are reserved here by number and defined
-# in the dispatcher issue; unknown types are refused like any malformed frame.
+# Control plane (dispatcher): schemas/control.capnp, types 16 and up. Unknown types
+# are refused like any malformed frame.
+#
+# Version 2: one Job struct (below) describes a job everywhere: inline in OpenStream,
+# in the control plane, and in the dispatcher's journal.
 @0xffde25dee0499500;
 
 using Cxx = import "/capnp/c++.capnp";
-$Cxx.namespace("ferry::wire::schema");
+$Cxx.namespace("ferry::schema");
 
-const protocolVersion :UInt16 = 1;
+const protocolVersion :UInt16 = 2;
 
 enum MessageType {
   invalid @0;
@@ -37,8 +40,7 @@ enum MessageType {
   batch @6;
   endOfEpoch @7;
   error @8;
-  # 16.. reserved for the control plane (RegisterWorker, Heartbeat, GetOrCreateJob,
-  # GetWorkers, LeaseSplits, AckSplits, Drain).
+  # 16.. the control plane (schemas/control.capnp).
 }
 
 enum Role {
@@ -72,20 +74,31 @@ enum LastBatch {
   keep @2;
 }
 
-# A job as a worker runs it without a dispatcher: everything needed to produce the
-# same samples, in the same order, with the same pixels.
-struct JobSpec {
-  datasetPath @0 :Text;      # as seen on the worker's filesystem
+enum ProcessingMode {
+  distributedEpoch @0;       # each sample once per epoch across all workers
+  parallelEpochs @1;         # every worker yields every epoch by itself
+}
+
+enum Ordering {
+  arrival @0;
+  deterministic @1;
+}
+
+# A job: everything needed to produce the same samples, in the same order, with the
+# same pixels, batched the same way (ferry::JobSpec, include/ferry/job.h).
+struct Job {
+  dataset @0 :Text;          # as seen on the worker's filesystem
   pipelineJson @1 :Text;     # PipelineSpec JSON
   seed @2 :UInt64;
   shuffle @3 :Bool = true;
   epochs @4 :Int64 = 1;      # <= 0: forever
-  firstEpoch @5 :UInt64;
-  batchSize @6 :UInt32;
-  lastBatch @7 :LastBatch = keep;
-  workerIndex @8 :UInt32;    # static sharding: this worker's share of each epoch
-  numWorkers @9 :UInt32 = 1;
-  fingerprint @10 :UInt64;   # of (listing, pipeline); 0 = not checked
+  batchSize @5 :Int32;
+  lastBatch @6 :LastBatch = keep;
+  mode @7 :ProcessingMode;
+  ordering @8 :Ordering;
+  batchesPerSplit @9 :Int32 = 4;
+  numSamples @10 :Int64;     # of the listing; 0 = not known yet
+  fingerprint @11 :UInt64;   # of (listing, pipeline); 0 = not known (not checked)
 }
 
 struct ResumeState {
@@ -95,12 +108,17 @@ struct ResumeState {
 
 struct OpenStream {
   job :union {
-    inline @0 :JobSpec;
-    name @1 :Text;           # a dispatcher job (dispatcher issue)
+    inline @0 :Job;          # point to point
+    name @1 :Text;           # a dispatcher job
   }
   consumerId @2 :Text;
   credits @3 :UInt32;        # batches the worker may send before the next Credit
   resume @4 :ResumeState;
+  # Point to point: this stream serves every numShards-th sample of each epoch's
+  # order from shardIndex on, from epoch firstEpoch.
+  shardIndex @5 :UInt32;
+  numShards @6 :UInt32 = 1;
+  firstEpoch @7 :UInt64;
 }
 
 struct Credit {

@@ -4,12 +4,15 @@
 //   ferry-dispatcher --listen HOST:PORT --work-dir DIR [--token-file F]
 //       [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] [--exit-when-idle]
 // Prints "listening on HOST:PORT" once ready. SIGTERM exits 0 (the state is on disk).
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <thread>
 
 #include "core/log.h"
-#include "ferry/internal/wire.h"
+#include "net/auth.h"
 #include "server/cli.h"
 #include "server/dispatcher_service.h"
 
@@ -19,17 +22,17 @@ int main(int argc, char** argv) {
   std::string token_file;
   CLI::App app{"ferry-dispatcher: Ferry's control plane (workers, jobs, splits, journal)", "ferry-dispatcher"};
   app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
-  app.add_option("--work-dir", o.work_dir, "directory of the journal (created if missing)")->required();
+  app.add_option("--work-dir", o.core.work_dir, "directory of the journal (created if missing)")->required();
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
-  app.add_option("--heartbeat-interval-ms", o.heartbeat_interval_ms, "heartbeat interval asked of workers")
+  app.add_option("--heartbeat-interval-ms", o.core.heartbeat_interval_ms, "heartbeat interval asked of workers")
       ->check(CLI::Range(10, 60000));
-  app.add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms, "a worker silent this long is declared dead")
+  app.add_option("--heartbeat-timeout-ms", o.core.heartbeat_timeout_ms, "a worker silent this long is declared dead")
       ->check(CLI::Range(50, 600000));
-  app.add_option("--leases-ahead", o.lease.max_outstanding, "splits a worker may hold un-acked per job")
+  app.add_option("--leases-ahead", o.core.lease.max_outstanding, "splits a worker may hold un-acked per job")
       ->check(CLI::Range(1, 1024));
-  app.add_flag("--exit-when-idle", o.exit_when_idle, "exit once every job has finished");
+  app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
-  auto token = ferry::internal::LoadToken(token_file);
+  auto token = ferry::net::LoadToken(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "ferry-dispatcher: %s\n", token.status().ToString().c_str());
     return 2;
@@ -44,17 +47,24 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
-  ferry::Log("serving on %s, journal in %s", (*service)->address().c_str(), o.work_dir.c_str());
-  if (o.exit_when_idle) {
-    std::thread([&] {
-      (*service)->WaitIdle();
+  ferry::Log("serving on %s, journal in %s", (*service)->address().c_str(), o.core.work_dir.c_str());
+  // Every job finished: stop as if told to (the signal is blocked in every thread, so
+  // WaitForTermination takes it). The service is then destroyed in order, its threads
+  // joined, before main returns: nothing runs while the process's statics go.
+  std::thread idle;
+  if (o.core.exit_when_idle) {
+    idle = std::thread([&service] {
+      if (!(*service)->WaitIdle()) return;
       ferry::Log("every job has finished: exiting (--exit-when-idle)");
-      std::exit(0);
-    }).detach();
+      ::kill(::getpid(), SIGTERM);
+    });
   }
   const int sig = ferry::WaitForTermination();
+  (*service)->StopWaiting();
+  if (idle.joinable()) idle.join();
   const auto st = (*service)->stats();
   ferry::Log("signal %d: exiting after %lld requests, %lld leases, %lld acks", sig, (long long)st.requests,
-             (long long)st.leases, (long long)st.acks);
+             (long long)st.core.leases, (long long)st.core.acks);
+  service->reset();
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/log.h"
-#include "ferry/internal/wire.h"
+#include "net/auth.h"
 #include "server/cli.h"
 #include "server/worker_service.h"
 
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferry-worker: --exit-when-idle needs --dispatcher\n\n%s", app.help().c_str());
     return 2;
   }
-  auto token = ferry::internal::LoadToken(token_file);
+  auto token = ferry::net::LoadToken(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "ferry-worker: %s\n", token.status().ToString().c_str());
     return 2;
@@ -60,21 +60,26 @@ int main(int argc, char** argv) {
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
   ferry::Log("serving on %s (%s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required");
+  // Every job finished: stop as if told to (the signal is blocked in every thread, so
+  // WaitForTermination takes it). The waiting thread is joined, and the service
+  // destroyed in order, before main returns.
+  std::thread idle;
   if (exit_when_idle) {
-    // Every job finished: stop as if told to (the signal is blocked in every thread,
-    // so WaitForTermination takes it).
-    std::thread([&service] {
-      (*service)->WaitIdle();
+    idle = std::thread([&service] {
+      if (!(*service)->WaitIdle()) return;
       ferry::Log("every job has finished: exiting");
       ::kill(::getpid(), SIGTERM);
-    }).detach();
+    });
   }
   const int sig = ferry::WaitForTermination();
+  (*service)->StopWaiting();
+  if (idle.joinable()) idle.join();
   ferry::Log("signal %d: draining", sig);
   (*service)->Drain();
   (*service)->WaitDrained();
   const auto st = (*service)->stats();
   ferry::Log("drained: %lld connections, %lld streams, %lld batches sent; exiting", (long long)st.connections,
              (long long)st.streams, (long long)st.batches_sent);
+  service->reset();
   return 0;
 }

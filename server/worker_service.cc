@@ -1,34 +1,35 @@
 #include "server/worker_service.h"
 
-#include <atomic>
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it in C++20
 
+#include <atomic>
 #include <boost/asio.hpp>
-#include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
-#include "core/hash.h"
 #include "core/log.h"
+#include "core/mutex.h"
 #include "data/dataset.h"
-#include "ferry/internal/connection.h"
-#include "server/listen.h"
-#include "ferry/internal/wire.h"
-#include "ferry/pipeline_spec.h"
+#include "net/address.h"
+#include "net/auth.h"
+#include "net/connection.h"
+#include "net/handshake.h"
+#include "net/listen.h"
 #include "pipeline/producer.h"
-#include "pipeline/split_plan.h"
-#include "server/dispatcher_link.h"
+#include "wire/codec.h"
+#include "worker/dispatcher_link.h"
+#include "worker/stream_setup.h"
+#include "worker/synthetic_source.h"
 
 namespace ferry {
 
-using internal::FrameConnection;
-using internal::InFrame;
-using internal::MessageType;
-using internal::OutFrame;
+using net::FrameConnection;
+using wire::InFrame;
+using wire::MessageType;
+using wire::OutFrame;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
@@ -37,10 +38,10 @@ class Session;
 class WorkerService::Impl {
  public:
   explicit Impl(const WorkerOptions& o)
-      : opts_(o), acceptor_(io_), buffers_(internal::DefaultBufferAllocator()), arena_(MakeDecodeArena(o.threads)) {}
+      : opts_(o), acceptor_(io_), buffers_(DefaultBufferAllocator()), arena_(MakeDecodeArena(o.threads)) {}
 
   Status Bind() {
-    FERRY_ASSIGN_OR_RETURN(address_, Listen(acceptor_, opts_.listen));
+    FERRY_ASSIGN_OR_RETURN(address_, net::Listen(acceptor_, opts_.listen));
     return Status::OK();
   }
 
@@ -52,26 +53,15 @@ class WorkerService::Impl {
     l.token = opts_.token;
     l.advertise = opts_.advertise;
     if (l.advertise.empty()) {
-      auto hp = internal::SplitHostPort(address_);
+      auto hp = net::SplitHostPort(address_);
       std::string host = hp->first;
       if (host == "0.0.0.0" || host == "::") host = asio::ip::host_name();
       l.advertise = host + ":" + std::to_string(hp->second);
     }
-    l.worker_id = opts_.worker_id.empty() ? l.advertise + "/" + RandomSuffix()
-                                          : opts_.worker_id;
+    l.worker_id = opts_.worker_id.empty() ? l.advertise + "/" + net::RandomHex(4) : opts_.worker_id;
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
     link_ = std::make_unique<DispatcherLink>(std::move(l));
     link_->Start();
-  }
-
-  static std::string RandomSuffix() {
-    static const char* hex = "0123456789abcdef";
-    std::string n = internal::RandomNonce(), out;
-    for (size_t i = 0; i < 4 && i < n.size(); ++i) {
-      out += hex[uint8_t(n[i]) >> 4];
-      out += hex[uint8_t(n[i]) & 15];
-    }
-    return out;
   }
 
   void Run() {
@@ -87,16 +77,18 @@ class WorkerService::Impl {
     // sessions (a session and its connection's handler refer to each other until
     // then). Stopping instead leaked every open session with its socket still open,
     // so clients never learned that the worker was gone, and its producer kept
-    // posting to a destroyed io_context.
-    link_.reset();  // no more leases
+    // posting to a destroyed io_context. The dispatcher link goes last: sessions on
+    // the io thread and the drain thread use it until they have stopped.
+    closing_ = true;
     if (drain_thread_.joinable()) drain_thread_.join();
     asio::post(io_, [this] { CloseAll(); });
     if (io_thread_.joinable()) io_thread_.join();
+    link_.reset();  // no more leases; the dispatcher finds the worker silent
     sessions_.clear();
     {
-      std::lock_guard<std::mutex> lock(reap_mu_);
+      MutexLock lock(&reap_mu_);
       reap_stop_ = true;
-      reap_cv_.notify_all();
+      reap_cv_.SignalAll();
     }
     if (reaper_.joinable()) reaper_.join();
   }
@@ -105,8 +97,8 @@ class WorkerService::Impl {
   void DrainStreams();
   void WaitDrained() {
     {
-      std::unique_lock<std::mutex> lock(drain_mu_);
-      drain_cv_.wait(lock, [&] { return drained_; });
+      MutexLock lock(&drain_mu_);
+      while (!drained_) drain_cv_.Wait(&drain_mu_);
     }
     if (link_) link_->Leave();
   }
@@ -114,13 +106,13 @@ class WorkerService::Impl {
   // Stops and destroys a producer off the io thread (Stop waits for its tasks).
   void Retire(std::unique_ptr<BatchProducer> p) {
     if (!p) return;
-    std::lock_guard<std::mutex> lock(reap_mu_);
+    MutexLock lock(&reap_mu_);
     reap_queue_.push_back(std::move(p));
-    reap_cv_.notify_all();
+    reap_cv_.SignalAll();
   }
 
   Result<std::shared_ptr<const Dataset>> OpenDatasetCached(const std::string& path) {
-    std::lock_guard<std::mutex> lock(datasets_mu_);
+    MutexLock lock(&datasets_mu_);
     auto it = datasets_.find(path);
     if (it != datasets_.end()) {
       if (auto ds = it->second.lock()) return ds;
@@ -136,7 +128,7 @@ class WorkerService::Impl {
   const WorkerOptions opts_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
-  std::shared_ptr<internal::BufferAllocator> buffers_;
+  std::shared_ptr<BufferAllocator> buffers_;
   std::shared_ptr<tbb::task_arena> arena_;
   asio::thread_pool blocking_{1};  // dataset listing off the io thread
   std::string address_;
@@ -146,6 +138,7 @@ class WorkerService::Impl {
   std::unique_ptr<DispatcherLink> link_;         // dispatcher mode; fixed after Run()
   std::thread drain_thread_;
   std::atomic<bool> drain_started_{false};
+  std::atomic<bool> closing_{false};  // the destructor runs: the drain thread gives up
   std::atomic<int> named_streams_{0};  // open streams by job name (dispatcher mode)
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
@@ -156,16 +149,16 @@ class WorkerService::Impl {
   void CloseAll();
   void CheckDrained() {
     if (!draining_ || !sessions_.empty()) return;
-    std::lock_guard<std::mutex> lock(drain_mu_);
+    MutexLock lock(&drain_mu_);
     drained_ = true;
-    drain_cv_.notify_all();
+    drain_cv_.SignalAll();
   }
   void Reap() {
     for (;;) {
       std::unique_ptr<BatchProducer> p;
       {
-        std::unique_lock<std::mutex> lock(reap_mu_);
-        reap_cv_.wait(lock, [&] { return reap_stop_ || !reap_queue_.empty(); });
+        MutexLock lock(&reap_mu_);
+        while (!reap_stop_ && reap_queue_.empty()) reap_cv_.Wait(&reap_mu_);
         if (reap_queue_.empty()) return;
         p = std::move(reap_queue_.front());
         reap_queue_.pop_front();
@@ -176,15 +169,15 @@ class WorkerService::Impl {
 
   std::thread io_thread_;
   std::thread reaper_;
-  std::mutex reap_mu_;
-  std::condition_variable reap_cv_;
-  std::deque<std::unique_ptr<BatchProducer>> reap_queue_;  // GUARDED_BY(reap_mu_)
-  bool reap_stop_ = false;                                   // GUARDED_BY(reap_mu_)
-  std::mutex datasets_mu_;
-  std::map<std::string, std::weak_ptr<const Dataset>> datasets_;  // GUARDED_BY(datasets_mu_)
-  std::mutex drain_mu_;
-  std::condition_variable drain_cv_;
-  bool drained_ = false;  // GUARDED_BY(drain_mu_)
+  Mutex reap_mu_;
+  CondVar reap_cv_;
+  std::deque<std::unique_ptr<BatchProducer>> reap_queue_ GUARDED_BY(reap_mu_);
+  bool reap_stop_ GUARDED_BY(reap_mu_) = false;
+  Mutex datasets_mu_;
+  std::map<std::string, std::weak_ptr<const Dataset>> datasets_ GUARDED_BY(datasets_mu_);
+  Mutex drain_mu_;
+  CondVar drain_cv_;
+  bool drained_ GUARDED_BY(drain_mu_) = false;
   std::unique_ptr<asio::steady_timer> drain_timer_;
 
   friend class WorkerService;
@@ -195,13 +188,12 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(WorkerService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<FrameConnection>(std::move(socket), ReceiveLimits(svc->opts_.limits),
-                                                svc->buffers_)),
+        conn_(std::make_shared<FrameConnection>(std::move(socket), ReceiveLimits(svc->opts_.limits), svc->buffers_)),
+        handshake_(svc->opts_.token, svc->opts_.id, "this worker", {wire::Role::kClient, wire::Role::kTool}),
         timer_(svc->io_) {}
 
   void Start() {
-    nonce_ = internal::RandomNonce();
-    conn_->Send(internal::EncodeChallenge({nonce_, !svc_->opts_.token.empty(), svc_->opts_.id}));
+    conn_->Send(handshake_.Challenge());
     auto self = shared_from_this();
     conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
     timer_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
@@ -218,7 +210,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (state_ == State::kStreaming) {
       if (producer_) producer_->StopPlanning();
       if (synthetic_) {
-        synth_left_ = 0;
+        synthetic_->Stop();
         producer_done_ = true;
         Pump();
       }
@@ -236,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Peers send a worker control messages only. A Batch header is refused before its
   // body is allocated: otherwise any peer, before authenticating, could make the
   // worker reserve up to limits.max_batch_bytes (4 GiB) per connection with 16 bytes.
-  static internal::FrameLimits ReceiveLimits(internal::FrameLimits limits) {
+  static wire::FrameLimits ReceiveLimits(wire::FrameLimits limits) {
     limits.max_batch_bytes = 0;
     return limits;
   }
@@ -266,100 +258,69 @@ class Session : public std::enable_shared_from_this<Session> {
       case State::kStreaming:
       case State::kEnding:
         if (f.header.type == MessageType::kCredit) {
-          Result<uint32_t> n = internal::DecodeCredit(f);
+          Result<uint32_t> n = wire::DecodeCredit(f);
           if (!n.ok()) return BadFrame(n.status());
           credits_ += *n;
           return Pump();
         }
-        return BadFrame(Status::InvalidArgument(std::string("unexpected ") + MessageTypeName(f.header.type) +
+        return BadFrame(Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(f.header.type) +
                                                 " while streaming"));
       default:
-        return BadFrame(Status::InvalidArgument(std::string("unexpected ") + MessageTypeName(f.header.type)));
+        return BadFrame(Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(f.header.type)));
     }
   }
 
   void OnHello(const InFrame& f) {
-    Result<internal::HelloMsg> h = internal::DecodeHello(f);
-    if (!h.ok()) return BadFrame(h.status());
-    if (!svc_->opts_.token.empty() && !internal::MacEquals(h->mac, internal::HelloMac(svc_->opts_.token, nonce_))) {
-      ++svc_->auth_failures_;
-      Log("refusing %s: %s", conn_->peer().c_str(), h->mac.empty() ? "no token presented" : "wrong token");
-      return Refuse(Status(StatusCode::kUnauthenticated,
-                           h->mac.empty() ? "this worker requires a token (--token-file or FERRY_TOKEN)"
-                                          : "wrong token"));
+    auto accepted = handshake_.OnHello(f);
+    if (!accepted.ok()) {
+      if (accepted.status().code() == StatusCode::kUnauthenticated) {
+        ++svc_->auth_failures_;
+        Log("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
+        return Refuse(accepted.status());
+      }
+      return BadFrame(accepted.status());
     }
-    peer_id_ = h->peer_id;
-    conn_->Send(internal::EncodeHelloOk(svc_->opts_.id));
+    conn_->Send(std::move(accepted->reply));
     state_ = State::kOpen;
   }
 
   void OnOpenStream(const InFrame& f) {
-    Result<internal::OpenStreamMsg> m = internal::DecodeOpenStream(f);
+    Result<wire::OpenStreamMsg> m = wire::DecodeOpenStream(f);
     if (!m.ok()) return BadFrame(m.status());
     if (m->by_name && !svc_->link_)
       return Refuse(Status::Unimplemented("this worker has no dispatcher (--dispatcher): give the job inline"));
     if (svc_->draining_) return Refuse(Status::Unavailable("worker is draining"));
-    msg_ = *m;
+    msg_ = std::move(*m);
     credits_ = msg_.credits;
     timer_.cancel();
     state_ = State::kOpening;
-    if (m->by_name) {
+    if (msg_.by_name) {
       if (msg_.consumer_id.empty()) return Refuse(Status::InvalidArgument("a stream by job name needs a consumer id"));
       feed_ = svc_->link_->Feed(msg_.job_name, msg_.consumer_id);
       svc_->link_->Want(msg_.job_name);
       if (feed_->held() == 0) svc_->link_->Poke();  // a consumer is waiting: ask for splits now
       return WaitForJob();
     }
-    const internal::JobSpecMsg& j = msg_.job;
-    if (j.batch_size == 0) return Refuse(Status::InvalidArgument("batch_size must be > 0"));
-    if (j.num_workers == 0 || j.worker_index >= j.num_workers)
-      return Refuse(Status::InvalidArgument("worker_index must be in [0, num_workers)"));
-    if (j.dataset_path.rfind("synthetic:", 0) == 0) return StartSynthetic();
-    Result<PipelineSpec> spec = PipelineSpec::FromJson(j.pipeline_json);
-    if (!spec.ok()) return Refuse(spec.status());
-    spec_ = *spec;
+    if (Status st = CheckInlineStream(msg_); !st.ok()) return Refuse(st);
+    if (msg_.job.synthetic()) return StartSynthetic();
     // Listing can take a second on ImageNet-sized trees: do it off the io thread.
     std::weak_ptr<Session> weak = weak_from_this();
     WorkerService::Impl* svc = svc_;
-    const std::string path = j.dataset_path;
+    const std::string path = msg_.job.dataset;
     asio::post(svc_->blocking_, [weak, svc, path] {
       auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(svc->OpenDatasetCached(path));
       asio::post(svc->io_, [weak, ds] {
-        if (auto self = weak.lock()) self->StartStream(std::move(*ds));
+        if (auto self = weak.lock()) self->StartInline(std::move(*ds));
       });
     });
   }
 
-  void StartStream(Result<std::shared_ptr<const Dataset>> ds) {
+  void StartInline(Result<std::shared_ptr<const Dataset>> ds) {
     if (state_ != State::kOpening) return;
     if (!ds.ok()) return Refuse(ds.status());
-    const internal::JobSpecMsg& j = msg_.job;
-    LoaderOptions o;
-    o.data = j.dataset_path;
-    o.pipeline = spec_;
-    o.batch_size = int(j.batch_size);
-    o.seed = j.seed;
-    o.shuffle = j.shuffle;
-    o.last_batch = j.last_batch == internal::WireLastBatch::kDrop  ? LastBatch::kDrop
-                   : j.last_batch == internal::WireLastBatch::kPad ? LastBatch::kPad
-                                                                   : LastBatch::kKeep;
-    o.epochs = j.epochs;
-    o.first_epoch = j.first_epoch;
-    o.shard_index = int(j.worker_index);
-    o.num_shards = int(j.num_workers);
-    if (j.fingerprint != 0) {
-      Fingerprinter f;
-      f.AddU64((*ds)->fingerprint());
-      f.AddU64(spec_.Fingerprint());
-      if (f.Finish() != j.fingerprint)
-        return Refuse(Status::FailedPrecondition("dataset fingerprint mismatch: this worker lists " + j.dataset_path +
-                                                 " differently from the client"));
-    }
-    std::unique_ptr<PlanSource> plan = std::make_unique<StaticShardPlan>((*ds)->size(), o);
-    if (msg_.resume_epoch > j.first_epoch || msg_.resume_batches_done > 0)
-      plan = std::make_unique<ResumePlan>(std::move(plan), msg_.resume_epoch, msg_.resume_batches_done);
-    last_epoch_ = j.epochs > 0 ? int64_t(j.first_epoch) + j.epochs - 1 : -1;
-    StartProducer(*ds, o.seed, o.batch_size, std::move(plan));
+    Result<StreamSource> source = InlineStream(msg_, std::move(*ds));
+    if (!source.ok()) return Refuse(source.status());
+    StartProducer(std::move(*source));
   }
 
   // A stream by job name (dispatcher mode): it serves the splits leased to this worker
@@ -376,42 +337,24 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (!job->status.ok()) return Refuse(job->status);
-    spec_ = job->spec;
-    if (job->config.mode == 1) return StartParallelEpochs(*job);
-    named_ = true;
-    ++svc_->named_streams_;
-    auto plan = std::make_unique<SplitPlan>(job->geometry(), feed_, feed_->Attach());
-    StartProducer(job->dataset, job->config.seed, job->config.batch_size, std::move(plan));
+    StreamSource source = NamedStream(*job, feed_, svc_->link_->worker_id());
+    if (source.splits) {
+      named_ = true;
+      ++svc_->named_streams_;
+    }
+    StartProducer(std::move(source));
   }
 
-  // parallel_epochs: this worker yields every epoch of the job by itself, its
-  // augmentation drawn from the job's seed mixed with the worker's id (so that workers
-  // differ, and a worker given a fixed --worker-id repeats itself).
-  void StartParallelEpochs(const WorkerJob& job) {
-    const internal::JobConfigMsg& c = job.config;
-    LoaderOptions o;
-    o.data = c.dataset;
-    o.pipeline = job.spec;
-    o.batch_size = c.batch_size;
-    Fingerprinter f;
-    f.AddU64(c.seed);
-    f.Add(svc_->link_->worker_id());
-    o.seed = f.Finish();
-    o.shuffle = c.shuffle;
-    o.last_batch = LastBatch(c.last_batch);
-    o.epochs = c.epochs;
-    last_epoch_ = c.epochs > 0 ? c.epochs - 1 : -1;
-    StartProducer(job.dataset, o.seed, o.batch_size, std::make_unique<StaticShardPlan>(job.dataset->size(), o));
-  }
-
-  void StartProducer(std::shared_ptr<const Dataset> dataset, uint64_t seed, int64_t batch_size,
-                     std::unique_ptr<PlanSource> plan) {
-    auto allocator = std::make_shared<PooledBatchAllocator>(batch_size, spec_.sample_bytes(),
+  void StartProducer(StreamSource source) {
+    spec_ = source.job.pipeline;
+    last_epoch_ = source.last_epoch;
+    auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(),
                                                             std::max(2, svc_->opts_.buffered_batches));
     std::weak_ptr<Session> weak = weak_from_this();
     asio::io_context* io = &svc_->io_;
     producer_ = std::make_unique<BatchProducer>(
-        std::move(dataset), spec_, seed, std::move(plan), std::move(allocator), svc_->arena_, /*max_in_flight=*/2,
+        std::move(source.dataset), spec_, source.job.seed, std::move(source.plan), std::move(allocator),
+        svc_->arena_, /*max_in_flight=*/2,
         [weak, io](ProducedBatch&& b) {
           auto shared = std::make_shared<ProducedBatch>(std::move(b));
           asio::post(*io, [weak, shared] {
@@ -432,7 +375,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnBatch(ProducedBatch&& b) {
     if (state_ != State::kStreaming) return;
-    internal::BatchFrameInput in;
+    wire::BatchFrameInput in;
     in.provenance = b.plan.provenance();
     in.rows = b.rows;
     in.valid = b.valid;
@@ -448,16 +391,16 @@ class Session : public std::enable_shared_from_this<Session> {
     epoch_batches_ = b.plan.batch_in_epoch + 1;
     epoch_samples_ += b.valid;
     // Even an empty batch (all its files bad) goes out: it carries the skips.
-    out_.push_back({internal::EncodeBatch(in), true});
+    out_.push_back({wire::EncodeBatch(in), true});
     // Named streams carry splits, not whole epochs: the client tracks epochs itself.
     if (b.plan.last_in_epoch && !named_) QueueEndOfEpoch(b.plan.epoch);
     Pump();
   }
 
   void QueueEndOfEpoch(uint64_t epoch) {
-    internal::EndOfEpochMsg e{epoch, epoch_batches_, epoch_samples_, int64_t(epoch) == last_epoch_};
+    wire::EndOfEpochMsg e{epoch, epoch_batches_, epoch_samples_, int64_t(epoch) == last_epoch_};
     if (e.last) final_eoe_queued_ = true;
-    out_.push_back({internal::EncodeEndOfEpoch(e), false});
+    out_.push_back({wire::EncodeEndOfEpoch(e), false});
     epoch_batches_ = epoch_samples_ = 0;
   }
 
@@ -482,77 +425,38 @@ class Session : public std::enable_shared_from_this<Session> {
       state_ = State::kEnding;
       if (!producer_status_.ok()) {
         Log("stream for %s failed: %s", conn_->peer().c_str(), producer_status_.ToString().c_str());
-        conn_->Send(internal::EncodeError(producer_status_));
+        conn_->Send(wire::EncodeError(producer_status_));
       } else if (named_ && !draining_) {
         // Its feed was taken over by a newer stream of the same consumer.
-        conn_->Send(internal::EncodeError(Status::Cancelled("superseded by a newer stream of the same consumer")));
+        conn_->Send(wire::EncodeError(Status::Cancelled("superseded by a newer stream of the same consumer")));
       } else if (draining_ && !final_eoe_queued_) {
-        conn_->Send(internal::EncodeError(Status::Unavailable("worker is draining; stream ended early")));
+        conn_->Send(wire::EncodeError(Status::Unavailable("worker is draining; stream ended early")));
       } else if (!final_eoe_queued_) {
-        conn_->Send(internal::EncodeEndOfEpoch({last_epoch_ >= 0 ? uint64_t(last_epoch_) : 0, 0, 0, true}));
+        conn_->Send(wire::EncodeEndOfEpoch({last_epoch_ >= 0 ? uint64_t(last_epoch_) : 0, 0, 0, true}));
       }
       conn_->CloseAfterWrites();
     }
   }
 
-  // Synthetic source (ferry-bench transport): "synthetic:BYTES:BATCHES" serves ready-made
-  // batches of BYTES image bytes, BATCHES per epoch, from one pre-filled buffer: the
-  // transport measured without any decoding.
+  // Synthetic source (ferry-bench transport): ready-made batches, no producer.
   void StartSynthetic() {
-    const internal::JobSpecMsg& j = msg_.job;
-    unsigned long long bytes = 0, batches = 0;
-    if (std::sscanf(j.dataset_path.c_str(), "synthetic:%llu:%llu", &bytes, &batches) != 2 || bytes == 0 ||
-        batches == 0 || batches > (1ull << 40) || bytes % j.batch_size != 0 || bytes > (1ull << 32))
-      return Refuse(Status::InvalidArgument("synthetic dataset must be synthetic:BYTES:BATCHES, BYTES a multiple of batch_size"));
-    synthetic_ = true;
-    synth_bytes_ = bytes;
-    synth_per_epoch_ = int64_t(batches);
-    synth_left_ =
-        j.epochs > 0 && synth_per_epoch_ <= INT64_MAX / j.epochs ? synth_per_epoch_ * j.epochs : INT64_MAX;
-    last_epoch_ = j.epochs > 0 ? int64_t(j.first_epoch) + j.epochs - 1 : -1;
-    const size_t rows = j.batch_size;
-    // [images | labels | indices], each part 64-byte aligned: EncodeBatch needs each
-    // tensor word-aligned (Cap'n Proto refuses, with an exception, to reference
-    // unaligned external data) and readable up to its last whole word.
-    synth_labels_offset_ = (bytes + 63) / 64 * 64;
-    const size_t total = synth_labels_offset_ + 2 * rows * sizeof(int64_t);
-    void* p = std::aligned_alloc(64, (total + 63) / 64 * 64);
-    if (p == nullptr) return Refuse(Status::ResourceExhausted("cannot allocate the synthetic batch"));
-    std::memset(p, 0x5a, bytes);
-    synth_buf_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-    std::memset(static_cast<uint8_t*>(p) + bytes, 0, synth_labels_offset_ - bytes);
-    auto* ints = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(p) + synth_labels_offset_);
-    for (size_t i = 0; i < rows; ++i) ints[i] = ints[rows + i] = int64_t(i);
+    auto source = SyntheticSource::Create(msg_);
+    if (!source.ok()) return Refuse(source.status());
+    synthetic_ = std::move(*source);
     state_ = State::kStreaming;
     ++svc_->streams_;
     Pump();
   }
 
   void SyntheticFill() {
-    const internal::JobSpecMsg& j = msg_.job;
     // Keep a few frames queued beyond the credits, like the real producer does.
-    while (synth_left_ > 0 && int64_t(out_.size()) < std::max<int64_t>(2, credits_ + 1)) {
-      internal::BatchFrameInput in;
-      const int64_t rows = j.batch_size;
-      in.provenance.epoch = j.first_epoch + uint64_t(synth_sent_ / synth_per_epoch_);
-      in.provenance.batch_in_epoch = synth_sent_ % synth_per_epoch_;
-      in.provenance.last_in_epoch = in.provenance.batch_in_epoch + 1 == synth_per_epoch_;
-      in.rows = in.valid = rows;
-      in.image_dtype = DType::kUint8;
-      in.image_dims = {1, 1, int64_t(synth_bytes_) / rows};
-      auto* base = static_cast<uint8_t*>(synth_buf_.get());
-      in.images = base;
-      in.labels = reinterpret_cast<const int64_t*>(base + synth_labels_offset_);
-      in.indices = in.labels + rows;
-      in.owner = synth_buf_;
-      out_.push_back({internal::EncodeBatch(in), true});
-      epoch_batches_ = in.provenance.batch_in_epoch + 1;
-      epoch_samples_ += rows;
-      if (in.provenance.last_in_epoch) QueueEndOfEpoch(in.provenance.epoch);
-      ++synth_sent_;
-      --synth_left_;
+    while (!synthetic_->done() && int64_t(out_.size()) < std::max<int64_t>(2, credits_ + 1)) {
+      std::optional<SyntheticSource::Frame> f = synthetic_->Next();
+      if (!f) break;
+      if (f->last) final_eoe_queued_ = true;
+      out_.push_back({std::move(f->frame), f->needs_credit});
     }
-    if (synth_left_ == 0) producer_done_ = true;
+    if (synthetic_->done()) producer_done_ = true;
   }
 
   void BadFrame(const Status& s) {
@@ -566,7 +470,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (state_ == State::kClosed || state_ == State::kEnding) return;
     state_ = State::kEnding;
     timer_.cancel();
-    conn_->Send(internal::EncodeError(s));
+    conn_->Send(wire::EncodeError(s));
     conn_->CloseAfterWrites();
     if (producer_) svc_->Retire(std::move(producer_));
   }
@@ -583,12 +487,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   WorkerService::Impl* svc_;
   std::shared_ptr<FrameConnection> conn_;
+  net::ServerHandshake handshake_;
   asio::steady_timer timer_;
   State state_ = State::kHello;
-  std::string nonce_, peer_id_;
-  internal::OpenStreamMsg msg_;
+  wire::OpenStreamMsg msg_;
   PipelineSpec spec_;
   std::unique_ptr<BatchProducer> producer_;
+  std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams
   bool named_ = false;
   std::deque<Outgoing> out_;
@@ -596,15 +501,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool producer_done_ = false, draining_ = false, final_eoe_queued_ = false;
   Status producer_status_;
   int64_t last_epoch_ = -1, epoch_batches_ = 0, epoch_samples_ = 0;
-  // Synthetic source.
-  bool synthetic_ = false;
-  size_t synth_bytes_ = 0, synth_labels_offset_ = 0;
-  int64_t synth_per_epoch_ = 1, synth_left_ = 0, synth_sent_ = 0;
-  std::shared_ptr<void> synth_buf_;
 };
 
 void WorkerService::Impl::Accept() {
-  AcceptLoop(acceptor_, [this] { return !draining_ && !stopping_; }, [this](tcp::socket socket) {
+  net::AcceptLoop(acceptor_, [this] { return !draining_ && !stopping_; }, [this](tcp::socket socket) {
     ++connections_;
     auto s = std::make_shared<Session>(this, std::move(socket));
     sessions_.insert(s);
@@ -645,7 +545,7 @@ void WorkerService::Impl::Drain() {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(opts_.drain_timeout_s * 1000));
       auto last_consumer = std::chrono::steady_clock::now();
       bool drained = false;
-      while (!drained && std::chrono::steady_clock::now() < deadline) {
+      while (!drained && !closing_ && std::chrono::steady_clock::now() < deadline) {
         drained = link_->WaitDrained(0.1);
         if (named_streams_ > 0) last_consumer = std::chrono::steady_clock::now();
         if (!drained && std::chrono::steady_clock::now() - last_consumer > std::chrono::seconds(1)) {
@@ -695,8 +595,9 @@ WorkerService::~WorkerService() = default;
 std::string WorkerService::address() const { return impl_->address_; }
 void WorkerService::Drain() { impl_->Drain(); }
 void WorkerService::WaitDrained() { impl_->WaitDrained(); }
-void WorkerService::WaitIdle() {
-  if (impl_->link_) impl_->link_->WaitIdle();
+bool WorkerService::WaitIdle() { return impl_->link_ ? impl_->link_->WaitIdle() : false; }
+void WorkerService::StopWaiting() {
+  if (impl_->link_) impl_->link_->StopWaitingIdle();
 }
 WorkerService::Stats WorkerService::stats() const {
   return {impl_->connections_.load(), impl_->streams_.load(), impl_->batches_sent_.load(), impl_->bad_frames_.load(),

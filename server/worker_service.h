@@ -1,11 +1,13 @@
-// WorkerService: the data plane of ferry-worker. It accepts client connections,
-// authenticates them, and serves one stream per connection: the pipeline runs the
-// stream's job on the worker's shared TBB arena and the batches are pushed to the
-// client as frames, one per credit.
+// WorkerService: ferry-worker's transport adapter. It accepts client connections,
+// runs the handshake (net/handshake.h), and serves one stream per connection: what
+// the stream serves is decided in lib/worker/stream_setup.h, the pipeline runs it on
+// the worker's shared TBB arena, and the batches go to the client as frames, one per
+// credit. In dispatcher mode its DispatcherLink (lib/worker) leases the splits.
 //
-// Per connection (all on the io thread, see FrameConnection):
-//   accept -> Challenge -> Hello (HMAC checked when a token is set) -> HelloOk
-//   -> OpenStream (inline job) -> Batch... with EndOfEpoch after each epoch
+// Per connection (all on the io thread, see net/connection.h):
+//   accept -> Challenge -> Hello -> HelloOk
+//   -> OpenStream (inline job, or a dispatcher job by name) -> Batch... with
+//      EndOfEpoch after each epoch of an inline job
 //   -> (client closes) or Error + close.
 // Memory per stream is bounded: at most `buffered_batches` batch buffers exist for it
 // (being filled, queued or being written); with no credits the stream's producer
@@ -17,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "ferry/internal/frame.h"
+#include "wire/frame.h"
 #include "ferry/status.h"
 
 namespace ferry {
@@ -26,7 +28,7 @@ struct WorkerOptions {
   std::string listen = "127.0.0.1:0";
   int threads = 0;                 // decode threads shared by all streams (0 = all cores)
   std::string token;               // shared secret; empty = no authentication
-  internal::FrameLimits limits;
+  wire::FrameLimits limits;
   double handshake_timeout_s = 10; // time allowed for Hello and OpenStream
   int buffered_batches = 4;        // per stream: batches being filled, queued or sent
   double drain_timeout_s = 60;     // Drain(): how long to wait for clients to read
@@ -54,8 +56,11 @@ class WorkerService {
   // until the consumers acknowledge them (or drain_timeout_s), and WaitDrained()
   // then tells the dispatcher the worker is leaving.
   void WaitDrained();
-  // Dispatcher mode: blocks until the dispatcher says every job has finished.
-  void WaitIdle();
+  // Dispatcher mode: blocks until the dispatcher says every job has finished and
+  // returns true, or until StopWaiting() and returns false (at once without a
+  // dispatcher). Join a thread that waits here before destroying the service.
+  bool WaitIdle();
+  void StopWaiting();
 
   struct Stats {
     int64_t connections = 0, streams = 0, batches_sent = 0, bad_frames = 0, auth_failures = 0;

@@ -118,6 +118,24 @@ class Child {
   std::string out_, err_;
 };
 
+// Waits (up to 20 s) for a daemon's "listening on HOST:PORT" line on stdout; returns
+// the address, or "" (with a test failure naming `what`) if it never came.
+inline std::string WaitForListening(const Child& c, const std::string& what) {
+  std::string addr;
+  const bool up = WaitFor(
+      [&] {
+        const std::string out = c.out();
+        const size_t at = out.find("listening on ");
+        const size_t end = out.find('\n', at);
+        if (at == std::string::npos || end == std::string::npos) return false;
+        addr = out.substr(at + 13, end - at - 13);
+        return true;
+      },
+      20);
+  EXPECT_TRUE(up) << what << " did not start: " << c.err();
+  return addr;
+}
+
 // A port that was free a moment ago (the kernel's choice for port 0).
 inline int FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -1,40 +1,67 @@
 #!/usr/bin/env bash
-# Every test Ferry has, from a fresh Debian 12 machine: set-up (packages, Release
-# build, sample dataset), the C++ suites (ctest), the Python suites (pytest with
-# /usr/bin/python3), the example training loop, a short libFuzzer run over the frame
-# and message parsers (Clang), then the same C++ suites built with ASan+UBSan.
-#   bash tests/run_all.sh            # everything
-#   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh   # skip the sanitizer build
+# Every test Ferry has, from a fresh Debian 12 machine:
+#   1. set-up (packages, Release build, sample dataset: bench/setup.sh);
+#   2. the C++ suites (ctest), in-process and with real processes;
+#   3. the installed package: `cmake --install`, then an unrelated CMake project that
+#      does find_package(ferry) and reads an epoch from a real ferry-worker;
+#   4. the Python suites (pytest with /usr/bin/python3) and the example training loop;
+#   5. a short libFuzzer run over the frame and message parsers (Clang);
+#   6. the C++ suites again built with ASan+UBSan (GCC);
+#   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
+#      the locking annotations are checked in the same build).
+#   bash tests/run_all.sh                       # everything
+#   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh # skip both sanitizer builds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash bench/setup.sh
 
 build=${FERRY_BUILD_DIR:-build}
+data="$PWD/${FERRY_DATA_DIR:-data}/sample"
 jobs=${FERRY_JOBS:-$(nproc)}
 
 echo "== ctest (Release)"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
+echo "== installed package (tests/install: find_package(ferry) in an unrelated project)"
+bash tests/install/run.sh "$build" "$data"
+
 echo "== pytest"
 FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
-  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" \
+  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 echo "== example training loop (client/examples/train_resnet.py)"
 start=$(date +%s)
 PYTHONPATH="$PWD/$build/python" timeout 120 /usr/bin/python3 client/examples/train_resnet.py \
-  --data "${FERRY_DATA_DIR:-data}/sample" --steps 12 | tee /tmp/ferry-train-example.log | tail -4
+  --data "$data" --steps 12 | tee /tmp/ferry-train-example.log | tail -4
 grep -q '^verdict: ' /tmp/ferry-train-example.log
 echo "example training loop: $(( $(date +%s) - start )) s"
 
 echo "== fuzz (frame and message parsers, ${FERRY_FUZZ_SECONDS:-30} s)"
 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
-if [[ -z "${FERRY_SKIP_SANITIZE:-}" ]]; then
-  echo "== ctest (ASan+UBSan)"
-  asan=${build}-asan
-  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON -DFERRY_BUILD_PYTHON=OFF >/dev/null
-  cmake --build "$asan" -j "$jobs"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir "$asan" --output-on-failure -j "$jobs"
+if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then
+  exit 0
 fi
+
+# The sanitizer builds need no benchmarks or Python binding: only the suites and the
+# programs they run.
+sanitized_suites() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF \
+    -DFERRY_SAMPLE_DATA="$data" "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+echo "== ctest (ASan+UBSan)"
+asan=${build}-asan
+sanitized_suites "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$asan" --output-on-failure -j "$jobs"
+
+echo "== ctest (TSan, Clang with -Werror=thread-safety)"
+tsan=${build}-tsan
+CC=clang CXX=clang++ sanitized_suites "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TSAN=ON -DFERRY_WERROR=ON
+TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir "$tsan" --output-on-failure -j "$jobs" --timeout 900

@@ -38,26 +38,26 @@ int Usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   ferry::ClientOptions o;
-  o.batch_size = 64;
+  o.job.batch_size = 64;
   std::string pipeline = "imagenet-train";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return Usage(argv[0]);
     const std::string v = argv[++i];
     if (a == "--workers") o.workers = Split(v);
-    else if (a == "--data") o.data = v;
+    else if (a == "--data") o.job.dataset = v;
     else if (a == "--pipeline") pipeline = v;
-    else if (a == "--batch-size") o.batch_size = std::atoi(v.c_str());
+    else if (a == "--batch-size") o.job.batch_size = std::atoi(v.c_str());
     else if (a == "--token-file") o.token_file = v;
     else return Usage(argv[0]);
   }
-  if (o.workers.empty() || o.data.empty()) return Usage(argv[0]);
+  if (o.workers.empty() || o.job.dataset.empty()) return Usage(argv[0]);
   auto spec = ferry::PipelineSpec::Parse(pipeline);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
     return 2;
   }
-  o.pipeline = *spec;
+  o.job.pipeline = *spec;
 
   auto client = ferry::Client::Connect(o);
   if (!client.ok()) {

@@ -124,7 +124,7 @@ class PyIterator {
   int64_t JobSamples(double seconds) const {
     auto* c = dynamic_cast<Client*>(it_.get());
     if (c == nullptr) return -1;
-    std::optional<internal::JobConfigMsg> info;
+    std::optional<JobSpec> info;
     {
       py::gil_scoped_release release;
       info = c->JobInfo(seconds);
@@ -141,12 +141,7 @@ class PyIterator {
   std::unique_ptr<BatchIterator> it_;
 };
 
-LastBatch ToLastBatch(const std::string& s) {
-  bool ok = false;
-  LastBatch l = ParseLastBatch(s, &ok);
-  if (!ok) throw py::value_error("last_batch must be 'drop', 'pad' or 'keep', not '" + s + "'");
-  return l;
-}
+LastBatch ToLastBatch(const std::string& s) { return Check(ParseLastBatch(s)); }
 
 PipelineSpec ToSpec(const std::string& pipeline) { return Check(PipelineSpec::Parse(pipeline)); }
 
@@ -154,13 +149,13 @@ std::unique_ptr<PyIterator> OpenLocal(const std::string& data, const std::string
                                       uint64_t seed, bool shuffle, const std::string& last_batch, int64_t epochs,
                                       uint64_t first_epoch, int64_t resume_batches, int threads, int prefetch) {
   LoaderOptions o;
-  o.data = data;
-  o.pipeline = ToSpec(pipeline);
-  o.batch_size = batch_size;
-  o.seed = seed;
-  o.shuffle = shuffle;
-  o.last_batch = ToLastBatch(last_batch);
-  o.epochs = epochs;
+  o.job.dataset = data;
+  o.job.pipeline = ToSpec(pipeline);
+  o.job.batch_size = batch_size;
+  o.job.seed = seed;
+  o.job.shuffle = shuffle;
+  o.job.last_batch = ToLastBatch(last_batch);
+  o.job.epochs = epochs;
   o.first_epoch = first_epoch;
   o.resume_batches = resume_batches;
   o.threads = threads;
@@ -183,20 +178,20 @@ std::unique_ptr<PyIterator> Connect(const std::vector<std::string>& workers, con
   o.workers = workers;
   o.dispatcher = dispatcher;
   o.job_name = job_name;
-  o.data = data;
-  o.pipeline = ToSpec(pipeline);
-  o.batch_size = batch_size;
-  o.seed = seed;
-  o.shuffle = shuffle;
-  o.last_batch = ToLastBatch(last_batch);
-  o.epochs = epochs;
+  o.job.dataset = data;
+  o.job.pipeline = ToSpec(pipeline);
+  o.job.batch_size = batch_size;
+  o.job.seed = seed;
+  o.job.shuffle = shuffle;
+  o.job.last_batch = ToLastBatch(last_batch);
+  o.job.epochs = epochs;
+  o.job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
+  o.job.batches_per_split = batches_per_split;
   o.first_epoch = first_epoch;
   o.credits = credits;
   o.token_file = token_file;
   o.consumer_id = consumer_id;
-  o.deterministic = deterministic;
   o.resume_state = resume_state;
-  o.batches_per_split = batches_per_split;
   return std::make_unique<PyIterator>(Check(Client::Connect(o)));
 }
 

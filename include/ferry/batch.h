@@ -18,13 +18,6 @@
 
 namespace ferry {
 
-// What happens to an epoch's final short batch.
-enum class LastBatch : uint8_t {
-  kDrop,  // the epoch's final short batch is not delivered
-  kPad,   // it is padded to batch_size with padding rows (label -1, index -1, zeros)
-  kKeep,  // it is delivered short
-};
-
 struct BatchProvenance {
   uint64_t epoch = 0;
   int64_t batch_in_epoch = 0;  // position of this batch in the epoch's batch order

@@ -15,26 +15,22 @@
 #include <string>
 
 #include "ferry/iterator.h"
-#include "ferry/pipeline_spec.h"
+#include "ferry/job.h"
 
 namespace ferry {
 
-
 struct LoaderOptions {
-  std::string data;  // an ImageFolder root, a .tsv list, or .tar shards (see OpenDataset)
-  PipelineSpec pipeline = PipelineSpec::ImagenetTrain();
-  int batch_size = 256;
-  uint64_t seed = 0;
-  bool shuffle = true;
-  LastBatch last_batch = LastBatch::kDrop;
-  int64_t epochs = 1;       // <= 0: forever
-  uint64_t first_epoch = 0;
+  // The job: dataset (an ImageFolder root, a .tsv list, or .tar shards), pipeline,
+  // seed, shuffle, epochs, batch size and last-batch policy. Its dispatcher fields
+  // (mode, ordering, batches_per_split) have no meaning in-process.
+  JobSpec job;
   int threads = 0;          // decode threads (the TBB arena's size); 0 = all cores
   int prefetch = 2;         // batches produced ahead of the consumer (>= 1)
-  // Static sharding of each epoch's permutation: this loader takes every
-  // num_shards-th sample starting at shard_index.
+  // Static sharding of each epoch's order: this loader takes every num_shards-th
+  // sample starting at shard_index.
   int shard_index = 0;
   int num_shards = 1;
+  uint64_t first_epoch = 0;
   // Exact resume: the first `resume_batches` batches of `first_epoch` (by their
   // batch_in_epoch) were yielded before; start after them.
   int64_t resume_batches = 0;
@@ -62,8 +58,6 @@ class Loader : public BatchIterator {
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-LastBatch ParseLastBatch(const std::string& s, bool* ok);
 
 }  // namespace ferry
 

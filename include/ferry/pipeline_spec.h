@@ -67,6 +67,9 @@ struct PipelineSpec {
   std::string ToJson() const;
   // A stable identity of the spec for dataset fingerprints.
   uint64_t Fingerprint() const;
+  // Equal when they produce the same pixels: the canonical JSON forms are equal
+  // (parameters of ops a spec does not use do not count).
+  bool operator==(const PipelineSpec& other) const { return ToJson() == other.ToJson(); }
 
   static Result<PipelineSpec> FromJson(std::string_view json);
   // "imagenet-train", "imagenet-eval", or a JSON object (starts with '{'), or a path to

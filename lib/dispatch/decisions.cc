@@ -11,7 +11,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   if (wt == state.workers().end() || wt->second.draining) return out;
   const auto held = state.LeasesOf(worker);
   for (const auto& [name, j] : state.jobs()) {
-    if (j.finished() || j.consumers.empty() || j.config.mode != ProcessingMode::kDistributedEpoch) continue;
+    if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
     auto h = held.find(name);
     int budget = policy.max_outstanding - (h == held.end() ? 0 : int(h->second.size()));
     if (budget <= 0) continue;
@@ -24,14 +24,14 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       }
     }
     LeaseSplits lease{name, worker, {}};
-    const int64_t per_epoch = j.config.SplitsPerEpoch();
+    const int64_t per_epoch = j.spec.SplitsPerEpoch();
     const uint64_t last = j.first_open + 1;  // look one epoch ahead at most
     // At the tail of the job, share what is left: a worker takes at most its fair
     // share of the pending splits, so that none holds several of the last splits while
     // another idles (the job would end one worker-split late).
-    if (j.config.epochs > 0 && last + 1 >= uint64_t(j.config.epochs)) {
+    if (j.spec.epochs > 0 && last + 1 >= uint64_t(j.spec.epochs)) {
       int64_t pending = 0;
-      for (uint64_t epoch = j.first_open; epoch <= last && epoch < uint64_t(j.config.epochs); ++epoch) {
+      for (uint64_t epoch = j.first_open; epoch <= last && epoch < uint64_t(j.spec.epochs); ++epoch) {
         auto et = j.epochs.find(epoch);
         if (et == j.epochs.end()) {
           pending += per_epoch;
@@ -45,7 +45,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       budget = int(std::min<int64_t>(budget, std::max<int64_t>(1, share)));
     }
     for (uint64_t epoch = j.first_open; epoch <= last && budget > 0; ++epoch) {
-      if (j.config.epochs > 0 && epoch >= uint64_t(j.config.epochs)) break;
+      if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) break;
       auto et = j.epochs.find(epoch);
       for (int64_t s = 0; s < per_epoch && budget > 0; ++s) {
         std::string consumer;
@@ -54,7 +54,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           consumer = et->second.consumer[size_t(s)];
         }
         if (consumer.empty()) {
-          if (j.config.ordering == Ordering::kDeterministic) {
+          if (j.spec.ordering == Ordering::kDeterministic) {
             consumer = j.consumers[size_t(s) % j.consumers.size()];
           } else {
             consumer = std::min_element(in_flight.begin(), in_flight.end(), [](const auto& a, const auto& b) {
@@ -89,7 +89,7 @@ std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::se
   std::vector<RemoveJob> out;
   for (const auto& [name, j] : state.jobs()) {
     // parallel_epochs jobs have no splits to finish: they end with their consumers.
-    const bool done = j.finished() || j.config.mode == ProcessingMode::kParallelEpochs;
+    const bool done = j.finished() || j.spec.mode == ProcessingMode::kParallelEpochs;
     if (done && !jobs_in_use.count(name)) out.push_back({name});
   }
   return out;

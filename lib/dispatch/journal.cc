@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "wire/codec.h"
+
 namespace ferry::dispatch {
 
 namespace {
@@ -84,42 +86,11 @@ uint32_t Crc32(const std::string& data) {
   return c ^ 0xFFFFFFFFu;
 }
 
-void PutConfig(Writer& w, const JobConfig& c) {
-  w.Str(c.name);
-  w.Str(c.dataset);
-  w.Str(c.pipeline_json);
-  w.U64(c.seed);
-  w.U64(c.shuffle);
-  w.I64(c.epochs);
-  w.I64(c.batch_size);
-  w.U64(uint64_t(c.last_batch));
-  w.U64(uint64_t(c.mode));
-  w.U64(uint64_t(c.ordering));
-  w.I64(c.batches_per_split);
-  w.I64(c.num_samples);
-  w.U64(c.fingerprint);
-}
-
-bool GetConfig(Reader& r, JobConfig* c) {
-  uint64_t shuffle, lb, mode, ord;
-  int64_t bs, bps;
-  if (!(r.Str(&c->name) && r.Str(&c->dataset) && r.Str(&c->pipeline_json) && r.U64(&c->seed) && r.U64(&shuffle) &&
-        r.I64(&c->epochs) && r.I64(&bs) && r.U64(&lb) && r.U64(&mode) && r.U64(&ord) && r.I64(&bps) &&
-        r.I64(&c->num_samples) && r.U64(&c->fingerprint)))
-    return false;
-  if (lb > 2 || mode > 1 || ord > 1 || bs <= 0 || bs > INT32_MAX || bps <= 0 || bps > INT32_MAX) return false;
-  c->shuffle = shuffle != 0;
-  c->batch_size = int32_t(bs);
-  c->last_batch = LastBatch(lb);
-  c->mode = ProcessingMode(mode);
-  c->ordering = Ordering(ord);
-  c->batches_per_split = int32_t(bps);
-  return true;
-}
-
+// Tag 1 was CreateJob with a job encoding of its own (before one JobSpec travelled
+// everywhere): such a journal is refused with a clear error rather than misread.
 enum Tag : uint64_t {
-  kCreateJob = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress, kRestoreConsumer,
+  kCreateJobV1 = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
+  kJobProgress, kRestoreConsumer, kCreateJob,
 };
 
 constexpr uint64_t kMaxListed = 1 << 24;
@@ -214,7 +185,8 @@ std::string EncodeUpdate(const Update& u) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, CreateJob>) {
           w.U64(kCreateJob);
-          PutConfig(w, x.config);
+          w.Str(x.name);
+          w.Str(wire::EncodeJobBytes(x.spec));  // the wire's Job: one encoding of a job
         } else if constexpr (std::is_same_v<T, AddConsumer>) {
           w.U64(kAddConsumer);
           w.Str(x.job);
@@ -280,10 +252,17 @@ Result<Update> DecodeUpdate(const std::string& bytes) {
   switch (tag) {
     case kCreateJob: {
       CreateJob x;
-      if (!GetConfig(r, &x.config)) return bad();
+      std::string job;
+      if (!r.Str(&x.name) || !r.Str(&job)) return bad();
+      auto spec = wire::DecodeJobBytes(job);
+      if (!spec.ok()) return Status::DataLoss("malformed job in the journal: " + spec.status().message());
+      x.spec = std::move(*spec);
       u = std::move(x);
       break;
     }
+    case kCreateJobV1:
+      return Status::DataLoss(
+          "the journal was written by an older Ferry (job format 1); start the dispatcher with an empty --work-dir");
     case kAddConsumer: {
       AddConsumer x;
       if (!r.Str(&x.job) || !r.Str(&x.consumer)) return bad();

@@ -4,31 +4,7 @@
 
 namespace ferry::dispatch {
 
-int64_t JobConfig::BatchesPerEpoch() const {
-  if (batch_size <= 0) return 0;
-  const int64_t full = num_samples / batch_size;
-  return full + ((num_samples % batch_size) != 0 && last_batch != LastBatch::kDrop ? 1 : 0);
-}
-
-int64_t JobConfig::SplitsPerEpoch() const {
-  const int64_t b = BatchesPerEpoch();
-  const int64_t k = std::max(1, batches_per_split);
-  return (b + k - 1) / k;
-}
-
-std::pair<int64_t, int64_t> JobConfig::SplitBatches(int64_t s) const {
-  const int64_t k = std::max(1, batches_per_split);
-  return {s * k, std::min((s + 1) * k, BatchesPerEpoch())};
-}
-
-bool JobConfig::operator==(const JobConfig& o) const {
-  return name == o.name && dataset == o.dataset && pipeline_json == o.pipeline_json && seed == o.seed &&
-         shuffle == o.shuffle && epochs == o.epochs && batch_size == o.batch_size && last_batch == o.last_batch &&
-         mode == o.mode && ordering == o.ordering && batches_per_split == o.batches_per_split &&
-         num_samples == o.num_samples && fingerprint == o.fingerprint;
-}
-
-bool JobState::finished() const { return config.epochs > 0 && first_open >= uint64_t(config.epochs); }
+bool JobState::finished() const { return spec.epochs > 0 && first_open >= uint64_t(spec.epochs); }
 
 bool JobState::HasConsumer(const std::string& c) const {
   return std::find(consumers.begin(), consumers.end(), c) != consumers.end();
@@ -43,11 +19,11 @@ namespace {
 
 EpochState* OpenEpoch(JobState& j, uint64_t epoch) {
   if (epoch < j.first_open) return nullptr;
-  if (j.config.epochs > 0 && epoch >= uint64_t(j.config.epochs)) return nullptr;
+  if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) return nullptr;
   auto it = j.epochs.find(epoch);
   if (it != j.epochs.end()) return &it->second;
   EpochState e;
-  const size_t n = size_t(j.config.SplitsPerEpoch());
+  const size_t n = size_t(j.spec.SplitsPerEpoch());
   e.status.assign(n, SplitStatus::kPending);
   e.worker.assign(n, std::string());
   e.consumer.assign(n, std::string());
@@ -76,9 +52,9 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
   std::set<SplitRef> seen;
   for (const LeasedSplit& l : u.splits) {
     if (!j.HasConsumer(l.consumer)) return Status::NotFound("lease: no consumer " + l.consumer + " in " + u.job);
-    if (l.ref.epoch < j.first_open || (j.config.epochs > 0 && l.ref.epoch >= uint64_t(j.config.epochs)))
+    if (l.ref.epoch < j.first_open || (j.spec.epochs > 0 && l.ref.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("lease: epoch out of range");
-    if (l.ref.split < 0 || l.ref.split >= j.config.SplitsPerEpoch()) return Status::OutOfRange("lease: split out of range");
+    if (l.ref.split < 0 || l.ref.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("lease: split out of range");
     if (!seen.insert(l.ref).second) return Status::InvalidArgument("lease: split listed twice");
     auto et = j.epochs.find(l.ref.epoch);
     if (et != j.epochs.end()) {
@@ -105,8 +81,8 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   JobState& j = jt->second;
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("ack: no consumer " + u.consumer + " in " + u.job);
   for (const SplitRef& r : u.splits) {
-    if (r.split < 0 || r.split >= j.config.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
-    if (j.config.epochs > 0 && r.epoch >= uint64_t(j.config.epochs)) return Status::OutOfRange("ack: epoch out of range");
+    if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
+    if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
     if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end()) {
@@ -136,7 +112,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   if (jt == jobs_.end()) return Status::NotFound("restore: no job " + u.job);
   JobState& j = jt->second;
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("restore: no consumer " + u.consumer + " in " + u.job);
-  if (j.config.epochs > 0 && u.first_open > uint64_t(j.config.epochs))
+  if (j.spec.epochs > 0 && u.first_open > uint64_t(j.spec.epochs))
     return Status::OutOfRange("restore: epoch out of range");
   const bool alone = j.consumers.size() == 1;
   if (u.first_open != j.first_open && !alone)
@@ -145,15 +121,15 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
         std::to_string(u.first_open) + "; with several consumers a state can only be restored within the same epoch");
   std::set<SplitRef> done(u.done.begin(), u.done.end());
   for (const SplitRef& r : done) {
-    if (r.split < 0 || r.split >= j.config.SplitsPerEpoch() || r.epoch < u.first_open ||
-        (j.config.epochs > 0 && r.epoch >= uint64_t(j.config.epochs)))
+    if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
+        (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end() && !et->second.consumer[size_t(r.split)].empty() &&
         et->second.consumer[size_t(r.split)] != u.consumer)
       return Status::FailedPrecondition("restore: split belongs to another consumer");
   }
-  const size_t n = size_t(j.config.SplitsPerEpoch());
+  const size_t n = size_t(j.spec.SplitsPerEpoch());
   if (u.first_open < j.first_open) {
     // Reopen completed epochs (this consumer did every split of them).
     for (uint64_t e = u.first_open; e < j.first_open; ++e) {
@@ -204,21 +180,22 @@ Status DispatcherState::Apply(const Update& u) {
       [this](const auto& x) -> Status {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, CreateJob>) {
-          const JobConfig& c = x.config;
-          if (c.name.empty()) return Status::InvalidArgument("job needs a name");
+          const JobSpec& c = x.spec;
+          if (x.name.empty()) return Status::InvalidArgument("job needs a name");
           if (c.batch_size <= 0 || c.batches_per_split <= 0) return Status::InvalidArgument("bad batch or split size");
           if (c.num_samples < 0 || c.SplitsPerEpoch() > kMaxSplitsPerEpoch)
-            return Status::InvalidArgument("job " + c.name + ": " + std::to_string(c.SplitsPerEpoch()) +
+            return Status::InvalidArgument("job " + x.name + ": " + std::to_string(c.SplitsPerEpoch()) +
                                            " splits per epoch is more than the dispatcher tracks (" +
                                            std::to_string(kMaxSplitsPerEpoch) + "); use larger batches or splits");
-          auto it = jobs_.find(c.name);
+          auto it = jobs_.find(x.name);
           if (it != jobs_.end()) {
-            if (it->second.config == c) return Status::OK();  // idempotent
-            return Status::FailedPrecondition("job " + c.name + " exists with a different configuration");
+            if (it->second.spec == c) return Status::OK();  // idempotent
+            return Status::FailedPrecondition("job " + x.name + " exists with a different configuration");
           }
           JobState j;
-          j.config = c;
-          jobs_.emplace(c.name, std::move(j));
+          j.name = x.name;
+          j.spec = c;
+          jobs_.emplace(x.name, std::move(j));
           return Status::OK();
         } else if constexpr (std::is_same_v<T, AddConsumer>) {
           auto it = jobs_.find(x.job);
@@ -311,7 +288,7 @@ std::vector<Update> DispatcherState::Snapshot() const {
     if (w.draining) out.push_back(DrainWorker{id});
   }
   for (const auto& [name, j] : jobs_) {
-    out.push_back(CreateJob{j.config});
+    out.push_back(CreateJob{j.name, j.spec});
     for (const std::string& c : j.consumers) out.push_back(AddConsumer{name, c});
     if (j.first_open > 0) out.push_back(JobProgress{name, j.first_open});
     std::map<std::string, AckSplits> acks;

@@ -4,7 +4,7 @@
 // dispatcher service owns one and calls it from one thread.
 //
 // Glossary
-//   job        a named dataset + pipeline + schedule (JobConfig), shared by every
+//   job        a named JobSpec (include/ferry/job.h), shared by every
 //              consumer (client) that names it.
 //   split      a contiguous run of `batches_per_split` batches of one epoch's
 //              permutation; the unit of leasing, acknowledgement and replay.
@@ -34,7 +34,7 @@
 #include <variant>
 #include <vector>
 
-#include "ferry/batch.h"
+#include "ferry/job.h"
 #include "ferry/status.h"
 
 namespace ferry::dispatch {
@@ -42,31 +42,6 @@ namespace ferry::dispatch {
 // The dispatcher keeps a few words per split of each open epoch; this bounds that
 // memory (about 100 bytes a split) whatever a client asks for.
 inline constexpr int64_t kMaxSplitsPerEpoch = int64_t(1) << 22;
-
-enum class ProcessingMode : uint8_t { kDistributedEpoch = 0, kParallelEpochs = 1 };
-enum class Ordering : uint8_t { kArrival = 0, kDeterministic = 1 };
-
-struct JobConfig {
-  std::string name;
-  std::string dataset;        // path as the workers see it
-  std::string pipeline_json;
-  uint64_t seed = 0;
-  bool shuffle = true;
-  int64_t epochs = 1;         // <= 0: forever
-  int32_t batch_size = 256;
-  LastBatch last_batch = LastBatch::kKeep;
-  ProcessingMode mode = ProcessingMode::kDistributedEpoch;
-  Ordering ordering = Ordering::kArrival;
-  int32_t batches_per_split = 4;
-  int64_t num_samples = 0;    // N, from the listing
-  uint64_t fingerprint = 0;   // of (listing, pipeline)
-
-  int64_t BatchesPerEpoch() const;
-  int64_t SplitsPerEpoch() const;
-  // The batches [first, end) of split `s` (batch indices within the epoch).
-  std::pair<int64_t, int64_t> SplitBatches(int64_t s) const;
-  bool operator==(const JobConfig& o) const;
-};
 
 struct SplitRef {
   uint64_t epoch = 0;
@@ -81,7 +56,7 @@ struct LeasedSplit {
 };
 
 // --- Updates: the only way the state changes (and what the journal records). ------
-struct CreateJob { JobConfig config; };
+struct CreateJob { std::string name; JobSpec spec; };
 struct AddConsumer { std::string job; std::string consumer; };
 struct RegisterWorker { std::string worker; std::string address; };
 struct RemoveWorker { std::string worker; };            // dead or gone: its leases return
@@ -116,7 +91,8 @@ struct EpochState {
 };
 
 struct JobState {
-  JobConfig config;
+  std::string name;
+  JobSpec spec;
   std::vector<std::string> consumers;  // in the order they joined
   // Epochs from `first_open` on that have been started; earlier ones are complete
   // and dropped (only their count matters).

@@ -122,6 +122,24 @@ struct Tap {
   float w1;    // weight of i1; i0 gets 1 - w1
 };
 
+// Runtime dispatch between an AVX2 and a default build of a hot loop (GCC/Clang
+// target_clones: an ifunc picks one when the program loads). Not under ThreadSanitizer:
+// the ifunc resolver would run, instrumented, before the TSan runtime is up, and crash
+// the program at load; the default build alone is as correct, only slower.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERRY_NO_IFUNC 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FERRY_NO_IFUNC 1
+#endif
+#if defined(FERRY_NO_IFUNC)
+#define FERRY_TARGET_CLONES_AVX2
+#else
+#define FERRY_TARGET_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
+#endif
+
 // Source taps for `out` outputs over `in` inputs, half-pixel centres, clamped.
 void LinearTaps(int in, int out, int channels, std::vector<Tap>* taps) {
   taps->resize(size_t(out));
@@ -137,7 +155,7 @@ void LinearTaps(int in, int out, int channels, std::vector<Tap>* taps) {
 }
 
 // dst[i] = a[i] + w * (b[i] - a[i]) over contiguous rows: vectorizes well.
-__attribute__((target_clones("avx2", "default"))) void BlendRows(const uint8_t* __restrict a,
+FERRY_TARGET_CLONES_AVX2 void BlendRows(const uint8_t* __restrict a,
                                                                   const uint8_t* __restrict b, float w, int n,
                                                                   float* __restrict dst) {
   for (int i = 0; i < n; ++i) dst[i] = float(a[i]) + w * (float(b[i]) - float(a[i]));
@@ -287,7 +305,7 @@ namespace {
 // vectorizes them; built for AVX2 and for the baseline, picked at load time.
 
 // p[i] = clamp(p[i] * k + b), rounded.
-__attribute__((target_clones("avx2", "default"))) void AffineBytes(uint8_t* __restrict p, int n, float k,
+FERRY_TARGET_CLONES_AVX2 void AffineBytes(uint8_t* __restrict p, int n, float k,
                                                                     float b) {
   for (int i = 0; i < n; ++i) {
     float v = float(p[i]) * k + b + 0.5f;
@@ -296,14 +314,14 @@ __attribute__((target_clones("avx2", "default"))) void AffineBytes(uint8_t* __re
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) float LumaMean(const uint8_t* __restrict p, int n) {
+FERRY_TARGET_CLONES_AVX2 float LumaMean(const uint8_t* __restrict p, int n) {
   float sum = 0.f;
   for (int i = 0; i < n; ++i) sum += 0.299f * p[3 * i] + 0.587f * p[3 * i + 1] + 0.114f * p[3 * i + 2];
   return sum / float(n);
 }
 
 // Blend each RGB pixel with its own luma: q = k*q + (1-k)*luma.
-__attribute__((target_clones("avx2", "default"))) void SaturateRgb(uint8_t* __restrict p, int n, float k) {
+FERRY_TARGET_CLONES_AVX2 void SaturateRgb(uint8_t* __restrict p, int n, float k) {
   const float g = 1.f - k;
   for (int i = 0; i < n; ++i) {
     const float r = p[3 * i], gg = p[3 * i + 1], b = p[3 * i + 2];
@@ -345,7 +363,7 @@ namespace {
 // The hot loop of the float output: (v/255 - mean)/std per value, de-interleaving
 // HWC uint8 into CHW float. Built twice (AVX2 and baseline) and picked at load
 // time, since the gain of 8-wide float lanes here is large and CI machines vary.
-__attribute__((target_clones("avx2", "default"))) void NormalizeRows3(
+FERRY_TARGET_CLONES_AVX2 void NormalizeRows3(
     const uint8_t* __restrict hwc, int h, int w, bool flip, const float* scale, const float* bias,
     float* __restrict o0, float* __restrict o1, float* __restrict o2) {
   const float s0 = scale[0], s1 = scale[1], s2 = scale[2];

@@ -10,12 +10,13 @@
 #ifndef FERRY_PIPELINE_BATCH_POOL_H_
 #define FERRY_PIPELINE_BATCH_POOL_H_
 
-#include <condition_variable>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
+#include <new>
 #include <set>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace ferry {
 
@@ -25,13 +26,14 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
     return std::shared_ptr<BatchPool>(new BatchPool(buffer_bytes, capacity));
   }
   ~BatchPool() {
+    MutexLock lock(&mu_);
     for (void* p : free_) std::free(p);
   }
 
   // Blocks until a buffer is free or Cancel() was called (then returns nullptr).
   std::shared_ptr<void> Acquire() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return cancelled_ || in_pipeline_ < capacity_; });
+    MutexLock lock(&mu_);
+    while (!cancelled_ && in_pipeline_ >= capacity_) cv_.Wait(&mu_);
     if (cancelled_) return nullptr;
     void* p;
     if (!free_.empty()) {
@@ -51,17 +53,17 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
 
   // The buffer starting at `p` has been handed to the consumer.
   void Detach(const void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (detached_.insert(p).second) {
       --in_pipeline_;
-      cv_.notify_one();
+      cv_.Signal();
     }
   }
 
   void Cancel() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   size_t buffer_bytes() const { return bytes_; }
@@ -69,24 +71,24 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
  private:
   BatchPool(size_t bytes, int capacity) : bytes_(bytes), capacity_(capacity) {}
   void Release(void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (detached_.erase(p) == 0) --in_pipeline_;
     if (int(free_.size()) < capacity_) {
       free_.push_back(p);
     } else {
       std::free(p);
     }
-    cv_.notify_one();
+    cv_.Signal();
   }
 
   const size_t bytes_;
   const int capacity_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<void*> free_;            // GUARDED_BY(mu_)
-  std::set<const void*> detached_;     // GUARDED_BY(mu_): out with the consumer
-  int in_pipeline_ = 0;                // GUARDED_BY(mu_)
-  bool cancelled_ = false;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<void*> free_ GUARDED_BY(mu_);
+  std::set<const void*> detached_ GUARDED_BY(mu_);  // out with the consumer
+  int in_pipeline_ GUARDED_BY(mu_) = 0;
+  bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ferry

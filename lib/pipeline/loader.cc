@@ -3,39 +3,28 @@
 #include "ferry/loader.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 
 #include <opencv2/core.hpp>
 
-#include "core/hash.h"
+#include "core/mutex.h"
 #include "data/dataset.h"
 #include "pipeline/batch_pool.h"
 #include "pipeline/producer.h"
 
 namespace ferry {
 
-LastBatch ParseLastBatch(const std::string& s, bool* ok) {
-  *ok = true;
-  if (s == "drop") return LastBatch::kDrop;
-  if (s == "pad") return LastBatch::kPad;
-  if (s == "keep") return LastBatch::kKeep;
-  *ok = false;
-  return LastBatch::kDrop;
-}
-
 class Loader::Impl {
  public:
-  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds) : opts_(o), dataset_(std::move(ds)) {
+  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds)
+      : opts_(o),
+        shard_{o.shard_index, o.num_shards, o.first_epoch},
+        dataset_(std::move(ds)),
+        fingerprint_(JobFingerprint(dataset_->fingerprint(), opts_.job.pipeline)),
+        batches_per_epoch_(StaticShardPlan(dataset_->size(), opts_.job, shard_).batches_per_epoch()) {
+    MutexLock lock(&mu_);
     for (const ListingIssue& issue : dataset_->listing_issues()) skipped_.push_back({-1, issue.path, issue.reason});
     total_skipped_ = int64_t(skipped_.size());
-    Fingerprinter f;
-    f.AddU64(dataset_->fingerprint());
-    f.AddU64(opts_.pipeline.Fingerprint());
-    fingerprint_ = f.Finish();
-    StaticShardPlan probe(dataset_->size(), opts_);
-    batches_per_epoch_ = probe.batches_per_epoch();
   }
 
   ~Impl() {
@@ -43,31 +32,34 @@ class Loader::Impl {
   }
 
   std::unique_ptr<PlanSource> Plan() const {
-    std::unique_ptr<PlanSource> plan = std::make_unique<StaticShardPlan>(dataset_->size(), opts_);
+    std::unique_ptr<PlanSource> plan = std::make_unique<StaticShardPlan>(dataset_->size(), opts_.job, shard_);
     if (opts_.resume_batches > 0)
       plan = std::make_unique<ResumePlan>(std::move(plan), opts_.first_epoch, opts_.resume_batches);
     return plan;
   }
 
   bool WaitReady(double seconds) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return ready_cv_.wait_for(lock, std::chrono::microseconds(int64_t(seconds * 1e6)),
-                              [&] { return !ready_.empty() || done_; });
+    const auto deadline = DeadlineIn(seconds);
+    MutexLock lock(&mu_);
+    while (ready_.empty() && !done_) {
+      if (!ready_cv_.WaitUntil(&mu_, deadline)) break;
+    }
+    return !ready_.empty() || done_;
   }
 
   void Start() {
-    allocator_ = std::make_shared<PooledBatchAllocator>(opts_.batch_size, opts_.pipeline.sample_bytes(), opts_.prefetch + 2);
+    const JobSpec& job = opts_.job;
+    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, job.pipeline.sample_bytes(), opts_.prefetch + 2);
     producer_ = std::make_unique<BatchProducer>(
-        dataset_, opts_.pipeline, opts_.seed, Plan(),
-        allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
+        dataset_, job.pipeline, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->Start();
   }
 
   Result<Batch> Next() {
     const auto t0 = std::chrono::steady_clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    ready_cv_.wait(lock, [&] { return !ready_.empty() || done_; });
+    MutexLock lock(&mu_);
+    while (ready_.empty() && !done_) ready_cv_.Wait(&mu_);
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (ready_.empty()) {
       if (final_status_.ok()) return Status::OutOfRange("end of data");
@@ -82,14 +74,14 @@ class Loader::Impl {
   }
 
   std::vector<SkippedSample> TakeSkipped() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<SkippedSample> out;
     out.swap(skipped_);
     return out;
   }
 
   IteratorStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     IteratorStats s = stats_;
     s.skipped = total_skipped_;
     return s;
@@ -101,7 +93,7 @@ class Loader::Impl {
 
  private:
   void OnBatch(ProducedBatch&& p) {
-    const PipelineSpec& spec = opts_.pipeline;
+    const PipelineSpec& spec = opts_.job.pipeline;
     const int64_t rows = p.rows;
     Batch b;
     b.images.data = p.memory.images;
@@ -120,7 +112,7 @@ class Loader::Impl {
     b.keepalive = std::move(p.memory.owner);
     b.buffer = p.memory.images;
     b.buffer_size = p.memory.size;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     total_skipped_ += int64_t(p.skipped.size());
     for (auto& s : p.skipped) skipped_.push_back(std::move(s));
     // A batch emptied entirely by bad files is not delivered (there is nothing in it);
@@ -128,42 +120,41 @@ class Loader::Impl {
     // and so is an empty last batch of an epoch: it carries last_in_epoch.
     if (rows > 0 || p.plan.last_in_epoch) {
       ready_.push_back(std::move(b));
-      ready_cv_.notify_one();
+      ready_cv_.Signal();
     }
   }
 
   void OnDone(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     final_status_ = s;
     done_ = true;
-    ready_cv_.notify_all();
+    ready_cv_.SignalAll();
   }
 
   const LoaderOptions opts_;
+  const Shard shard_;
   const std::shared_ptr<const Dataset> dataset_;
-  uint64_t fingerprint_ = 0;
-  int64_t batches_per_epoch_ = 0;
+  const uint64_t fingerprint_;
+  const int64_t batches_per_epoch_;
   std::shared_ptr<PooledBatchAllocator> allocator_;
   std::unique_ptr<BatchProducer> producer_;
 
-  mutable std::mutex mu_;
-  std::condition_variable ready_cv_;
-  std::deque<Batch> ready_;              // GUARDED_BY(mu_)
-  std::vector<SkippedSample> skipped_;   // GUARDED_BY(mu_)
-  int64_t total_skipped_ = 0;            // GUARDED_BY(mu_)
-  IteratorStats stats_;                  // GUARDED_BY(mu_)
-  bool done_ = false;                    // GUARDED_BY(mu_)
-  Status final_status_;                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar ready_cv_;
+  std::deque<Batch> ready_ GUARDED_BY(mu_);
+  std::vector<SkippedSample> skipped_ GUARDED_BY(mu_);
+  int64_t total_skipped_ GUARDED_BY(mu_) = 0;
+  IteratorStats stats_ GUARDED_BY(mu_);
+  bool done_ GUARDED_BY(mu_) = false;
+  Status final_status_ GUARDED_BY(mu_);
 };
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
-  FERRY_RETURN_IF_ERROR(options.pipeline.Validate());
-  if (options.batch_size <= 0) return Status::InvalidArgument("batch_size must be > 0");
+  FERRY_RETURN_IF_ERROR(options.job.Validate());
   if (options.prefetch <= 0) return Status::InvalidArgument("prefetch must be > 0");
   if (options.threads < 0) return Status::InvalidArgument("threads must be >= 0");
-  if (options.num_shards <= 0 || options.shard_index < 0 || options.shard_index >= options.num_shards)
-    return Status::InvalidArgument("shard_index must be in [0, num_shards)");
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.data));
+  FERRY_RETURN_IF_ERROR((Shard{options.shard_index, options.num_shards, options.first_epoch}.Validate()));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.job.dataset));
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.
   cv::setNumThreads(0);

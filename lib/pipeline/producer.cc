@@ -9,6 +9,8 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "core/check.h"
+#include "core/mutex.h"
+#include "core/tsan.h"
 #include "data/permutation.h"
 #include "pipeline/batch_pool.h"
 
@@ -17,15 +19,19 @@ namespace ferry {
 // ---------------------------------------------------------------------------------
 // StaticShardPlan
 
-StaticShardPlan::StaticShardPlan(int64_t dataset_size, const LoaderOptions& options)
-    : n_(dataset_size),
-      opts_(options),
-      shard_size_(dataset_size / options.num_shards + (options.shard_index < dataset_size % options.num_shards ? 1 : 0)) {}
-
-int64_t StaticShardPlan::batches_per_epoch() const {
-  const int64_t b = opts_.batch_size;
-  return shard_size_ / b + ((shard_size_ % b) != 0 && opts_.last_batch != LastBatch::kDrop ? 1 : 0);
+Status Shard::Validate() const {
+  if (num_shards <= 0 || shard_index < 0 || shard_index >= num_shards)
+    return Status::InvalidArgument("shard_index must be in [0, num_shards)");
+  return Status::OK();
 }
+
+StaticShardPlan::StaticShardPlan(int64_t dataset_size, const JobSpec& job, Shard shard)
+    : n_(dataset_size),
+      job_(job),
+      shard_(shard),
+      shard_size_(dataset_size / shard.num_shards + (shard.shard_index < dataset_size % shard.num_shards ? 1 : 0)) {}
+
+int64_t StaticShardPlan::batches_per_epoch() const { return BatchesIn(shard_size_, job_.batch_size, job_.last_batch); }
 
 std::optional<BatchPlan> StaticShardPlan::Next() {
   const int64_t per_epoch = batches_per_epoch();
@@ -35,23 +41,23 @@ std::optional<BatchPlan> StaticShardPlan::Next() {
     ++epoch_offset_;
     order_.clear();
   }
-  if (opts_.epochs > 0 && epoch_offset_ >= uint64_t(opts_.epochs)) return std::nullopt;
-  const uint64_t epoch = opts_.first_epoch + epoch_offset_;
+  if (job_.epochs > 0 && epoch_offset_ >= uint64_t(job_.epochs)) return std::nullopt;
+  const uint64_t epoch = shard_.first_epoch + epoch_offset_;
   if (order_.empty()) {
-    const std::vector<int64_t> perm = EpochPermutation(n_, opts_.seed, epoch, opts_.shuffle);
+    const std::vector<int64_t> perm = EpochPermutation(n_, job_.seed, epoch, job_.shuffle);
     order_.reserve(size_t(shard_size_));
-    for (size_t i = size_t(opts_.shard_index); i < perm.size(); i += size_t(opts_.num_shards)) {
+    for (size_t i = size_t(shard_.shard_index); i < perm.size(); i += size_t(shard_.num_shards)) {
       order_.push_back(perm[i]);
     }
   }
   BatchPlan plan;
   plan.epoch = epoch;
   plan.batch_in_epoch = next_batch_;
-  const int64_t begin = next_batch_ * opts_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + opts_.batch_size, int64_t(order_.size()));
+  const int64_t begin = next_batch_ * job_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + job_.batch_size, int64_t(order_.size()));
   plan.samples.assign(order_.begin() + begin, order_.begin() + end);
-  plan.pad = opts_.last_batch == LastBatch::kPad;
-  plan.rows = plan.pad ? opts_.batch_size : end - begin;
+  plan.pad = job_.last_batch == LastBatch::kPad;
+  plan.rows = plan.pad ? job_.batch_size : end - begin;
   plan.last_in_epoch = next_batch_ + 1 == per_epoch;
   plan.batches_in_split = per_epoch;  // in-process, the whole shard epoch is one split
   plan.batch_in_split = next_batch_;
@@ -96,11 +102,11 @@ std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads) {
   // Tasks are only ever enqueued into the arena (no thread joins it with execute),
   // so all `threads` slots go to TBB workers. TBB keeps max_allowed_parallelism - 1
   // workers; make sure there are enough. The control lives for the process.
-  static std::mutex mu;
+  static Mutex mu;
   static std::unique_ptr<tbb::global_control> control;
   static size_t granted = 0;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     const size_t want = size_t(threads) + 1;
     if (want > granted &&
         want > size_t(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))) {
@@ -135,22 +141,22 @@ void BatchProducer::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void BatchProducer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   plans_->Cancel();
   allocator_->Cancel();
   if (thread_.joinable()) thread_.join();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return in_flight_ == 0 && !done_running_; });
+  MutexLock lock(&mu_);
+  while (in_flight_ != 0 || done_running_) cv_.Wait(&mu_);
 }
 
 void BatchProducer::StopPlanning() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_planning_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   plans_->Cancel();
 }
@@ -160,8 +166,8 @@ void BatchProducer::Run() {
   Status status;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || stop_planning_ || in_flight_ < max_in_flight_; });
+      MutexLock lock(&mu_);
+      while (!stop_ && !stop_planning_ && in_flight_ >= max_in_flight_) cv_.Wait(&mu_);
       if (stop_ || stop_planning_ || !status_.ok()) break;
     }
     std::optional<BatchPlan> plan;
@@ -178,20 +184,22 @@ void BatchProducer::Run() {
     batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
     if (batch->memory.owner == nullptr) break;                              // cancelled
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++in_flight_;
     }
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
+    FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
     arena_->enqueue([this, my_seq, raw] {
+      FERRY_TSAN_ACQUIRE(raw);
       std::unique_ptr<ProducedBatch> owned(raw);
       try {
         Fill(owned.get());
       } catch (const std::bad_alloc&) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
       }
       Finish(my_seq, std::move(owned));
@@ -200,7 +208,7 @@ void BatchProducer::Run() {
   bool call_done = false;
   Status final_status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (status_.ok() && !status.ok()) status_ = status;
     planning_done_ = true;
     if (in_flight_ == 0 && !done_called_) {
@@ -218,7 +226,11 @@ void BatchProducer::Fill(ProducedBatch* b) {
   const int n = int(samples.size());
   if (dataset_->kind() == "synthetic") return FillSynthetic(b);
   std::vector<Status> status(static_cast<size_t>(n));
+  // libtbb forks the chunks after this point and joins them before parallel_for
+  // returns; TSan sees neither edge by itself (core/tsan.h).
+  FERRY_TSAN_RELEASE(b);
   tbb::parallel_for(tbb::blocked_range<int>(0, n, 1), [&](const tbb::blocked_range<int>& r) {
+    FERRY_TSAN_ACQUIRE(b);
     thread_local std::string bytes;
     for (int i = r.begin(); i != r.end(); ++i) {
       const int64_t idx = samples[size_t(i)];
@@ -228,7 +240,9 @@ void BatchProducer::Fill(ProducedBatch* b) {
       if (st.ok()) st = processor_.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_);
       status[size_t(i)] = std::move(st);
     }
+    FERRY_TSAN_RELEASE(&status);
   });
+  FERRY_TSAN_ACQUIRE(&status);
   // Compaction around bad files: only when one left a hole (memmove of later rows).
   int64_t valid = 0;
   for (int i = 0; i < n; ++i) {
@@ -275,11 +289,11 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
   {
     // emit_mu_ is held from collecting the in-order run until it is emitted, so that
     // two finishing tasks cannot emit their runs out of order.
-    std::lock_guard<std::mutex> emit_lock(emit_mu_);
+    MutexLock emit_lock(&emit_mu_);
     std::vector<std::unique_ptr<ProducedBatch>> ready;
     bool failed;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       finished_.emplace(seq, std::move(batch));
       for (auto it = finished_.find(next_emit_); it != finished_.end(); it = finished_.find(next_emit_)) {
         ready.push_back(std::move(it->second));
@@ -295,7 +309,7 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
   bool call_done = false;
   Status final_status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --in_flight_;
     if (planning_done_ && in_flight_ == 0 && !done_called_) {
       done_called_ = true;
@@ -303,13 +317,13 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
       call_done = true;
       final_status = status_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (call_done) {
     if (done_) done_(final_status);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_running_ = false;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 

@@ -23,21 +23,20 @@
 #ifndef FERRY_PIPELINE_PRODUCER_H_
 #define FERRY_PIPELINE_PRODUCER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
 
+#include "core/mutex.h"
 #include "data/dataset.h"
 #include "ferry/iterator.h"
-#include "ferry/loader.h"
+#include "ferry/job.h"
 #include "image/augment.h"
 
 namespace ferry {
@@ -74,18 +73,28 @@ class PlanSource {
   virtual void Cancel() {}
 };
 
-// Every num_shards-th sample of each epoch's permutation, batched in order, for
-// `epochs` epochs (<= 0: forever), with the last-batch policy.
+// A share of each epoch: every num_shards-th sample of the epoch's order from
+// shard_index on (DistributedSampler's cut), from epoch first_epoch.
+struct Shard {
+  int shard_index = 0;
+  int num_shards = 1;
+  uint64_t first_epoch = 0;
+  Status Validate() const;
+};
+
+// The shard's samples of each epoch of `job`, batched in order, for job.epochs epochs
+// (<= 0: forever), under the job's last-batch policy.
 class StaticShardPlan : public PlanSource {
  public:
-  StaticShardPlan(int64_t dataset_size, const LoaderOptions& options);
+  StaticShardPlan(int64_t dataset_size, const JobSpec& job, Shard shard);
   std::optional<BatchPlan> Next() override;
   int64_t batches_per_epoch() const;
   int64_t shard_size() const { return shard_size_; }
 
  private:
   const int64_t n_;
-  const LoaderOptions opts_;
+  const JobSpec job_;
+  const Shard shard_;
   const int64_t shard_size_;
   uint64_t epoch_offset_ = 0;
   int64_t next_batch_ = 0;
@@ -203,18 +212,18 @@ class BatchProducer {
   int64_t synthetic_cost_us_ = 0;
   std::thread thread_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;           // GUARDED_BY(mu_)
-  bool stop_planning_ = false;  // GUARDED_BY(mu_)
-  int in_flight_ = 0;           // GUARDED_BY(mu_)
-  bool planning_done_ = false;  // GUARDED_BY(mu_)
-  bool done_called_ = false;    // GUARDED_BY(mu_)
-  bool done_running_ = false;   // GUARDED_BY(mu_): a task is inside done_
-  Status status_;               // GUARDED_BY(mu_)
-  uint64_t next_emit_ = 0;      // GUARDED_BY(mu_)
-  std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_;  // GUARDED_BY(mu_)
-  std::mutex emit_mu_;          // serializes emit_ calls
+  Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool stop_planning_ GUARDED_BY(mu_) = false;
+  int in_flight_ GUARDED_BY(mu_) = 0;
+  bool planning_done_ GUARDED_BY(mu_) = false;
+  bool done_called_ GUARDED_BY(mu_) = false;
+  bool done_running_ GUARDED_BY(mu_) = false;  // a task is inside done_
+  Status status_ GUARDED_BY(mu_);
+  uint64_t next_emit_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_ GUARDED_BY(mu_);
 };
 
 // An arena of exactly `threads` worker threads (0 = all cores) for BatchProducers.

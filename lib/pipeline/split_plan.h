@@ -19,17 +19,17 @@
 #define FERRY_PIPELINE_SPLIT_PLAN_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "core/mutex.h"
 #include "ferry/batch.h"
+#include "ferry/job.h"
 #include "pipeline/producer.h"
 
 namespace ferry {
@@ -41,20 +41,9 @@ struct SplitKey {
   bool operator==(const SplitKey& o) const { return epoch == o.epoch && split == o.split; }
 };
 
-// The batch geometry of a dispatcher job.
-struct SplitGeometry {
-  int64_t num_samples = 0;
-  int64_t batch_size = 1;
-  int64_t batches_per_split = 1;
-  LastBatch last_batch = LastBatch::kKeep;
-  uint64_t seed = 0;
-  bool shuffle = true;
-
-  int64_t BatchesPerEpoch() const;
-  int64_t SplitsPerEpoch() const;
-  // The plans of split `s` of `epoch`, given that epoch's permutation.
-  std::vector<BatchPlan> Plans(const std::vector<int64_t>& perm, uint64_t epoch, int64_t s) const;
-};
+// The plans of split `s` of `epoch` of `job`, given that epoch's permutation.
+// REQUIRES: job.num_samples is the listing's.
+std::vector<BatchPlan> SplitPlans(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t s);
 
 class SplitFeed {
  public:
@@ -76,25 +65,25 @@ class SplitFeed {
   void SetStarvedCallback(std::function<void()> f) { starved_ = std::move(f); }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> starved_;
-  std::set<SplitKey> held_;  // GUARDED_BY(mu_)
-  std::set<SplitKey> todo_;  // GUARDED_BY(mu_)
-  uint64_t generation_ = 0;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::function<void()> starved_;  // set once, before use
+  std::set<SplitKey> held_ GUARDED_BY(mu_);
+  std::set<SplitKey> todo_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
 };
 
 // Plans the batches of the splits taken from a feed, in split order within each
 // split. Next() blocks while the feed is empty; Cancel() ends it.
 class SplitPlan : public PlanSource {
  public:
-  SplitPlan(SplitGeometry geometry, std::shared_ptr<SplitFeed> feed, uint64_t generation)
-      : g_(geometry), feed_(std::move(feed)), generation_(generation) {}
+  SplitPlan(JobSpec job, std::shared_ptr<SplitFeed> feed, uint64_t generation)
+      : job_(std::move(job)), feed_(std::move(feed)), generation_(generation) {}
   std::optional<BatchPlan> Next() override;
   void Cancel() override;
 
  private:
-  const SplitGeometry g_;
+  const JobSpec job_;
   const std::shared_ptr<SplitFeed> feed_;
   const uint64_t generation_;
   std::atomic<bool> cancelled_{false};

@@ -1,60 +1,38 @@
-// The control plane codec (schemas/control.capnp).
-#include "ferry/internal/control.h"
+// The control plane's codec (schemas/control.capnp).
+#include "wire/control.h"
 
 #include "control.capnp.h"
 #include "wire/decode.h"
+#include "wire/job_codec.h"
 
-namespace ferry::internal {
+namespace ferry::wire {
 
-namespace ctl = ::ferry::wire::control;
+namespace ctl = ::ferry::schema;
 using codec::Build;
 using codec::Decode;
 using codec::Str;
 
 namespace {
 
-void PutConfig(ctl::JobConfig::Builder b, const JobConfigMsg& c) {
-  b.setName(c.name);
-  b.setDataset(c.dataset);
-  b.setPipelineJson(c.pipeline_json);
-  b.setSeed(c.seed);
-  b.setShuffle(c.shuffle);
-  b.setEpochs(c.epochs);
-  b.setBatchSize(c.batch_size);
-  b.setLastBatch(c.last_batch);
-  b.setMode(c.mode);
-  b.setOrdering(c.ordering);
-  b.setBatchesPerSplit(c.batches_per_split);
-  b.setNumSamples(c.num_samples);
-  b.setFingerprint(c.fingerprint);
+void PutNamedJob(ctl::NamedJob::Builder b, const NamedJob& j) {
+  b.setName(j.name);
+  codec::PutJob(b.initJob(), j.job);
 }
 
-Result<JobConfigMsg> GetConfig(ctl::JobConfig::Reader r) {
-  JobConfigMsg c;
-  c.name = Str(r.getName());
-  c.dataset = Str(r.getDataset());
-  c.pipeline_json = Str(r.getPipelineJson());
-  c.seed = r.getSeed();
-  c.shuffle = r.getShuffle();
-  c.epochs = r.getEpochs();
-  c.batch_size = r.getBatchSize();
-  c.last_batch = r.getLastBatch();
-  c.mode = r.getMode();
-  c.ordering = r.getOrdering();
-  c.batches_per_split = r.getBatchesPerSplit();
-  c.num_samples = r.getNumSamples();
-  c.fingerprint = r.getFingerprint();
-  if (c.last_batch > 2 || c.mode > 1 || c.ordering > 1) return Status::InvalidArgument("job config: bad enum value");
-  return c;
+Result<NamedJob> GetNamedJob(ctl::NamedJob::Reader r) {
+  NamedJob j;
+  j.name = Str(r.getName());
+  FERRY_ASSIGN_OR_RETURN(j.job, codec::GetJob(r.getJob()));
+  return j;
 }
 
 }  // namespace
 
-OutFrame EncodeRegisterWorker(const std::string& id, const std::string& address) {
+OutFrame EncodeRegisterWorker(const RegisterWorkerMsg& m) {
   return Build(MessageType::kRegisterWorker, [&](capnp::MessageBuilder& b) {
     auto r = b.initRoot<ctl::RegisterWorker>();
-    r.setWorkerId(id);
-    r.setAddress(address);
+    r.setWorkerId(m.worker_id);
+    r.setAddress(m.address);
   });
 }
 
@@ -87,24 +65,24 @@ OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
       leases[i].setConsumer(m.leases[i].consumer);
     }
     auto jobs = r.initJobs(unsigned(m.jobs.size()));
-    for (unsigned i = 0; i < m.jobs.size(); ++i) PutConfig(jobs[i], m.jobs[i]);
+    for (unsigned i = 0; i < m.jobs.size(); ++i) PutNamedJob(jobs[i], m.jobs[i]);
     r.setKnown(m.known);
     r.setNewLeases(m.new_leases);
     r.setIdle(m.idle);
   });
 }
 
-OutFrame EncodeGetOrCreateJob(const JobConfigMsg& c, const std::string& consumer) {
+OutFrame EncodeGetOrCreateJob(const GetOrCreateJobMsg& m) {
   return Build(MessageType::kGetOrCreateJob, [&](capnp::MessageBuilder& b) {
     auto r = b.initRoot<ctl::GetOrCreateJob>();
-    PutConfig(r.initConfig(), c);
-    r.setConsumerId(consumer);
+    PutNamedJob(r.initJob(), m.job);
+    r.setConsumerId(m.consumer_id);
   });
 }
 
-OutFrame EncodeJobInfo(const JobConfigMsg& c) {
+OutFrame EncodeJobInfo(const NamedJob& job) {
   return Build(MessageType::kJobInfo,
-               [&](capnp::MessageBuilder& b) { PutConfig(b.initRoot<ctl::JobInfo>().initConfig(), c); });
+               [&](capnp::MessageBuilder& b) { PutNamedJob(b.initRoot<ctl::JobInfo>().initJob(), job); });
 }
 
 OutFrame EncodeGetWorkers() {
@@ -131,12 +109,12 @@ OutFrame EncodeAckSplits(const AckSplitsMsg& m) {
   });
 }
 
-OutFrame EncodeGetJobStatus(const std::string& job, const std::string& consumer, uint64_t epoch) {
+OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m) {
   return Build(MessageType::kGetJobStatus, [&](capnp::MessageBuilder& b) {
     auto r = b.initRoot<ctl::GetJobStatus>();
-    r.setJob(job);
-    r.setConsumerId(consumer);
-    r.setEpoch(epoch);
+    r.setJob(m.job);
+    r.setConsumerId(m.consumer_id);
+    r.setEpoch(m.epoch);
   });
 }
 
@@ -151,11 +129,11 @@ OutFrame EncodeJobStatus(const JobStatusMsg& m) {
   });
 }
 
-Result<std::pair<std::string, std::string>> DecodeRegisterWorker(const InFrame& f) {
+Result<RegisterWorkerMsg> DecodeRegisterWorker(const InFrame& f) {
   return Decode<ctl::RegisterWorker>(f, MessageType::kRegisterWorker,
-                                     [](ctl::RegisterWorker::Reader r) -> Result<std::pair<std::string, std::string>> {
+                                     [](ctl::RegisterWorker::Reader r) -> Result<RegisterWorkerMsg> {
                                        if (r.getWorkerId().size() == 0) return Status::InvalidArgument("RegisterWorker: empty id");
-                                       return std::make_pair(Str(r.getWorkerId()), Str(r.getAddress()));
+                                       return RegisterWorkerMsg{Str(r.getWorkerId()), Str(r.getAddress())};
                                      });
 }
 
@@ -177,7 +155,7 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
     HeartbeatOkMsg m;
     for (auto l : r.getLeases()) m.leases.push_back({Str(l.getJob()), l.getEpoch(), l.getSplit(), Str(l.getConsumer())});
     for (auto j : r.getJobs()) {
-      FERRY_ASSIGN_OR_RETURN(JobConfigMsg c, GetConfig(j));
+      FERRY_ASSIGN_OR_RETURN(NamedJob c, GetNamedJob(j));
       m.jobs.push_back(std::move(c));
     }
     m.known = r.getKnown();
@@ -188,17 +166,19 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
   });
 }
 
-Result<std::pair<JobConfigMsg, std::string>> DecodeGetOrCreateJob(const InFrame& f) {
+Result<GetOrCreateJobMsg> DecodeGetOrCreateJob(const InFrame& f) {
   return Decode<ctl::GetOrCreateJob>(
-      f, MessageType::kGetOrCreateJob, [](ctl::GetOrCreateJob::Reader r) -> Result<std::pair<JobConfigMsg, std::string>> {
-        FERRY_ASSIGN_OR_RETURN(JobConfigMsg c, GetConfig(r.getConfig()));
-        return std::make_pair(std::move(c), Str(r.getConsumerId()));
+      f, MessageType::kGetOrCreateJob, [](ctl::GetOrCreateJob::Reader r) -> Result<GetOrCreateJobMsg> {
+        GetOrCreateJobMsg m;
+        FERRY_ASSIGN_OR_RETURN(m.job, GetNamedJob(r.getJob()));
+        m.consumer_id = Str(r.getConsumerId());
+        return m;
       });
 }
 
-Result<JobConfigMsg> DecodeJobInfo(const InFrame& f) {
+Result<NamedJob> DecodeJobInfo(const InFrame& f) {
   return Decode<ctl::JobInfo>(f, MessageType::kJobInfo,
-                              [](ctl::JobInfo::Reader r) -> Result<JobConfigMsg> { return GetConfig(r.getConfig()); });
+                              [](ctl::JobInfo::Reader r) -> Result<NamedJob> { return GetNamedJob(r.getJob()); });
 }
 
 Status DecodeGetWorkers(const InFrame& f) {
@@ -277,4 +257,4 @@ Result<JobStatusMsg> DecodeJobStatus(const InFrame& f) {
   });
 }
 
-}  // namespace ferry::internal
+}  // namespace ferry::wire

@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
-#include "ferry/internal/wire.h"
+#include "wire/message.h"
 #include "wire/out_frame.h"
 
-namespace ferry::internal::codec {
+namespace ferry::wire::codec {
 
 inline capnp::ReaderOptions ReaderLimits(size_t bytes) {
   capnp::ReaderOptions o;
@@ -53,6 +53,6 @@ auto Decode(const InFrame& f, MessageType want, Fn fn) -> decltype(fn(std::declv
 
 inline std::string Str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
 
-}  // namespace ferry::internal::codec
+}  // namespace ferry::wire::codec
 
 #endif  // FERRY_WIRE_DECODE_H_

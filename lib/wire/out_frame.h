@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "ferry/internal/wire.h"
+#include "wire/message.h"
 
-namespace ferry::internal {
+namespace ferry::wire {
 
 class OutFrame::Impl {
  public:
@@ -30,6 +30,6 @@ class OutFrame::Impl {
   size_t size_ = 0;
 };
 
-}  // namespace ferry::internal
+}  // namespace ferry::wire
 
 #endif  // FERRY_WIRE_OUT_FRAME_H_

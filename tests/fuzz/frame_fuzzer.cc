@@ -20,14 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "ferry/internal/control.h"
-#include "ferry/internal/frame.h"
-#include "ferry/internal/wire.h"
+#include "ferry/buffer.h"
+#include "wire/codec.h"
+#include "wire/control.h"
+#include "wire/frame.h"
 
 namespace {
 
 using namespace ferry;            // NOLINT
-using namespace ferry::internal;  // NOLINT
+using namespace ferry;        // NOLINT
+using namespace ferry::wire;  // NOLINT
 
 // A bug in the code under test: libFuzzer reports the input that got here.
 #define FUZZ_CHECK(cond)                                               \
@@ -170,14 +172,14 @@ void WriteSeed(const std::string& dir, const std::string& name, const std::strin
 
 void WriteSeeds(const std::string& dir) {
   ::mkdir(dir.c_str(), 0755);
-  WriteSeed(dir, "challenge", Flatten(EncodeChallenge({RandomNonce(), true, "ferry-worker"})));
-  WriteSeed(dir, "hello", Flatten(EncodeHello({Role::kClient, HelloMac("token", "nonce"), "trainer"})));
+  WriteSeed(dir, "challenge", Flatten(EncodeChallenge({std::string(32, '\x42'), true, "ferry-worker"})));
+  WriteSeed(dir, "hello", Flatten(EncodeHello({Role::kClient, std::string(32, '\x17'), "trainer"})));
   WriteSeed(dir, "hello_ok", Flatten(EncodeHelloOk("ferry-worker")));
   OpenStreamMsg open;
-  open.job.dataset_path = "/data/train";
-  open.job.pipeline_json = R"({"ops":[{"op":"random_resized_crop","size":32}]})";
+  open.job.dataset = "/data/train";
+  open.job.pipeline = PipelineSpec::ImagenetTrain();
   open.job.batch_size = 7;
-  open.job.num_workers = 2;
+  open.num_shards = 2;
   open.credits = 4;
   open.resume_epoch = 1;
   open.resume_batches_done = 3;
@@ -216,25 +218,23 @@ void WriteSeeds(const std::string& dir) {
   WriteSeed(dir, "batch_float32", Flatten(EncodeBatch(in)));
 
   // The control plane.
-  JobConfigMsg job;
-  job.name = "job";
-  job.dataset = "/data/train";
-  job.pipeline_json = open.job.pipeline_json;
-  job.batch_size = 7;
-  job.num_samples = 100;
-  WriteSeed(dir, "register_worker", Flatten(EncodeRegisterWorker("w0", "127.0.0.1:7000")));
+  NamedJob job{"job", open.job};
+  job.job.num_samples = 100;
+  WriteSeed(dir, "register_worker", Flatten(EncodeRegisterWorker({"w0", "127.0.0.1:7000"})));
   WriteSeed(dir, "register_worker_ok", Flatten(EncodeRegisterWorkerOk(500)));
   WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true})));
   HeartbeatOkMsg hb;
   hb.leases = {{"job", 0, 3, "trainer"}, {"job", 1, 0, ""}};
   hb.jobs = {job};
   WriteSeed(dir, "heartbeat_ok", Flatten(EncodeHeartbeatOk(hb)));
-  WriteSeed(dir, "get_or_create_job", Flatten(EncodeGetOrCreateJob(job, "trainer")));
+  WriteSeed(dir, "get_or_create_job", Flatten(EncodeGetOrCreateJob({job, "trainer"})));
   WriteSeed(dir, "job_info", Flatten(EncodeJobInfo(job)));
   WriteSeed(dir, "get_workers", Flatten(EncodeGetWorkers()));
   WriteSeed(dir, "worker_list", Flatten(EncodeWorkerList({"127.0.0.1:7000", "127.0.0.1:7001"})));
   WriteSeed(dir, "ack_splits", Flatten(EncodeAckSplits({"job", "trainer", {{0, 1}, {0, 2}}})));
-  WriteSeed(dir, "get_job_status", Flatten(EncodeGetJobStatus("job", "trainer", 1)));
+  WriteSeed(dir, "get_job_status", Flatten(EncodeGetJobStatus({"job", "trainer", 1})));
+  WriteSeed(dir, "restore_consumer", Flatten(EncodeRestoreConsumer({"job", "trainer", 1, {{1, 0}, {1, 4}}})));
+  WriteSeed(dir, "report_worker", Flatten(EncodeReportWorker("127.0.0.1:7001")));
   JobStatusMsg st;
   st.my_splits = {1, 5};
   WriteSeed(dir, "job_status", Flatten(EncodeJobStatus(st)));

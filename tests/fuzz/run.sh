@@ -25,9 +25,10 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 echo "fuzz: configuring $build (clang, FERRY_FUZZ=ON)"
+mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 2; }
+  -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; exit 2; }
 echo "fuzz: building frame_fuzzer"
 cmake --build "$build" --target frame_fuzzer -j "$jobs"
 

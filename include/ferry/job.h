@@ -1,0 +1,103 @@
+// JobSpec: the one description of a job, from the trainer's options to the worker's
+// producer. Every hop carries it whole (the Loader, the Client, the wire, the
+// dispatcher's state and journal, the worker), so no field is copied by hand and no
+// default can disagree between two of them (tf.data's single job definition).
+//
+// Glossary
+//   job        a dataset, a pipeline and a schedule: which samples, in which order,
+//              with which pixels, batched how. A dispatcher names jobs; point to
+//              point and in-process, the job is given inline.
+//   epoch      one pass over the dataset; its order is a permutation of [0, N) drawn
+//              from (seed, epoch) (or the identity without shuffle).
+//   batch b    positions [b*B, (b+1)*B) of the epoch's order, B = batch_size; the
+//              epoch's final short batch follows `last_batch`.
+//   split      batches [s*k, min((s+1)*k, batches per epoch)), k =
+//              batches_per_split: the unit a dispatcher leases, a client acknowledges
+//              and a dead worker's replacement re-sends.
+//   listing    what the dataset's source lists (paths and labels); its fingerprint
+//              and size are facts whoever lists it fills in (num_samples,
+//              fingerprint), so that every process can check it means the same
+//              samples.
+#ifndef FERRY_JOB_H_
+#define FERRY_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ferry/pipeline_spec.h"
+#include "ferry/status.h"
+
+namespace ferry {
+
+// What happens to an epoch's final short batch. The values are the wire's.
+enum class LastBatch : uint8_t {
+  kDrop = 0,  // not delivered
+  kPad = 1,   // padded to batch_size with padding rows (label -1, index -1, zeros)
+  kKeep = 2,  // delivered short
+};
+
+// How a dispatcher shares a job among its workers. The values are the wire's.
+enum class ProcessingMode : uint8_t {
+  kDistributedEpoch = 0,  // each sample once per epoch across all workers (exactly once)
+  kParallelEpochs = 1,    // every worker yields every epoch itself (tf.data's parallel_epochs)
+};
+
+// In which order a client yields what its workers send. The values are the wire's.
+enum class Ordering : uint8_t {
+  kArrival = 0,        // whichever batch arrives first
+  kDeterministic = 1,  // (epoch, split, batch) order: the same sequence whatever the workers
+};
+
+std::string_view LastBatchName(LastBatch l);  // "drop", "pad", "keep"
+Result<LastBatch> ParseLastBatch(std::string_view name);
+
+// Batches in an epoch of `samples` samples under the last-batch policy.
+int64_t BatchesIn(int64_t samples, int64_t batch_size, LastBatch last_batch);
+
+// The fingerprint of a job's samples and pixels: the listing's fingerprint mixed with
+// the pipeline's. The one function every process uses to check that it agrees.
+uint64_t JobFingerprint(uint64_t listing_fingerprint, const PipelineSpec& pipeline);
+
+struct JobSpec {
+  std::string dataset;  // an ImageFolder root, a .tsv list or .tar shards, as the workers
+                        // see it; or "synthetic:..." for benchmarks
+  PipelineSpec pipeline = PipelineSpec::ImagenetTrain();
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int64_t epochs = 1;  // <= 0: forever
+  int32_t batch_size = 256;
+  // The default is torch.utils.data.DataLoader's (drop_last=False).
+  LastBatch last_batch = LastBatch::kKeep;
+  // Dispatcher jobs only.
+  ProcessingMode mode = ProcessingMode::kDistributedEpoch;
+  Ordering ordering = Ordering::kArrival;
+  int32_t batches_per_split = 4;
+
+  // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
+  // a named job (and for synthetic datasets the client gives num_samples). 0 in a
+  // request means "not known yet"; a client may set `fingerprint` to make workers
+  // check they list the same samples.
+  int64_t num_samples = 0;
+  uint64_t fingerprint = 0;
+
+  // Checks what the job's owner chose (not the listing facts).
+  Status Validate() const;
+  // Two requests for the same job agree: everything but the listing facts is equal.
+  bool SameJobAs(const JobSpec& other) const;
+  bool operator==(const JobSpec& other) const = default;
+
+  bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
+  // Geometry, from num_samples.
+  int64_t BatchesPerEpoch() const { return BatchesIn(num_samples, batch_size, last_batch); }
+  int64_t SplitsPerEpoch() const;
+  // The batches [first, end) of split `s`, as batch indices within the epoch.
+  std::pair<int64_t, int64_t> SplitBatches(int64_t s) const;
+  // Bytes of one batch's tensors (images, labels, indices).
+  int64_t BatchBytes() const;
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_JOB_H_

@@ -1,0 +1,63 @@
+// IteratorState's text form (include/ferry/client.h):
+//   ferry-iterator-state 1
+//   job NAME
+//   consumer NAME
+//   first_open E
+//   done E S            (one line per done split)
+//   partial E S B...    (one line per partly yielded split: its yielded batches)
+#include <sstream>
+
+#include "ferry/client.h"
+
+namespace ferry {
+
+std::string IteratorState::Serialize() const {
+  std::ostringstream o;
+  o << "ferry-iterator-state 1\njob " << job << "\nconsumer " << consumer << "\nfirst_open " << first_open << "\n";
+  for (const auto& [e, sp] : done) o << "done " << e << " " << sp << "\n";
+  for (const auto& [k, bs] : partial) {
+    o << "partial " << k.first << " " << k.second;
+    for (int64_t b : bs) o << " " << b;
+    o << "\n";
+  }
+  return o.str();
+}
+
+Result<IteratorState> IteratorState::Parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, word;
+  IteratorState st;
+  if (!std::getline(in, line) || line != "ferry-iterator-state 1")
+    return Status::InvalidArgument("not a ferry iterator state (bad first line)");
+  auto bad = [&] { return Status::InvalidArgument("iterator state: bad line '" + line + "'"); };
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::istringstream l(line);
+    l >> word;
+    if (word == "job") {
+      l >> st.job;
+    } else if (word == "consumer") {
+      l >> st.consumer;
+    } else if (word == "first_open") {
+      if (!(l >> st.first_open)) return bad();
+    } else if (word == "done") {
+      uint64_t e;
+      int64_t sp;
+      if (!(l >> e >> sp)) return bad();
+      st.done.insert({e, sp});
+    } else if (word == "partial") {
+      uint64_t e;
+      int64_t sp, b;
+      if (!(l >> e >> sp)) return bad();
+      auto& bs = st.partial[{e, sp}];
+      while (l >> b) bs.insert(b);
+    } else {
+      return Status::InvalidArgument("iterator state: unknown line '" + line + "'");
+    }
+    if (l.fail() && !l.eof()) return bad();
+  }
+  if (st.job.empty() || st.consumer.empty()) return Status::InvalidArgument("iterator state: no job or consumer");
+  return st;
+}
+
+}  // namespace ferry

@@ -1,0 +1,133 @@
+#include "client/ledger.h"
+
+#include <algorithm>
+
+namespace ferry::client {
+
+void Ledger::Restore(const IteratorState& st) {
+  first_open_ = st.first_open;
+  done_ = st.done;
+  partial_ = st.partial;
+}
+
+IteratorState Ledger::Save() const {
+  IteratorState st;
+  st.first_open = first_open_;
+  for (const SplitId& k : done_) {
+    if (k.first >= first_open_) st.done.insert(k);
+  }
+  for (const auto& [k, batches] : partial_) {
+    if (k.first >= first_open_) st.partial[k] = batches;
+  }
+  return st;
+}
+
+bool Ledger::Arrive(Batch batch, size_t stream) {
+  if (batch.rows() == 0 && mode_ != Mode::kDeterministic) {
+    // Nothing to yield (every file of it was bad): it still counts towards its split,
+    // and its credit goes back at once to keep the window full.
+    if (accounting() && !Yielded(batch.provenance)) Account(batch.provenance);
+    return false;
+  }
+  ready_.push_back({std::move(batch), stream});
+  return true;
+}
+
+bool Ledger::Yielded(const BatchProvenance& p) const {
+  if (p.epoch < first_open_ || done_.count({p.epoch, p.split})) return true;
+  auto q = partial_.find({p.epoch, p.split});
+  return q != partial_.end() && q->second.count(p.batch_in_split) > 0;
+}
+
+void Ledger::Account(const BatchProvenance& p) {
+  const SplitId k{p.epoch, p.split};
+  std::set<int64_t>& yielded = partial_[k];
+  yielded.insert(p.batch_in_split);
+  if (int64_t(yielded.size()) >= p.batches_in_split) {
+    partial_.erase(k);
+    done_.insert(k);
+    to_ack_.push_back(k);
+  }
+}
+
+std::optional<std::pair<SplitId, int64_t>> Ledger::NextInOrder() const {
+  for (uint64_t epoch = StatusEpoch();; ++epoch) {
+    auto it = my_splits_.find(epoch);
+    if (it == my_splits_.end()) return std::nullopt;
+    for (int64_t s : it->second.first) {
+      const SplitId k{epoch, s};
+      if (done_.count(k)) continue;
+      int64_t b = 0;
+      auto p = partial_.find(k);
+      if (p != partial_.end()) {
+        while (p->second.count(b)) ++b;
+      }
+      return std::make_pair(k, b);
+    }
+    if (!it->second.second) return std::nullopt;  // more of my splits may yet be assigned
+  }
+}
+
+std::optional<size_t> Ledger::Pick() const {
+  if (ready_.empty()) return std::nullopt;
+  if (mode_ != Mode::kDeterministic) return size_t(0);
+  const auto next = NextInOrder();
+  for (size_t i = 0; i < ready_.size(); ++i) {
+    const BatchProvenance& p = ready_[i].batch.provenance;
+    if (Yielded(p)) return i;  // a duplicate: drop it whenever
+    if (next && p.epoch == next->first.first && p.split == next->first.second && p.batch_in_split == next->second)
+      return i;
+  }
+  return std::nullopt;
+}
+
+Ledger::Taken Ledger::Take() {
+  const size_t pick = *Pick();
+  Taken t;
+  t.batch = std::move(ready_[pick].batch);
+  t.stream = ready_[pick].stream;
+  ready_.erase(ready_.begin() + std::ptrdiff_t(pick));
+  if (accounting()) {
+    if (Yielded(t.batch.provenance)) {
+      t.duplicate = true;
+      ++duplicates_;
+    } else {
+      Account(t.batch.provenance);
+    }
+  }
+  return t;
+}
+
+int64_t Ledger::QueuedFrom(size_t stream) const {
+  int64_t n = 0;
+  for (const Arrival& a : ready_) n += a.stream == stream ? 1 : 0;
+  return n;
+}
+
+void Ledger::Acked(size_t n) { to_ack_.erase(to_ack_.begin(), to_ack_.begin() + std::ptrdiff_t(std::min(n, to_ack_.size()))); }
+
+void Ledger::OnStatus(uint64_t epoch, const JobStatus& status) {
+  if (epoch >= status.first_open) my_splits_[epoch] = {status.my_splits, status.epoch_fully_assigned};
+  // Deterministic order moves to the next epoch once every split of mine in this one
+  // is known and done.
+  if (status.epoch_fully_assigned) {
+    const bool all = std::all_of(status.my_splits.begin(), status.my_splits.end(),
+                                 [&](int64_t s) { return done_.count({epoch, s}) > 0; });
+    if (all && epoch + 1 > order_epoch_) order_epoch_ = epoch + 1;
+  }
+  OnProgress(status.first_open, status.finished);
+}
+
+void Ledger::OnProgress(uint64_t first_open, bool finished) {
+  if (first_open > first_open_) {
+    first_open_ = first_open;
+    for (auto it = done_.begin(); it != done_.end();) it = it->first < first_open_ ? done_.erase(it) : std::next(it);
+    for (auto it = partial_.begin(); it != partial_.end();)
+      it = it->first.first < first_open_ ? partial_.erase(it) : std::next(it);
+    for (auto it = my_splits_.begin(); it != my_splits_.end();)
+      it = it->first < first_open_ ? my_splits_.erase(it) : std::next(it);
+  }
+  if (finished) finished_ = true;
+}
+
+}  // namespace ferry::client

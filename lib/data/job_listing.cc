@@ -1,0 +1,28 @@
+#include "data/job_listing.h"
+
+namespace ferry {
+
+Result<JobSpec> ListJob(JobSpec job) {
+  if (job.synthetic()) {
+    if (job.num_samples <= 0 || job.num_samples > kMaxSyntheticSamples)
+      return Status::InvalidArgument("a synthetic dataset needs num_samples in [1, 2^26]");
+    return job;
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(job.dataset));
+  job.num_samples = ds->size();
+  job.fingerprint = JobFingerprint(ds->fingerprint(), job.pipeline);
+  return job;
+}
+
+Status CheckListing(const JobSpec& job, const Dataset& dataset) {
+  if (job.synthetic()) return Status::OK();
+  if (job.num_samples != 0 && dataset.size() != job.num_samples)
+    return Status::FailedPrecondition("this worker lists " + std::to_string(dataset.size()) + " samples in " +
+                                      job.dataset + ", not the job's " + std::to_string(job.num_samples));
+  if (job.fingerprint != 0 && JobFingerprint(dataset.fingerprint(), job.pipeline) != job.fingerprint)
+    return Status::FailedPrecondition("this worker lists " + job.dataset +
+                                      " differently from the job (fingerprint mismatch)");
+  return Status::OK();
+}
+
+}  // namespace ferry

@@ -1,0 +1,267 @@
+#include "dispatch/dispatcher.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
+
+#include "core/log.h"
+
+namespace ferry::dispatch {
+
+Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& config, int64_t now_ms) {
+  if (config.work_dir.empty()) return Status::InvalidArgument("--work-dir is required");
+  std::unique_ptr<Dispatcher> d(new Dispatcher(config));
+  std::vector<Update> replay;
+  FERRY_ASSIGN_OR_RETURN(d->journal_, Journal::Open(config.work_dir, &replay));
+  d->journal_->set_sync(false);  // group commit: Sync() syncs
+  for (const Update& u : replay) {
+    Status s = d->state_.Apply(u);
+    if (!s.ok()) return Status::DataLoss("journal replay: " + s.ToString());
+  }
+  d->replayed_ = int64_t(replay.size());
+  for (const auto& [id, w] : d->state_.workers()) d->last_seen_ms_[id] = now_ms;
+  if (!replay.empty())
+    Log("replayed %zu journal updates: %zu job(s), %zu worker(s)", replay.size(), d->state_.jobs().size(),
+        d->state_.workers().size());
+  return d;
+}
+
+Status Dispatcher::Commit(const Update& u) {
+  FERRY_RETURN_IF_ERROR(state_.Apply(u));
+  Status s = journal_->Append(u);
+  if (!s.ok()) {
+    Log("FATAL: cannot journal an update: %s", s.ToString().c_str());
+    std::abort();
+  }
+  ++journal_records_;
+  dirty_ = true;
+  return Status::OK();
+}
+
+Status Dispatcher::Sync() {
+  if (config_.sync) {
+    Status s = journal_->Sync();
+    if (!s.ok()) {
+      Log("FATAL: cannot sync the journal: %s", s.ToString().c_str());
+      std::abort();
+    }
+  }
+  dirty_ = false;
+  if (journal_->records_since_snapshot() > config_.compact_every) {
+    Status s = journal_->Compact(state_);
+    if (!s.ok()) Log("journal compaction failed (will retry): %s", s.ToString().c_str());
+  }
+  return Status::OK();
+}
+
+Dispatcher::Stats Dispatcher::stats() const {
+  return {leases_.load(), acks_.load(), workers_removed_.load(), journal_records_.load(), replayed_};
+}
+
+// --- Workers -------------------------------------------------------------------------
+
+Result<uint32_t> Dispatcher::RegisterWorker(const wire::RegisterWorkerMsg& m, int64_t now_ms) {
+  auto it = state_.workers().find(m.worker_id);
+  if (it == state_.workers().end() || it->second.address != m.address) {
+    if (it == state_.workers().end()) Log("worker %s registered at %s", m.worker_id.c_str(), m.address.c_str());
+    FERRY_RETURN_IF_ERROR(Commit(dispatch::RegisterWorker{m.worker_id, m.address}));
+  }
+  last_seen_ms_[m.worker_id] = now_ms;
+  return uint32_t(config_.heartbeat_interval_ms);
+}
+
+void Dispatcher::RemoveWorker(const std::string& id) {
+  if (Commit(dispatch::RemoveWorker{id}).ok()) ++workers_removed_;
+  last_seen_ms_.erase(id);
+  told_idle_.erase(id);
+}
+
+Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, int64_t now_ms) {
+  wire::HeartbeatOkMsg reply;
+  auto it = state_.workers().find(m.worker_id);
+  if (it == state_.workers().end()) {
+    reply.known = false;  // declared dead, or unknown after all: re-register
+    return reply;
+  }
+  if (m.leaving) {
+    Log("worker %s is leaving", m.worker_id.c_str());
+    FERRY_RETURN_IF_ERROR(Commit(dispatch::RemoveWorker{m.worker_id}));
+    last_seen_ms_.erase(m.worker_id);
+    told_idle_.erase(m.worker_id);
+    reply.known = false;
+    return reply;
+  }
+  last_seen_ms_[m.worker_id] = now_ms;
+  if (m.draining && !it->second.draining) {
+    Log("worker %s is draining", m.worker_id.c_str());
+    FERRY_RETURN_IF_ERROR(Commit(DrainWorker{m.worker_id}));
+  }
+  if (m.want_leases && !m.draining) {
+    for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease)) {
+      Status s = Commit(l);
+      if (!s.ok()) {
+        Log("lease refused by the state (a bug in the decisions): %s", s.ToString().c_str());
+        continue;
+      }
+      for (const auto& x : l.splits) reply.leases.push_back({l.job, x.ref.epoch, x.ref.split, x.consumer});
+      leases_ += int64_t(l.splits.size());
+    }
+  }
+  // Then every other split it still holds: the reply carries the whole set.
+  reply.new_leases = uint32_t(reply.leases.size());
+  std::set<std::tuple<std::string, uint64_t, int64_t>> fresh;
+  for (const auto& l : reply.leases) fresh.insert({l.job, l.epoch, l.split});
+  std::set<std::string> jobs;
+  for (const auto& [job, held] : state_.LeasesOf(m.worker_id)) {
+    jobs.insert(job);
+    for (const auto& x : held) {
+      if (!fresh.count({job, x.ref.epoch, x.ref.split})) reply.leases.push_back({job, x.ref.epoch, x.ref.split, x.consumer});
+    }
+  }
+  for (const std::string& j : m.want_jobs) {
+    if (state_.job(j) != nullptr) jobs.insert(j);  // a client waits on this worker for it
+  }
+  for (const std::string& j : jobs) {
+    const JobState* js = state_.job(j);
+    reply.jobs.push_back({js->name, js->spec});
+  }
+  reply.idle = Idle();
+  if (reply.idle) told_idle_.insert(m.worker_id);
+  return reply;
+}
+
+std::vector<std::string> Dispatcher::Workers() const {
+  std::vector<std::string> addresses;
+  for (const auto& [id, w] : state_.workers()) {
+    if (!w.draining) addresses.push_back(w.address);
+  }
+  return addresses;
+}
+
+std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, int64_t now_ms) {
+  std::vector<std::string> gone;
+  for (const auto& [id, w] : state_.workers()) {
+    auto seen = last_seen_ms_.find(id);
+    const int64_t quiet = seen == last_seen_ms_.end() ? 0 : now_ms - seen->second;
+    if (w.address == address && quiet > config_.heartbeat_interval_ms + 50) gone.push_back(id);
+  }
+  for (const std::string& id : gone) {
+    Log("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
+        address.c_str());
+    RemoveWorker(id);
+  }
+  return Workers();
+}
+
+// --- Jobs ----------------------------------------------------------------------------
+
+Result<Dispatcher::JoinResult> Dispatcher::GetOrCreateJob(const wire::GetOrCreateJobMsg& m) {
+  if (m.job.name.empty() || m.consumer_id.empty())
+    return Status::InvalidArgument("job name and consumer id are required");
+  FERRY_RETURN_IF_ERROR(m.job.job.Validate());
+  JoinResult r;
+  if (const JobState* j = state_.job(m.job.name)) {
+    FERRY_ASSIGN_OR_RETURN(r.job, Join(*j, m.job.job, m.consumer_id));
+    return r;
+  }
+  if (creating_.count(m.job.name)) {
+    r.kind = JoinResult::kBusy;
+    return r;
+  }
+  creating_.insert(m.job.name);
+  r.kind = JoinResult::kNeedsListing;
+  return r;
+}
+
+Result<wire::NamedJob> Dispatcher::CreateJob(const wire::GetOrCreateJobMsg& m, const Result<JobSpec>& listed) {
+  creating_.erase(m.job.name);
+  FERRY_RETURN_IF_ERROR(listed.status());
+  FERRY_RETURN_IF_ERROR(Commit(dispatch::CreateJob{m.job.name, *listed}));
+  Log("job %s: %s, %lld samples, %lld splits per epoch", m.job.name.c_str(), listed->dataset.c_str(),
+      (long long)listed->num_samples, (long long)listed->SplitsPerEpoch());
+  const JobState* j = state_.job(m.job.name);
+  if (j == nullptr) return Status::Internal("job " + m.job.name + " vanished");
+  return Join(*j, m.job.job, m.consumer_id);
+}
+
+Result<wire::NamedJob> Dispatcher::Join(const JobState& j, const JobSpec& want, const std::string& consumer) {
+  if (!want.SameJobAs(j.spec))
+    return Status::FailedPrecondition("job " + j.name + " exists with a different configuration");
+  if (!j.HasConsumer(consumer)) {
+    Log("job %s: consumer %s joined", j.name.c_str(), consumer.c_str());
+    FERRY_RETURN_IF_ERROR(Commit(AddConsumer{j.name, consumer}));
+  }
+  return wire::NamedJob{j.name, j.spec};
+}
+
+wire::JobStatusMsg Dispatcher::StatusOf(const std::string& job, const std::string& consumer, uint64_t epoch) const {
+  wire::JobStatusMsg m;
+  const JobState* j = state_.job(job);
+  if (j == nullptr) return m;
+  m.first_open = j->first_open;
+  m.finished = j->finished();
+  for (const auto& [split, status] : state_.SplitsOf(job, consumer, epoch)) m.my_splits.push_back(split);
+  if (epoch < j->first_open) {
+    m.epoch_fully_assigned = true;
+  } else {
+    auto it = j->epochs.find(epoch);
+    m.epoch_fully_assigned = it != j->epochs.end() &&
+                             std::none_of(it->second.consumer.begin(), it->second.consumer.end(),
+                                          [](const std::string& c) { return c.empty(); });
+  }
+  return m;
+}
+
+Result<wire::JobStatusMsg> Dispatcher::AckSplits(const wire::AckSplitsMsg& m) {
+  dispatch::AckSplits u{m.job, m.consumer_id, {}};
+  for (const auto& [e, s] : m.splits) u.splits.push_back({e, s});
+  FERRY_RETURN_IF_ERROR(Commit(u));
+  acks_ += int64_t(u.splits.size());
+  return StatusOf(m.job, m.consumer_id, 0);
+}
+
+Result<wire::JobStatusMsg> Dispatcher::RestoreConsumer(const wire::RestoreConsumerMsg& m) {
+  dispatch::RestoreConsumer u{m.job, m.consumer_id, m.first_open, {}};
+  for (const auto& [e, s] : m.done) u.done.push_back({e, s});
+  FERRY_RETURN_IF_ERROR(Commit(u));
+  Log("job %s: consumer %s resumed from a saved state at epoch %llu (%zu splits done)", m.job.c_str(),
+      m.consumer_id.c_str(), (unsigned long long)m.first_open, m.done.size());
+  return StatusOf(m.job, m.consumer_id, m.first_open);
+}
+
+Result<wire::JobStatusMsg> Dispatcher::GetJobStatus(const wire::GetJobStatusMsg& m) const {
+  if (state_.job(m.job) == nullptr) return Status::NotFound("no job " + m.job);
+  return StatusOf(m.job, m.consumer_id, m.epoch);
+}
+
+// --- Time ----------------------------------------------------------------------------
+
+bool Dispatcher::Idle() const {
+  if (state_.jobs().empty()) return jobs_collected_ > 0;
+  return AllJobsFinished(state_);
+}
+
+void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
+  for (const dispatch::RemoveWorker& r :
+       DecideDeadWorkers(state_, last_seen_ms_, now_ms, config_.heartbeat_timeout_ms)) {
+    size_t n = 0;
+    for (const auto& [job, l] : state_.LeasesOf(r.worker)) n += l.size();
+    Log("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
+    RemoveWorker(r.worker);
+  }
+  for (const RemoveJob& r : DecideGarbage(state_, jobs_in_use)) {
+    Log("job %s finished and has no consumer left: removed", r.job.c_str());
+    if (Commit(r).ok()) ++jobs_collected_;
+  }
+  // Idle: exit once every worker has been told so in a heartbeat reply (they exit too,
+  // with --exit-when-idle), or after a heartbeat timeout at most.
+  if (!Idle()) idle_since_ms_ = -1;
+  else if (idle_since_ms_ < 0) idle_since_ms_ = now_ms;
+  bool all_told = true;
+  for (const auto& [id, w] : state_.workers()) all_told = all_told && told_idle_.count(id) > 0;
+  if (config_.exit_when_idle && idle_since_ms_ >= 0 &&
+      (all_told || now_ms - idle_since_ms_ > config_.heartbeat_timeout_ms))
+    should_exit_ = true;
+}
+
+}  // namespace ferry::dispatch

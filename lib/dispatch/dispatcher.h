@@ -1,0 +1,139 @@
+// Dispatcher: what ferry-dispatcher decides, apart from how requests reach it. Its
+// methods take the control plane's request structs (wire/control.h) and return the
+// replies, as tf.data's dispatcher_impl does; server/dispatcher_service.cc only maps
+// frames to these calls. No sockets, no threads, no clock of its own: the service
+// passes the time in, so tests drive it with a fake one.
+//
+// What it owns
+//   state      DispatcherState (state.h): jobs, workers, splits; changed only through
+//              Apply(Update), every update journaled first (journal.h).
+//   soft state what need not survive a restart: when each worker was last heard from,
+//              which jobs are being created, who was told the dispatcher is idle.
+//
+// Rules
+//   liveness   a worker silent for heartbeat_timeout_ms is removed and its un-acked
+//              splits return to pending; a client's report that a worker refuses
+//              connections removes it at once, but only if it has also missed a
+//              heartbeat (the network between them may be at fault).
+//   joining    a job name that exists is joined if the request agrees with it
+//              (JobSpec::SameJobAs); a new name is created once its dataset is listed
+//              (off the service's thread; concurrent requests for it wait).
+//   garbage    a finished job (and any parallel_epochs job) that no connection uses
+//              any more is removed.
+//   idle exit  with exit_when_idle: once every job has finished and every worker has
+//              been told so in a heartbeat reply (or a heartbeat timeout passed).
+//
+// Durability: each request applies and journals its updates before it returns; the
+// replies that depend on them may go out only after Sync() (group commit: many
+// requests, one fdatasync). NeedsSync() says whether one is due.
+//
+// Thread-compatible: the service calls it from its one io thread.
+#ifndef FERRY_DISPATCH_DISPATCHER_H_
+#define FERRY_DISPATCH_DISPATCHER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dispatch/decisions.h"
+#include "dispatch/journal.h"
+#include "dispatch/state.h"
+#include "ferry/job.h"
+#include "ferry/status.h"
+#include "wire/control.h"
+
+namespace ferry::dispatch {
+
+struct DispatcherConfig {
+  std::string work_dir;              // the journal; required
+  int heartbeat_interval_ms = 200;   // asked of workers
+  int heartbeat_timeout_ms = 2000;   // a worker silent this long is dead
+  LeasePolicy lease;
+  bool exit_when_idle = false;
+  uint64_t compact_every = 50000;    // journal records between snapshots
+  bool sync = true;                  // fdatasync the journal (tests may turn it off)
+};
+
+class Dispatcher {
+ public:
+  // Opens the work dir and replays its journal. Every worker the journal knows gets a
+  // full heartbeat timeout from `now_ms` to come back.
+  static Result<std::unique_ptr<Dispatcher>> Open(const DispatcherConfig& config, int64_t now_ms);
+
+  // RegisterWorker: the heartbeat interval to use.
+  Result<uint32_t> RegisterWorker(const wire::RegisterWorkerMsg& m, int64_t now_ms);
+  // Heartbeat: the splits the worker holds (new leases first) and their jobs.
+  Result<wire::HeartbeatOkMsg> Heartbeat(const wire::HeartbeatMsg& m, int64_t now_ms);
+
+  // GetOrCreateJob, first step.
+  struct JoinResult {
+    enum Kind {
+      kJoined,        // `job` is the reply
+      kNeedsListing,  // a new job: list its dataset (ListJob), then CreateJob()
+      kBusy,          // another request is creating it: ask again shortly
+    } kind = kJoined;
+    wire::NamedJob job;
+  };
+  Result<JoinResult> GetOrCreateJob(const wire::GetOrCreateJobMsg& m);
+  // GetOrCreateJob, second step for kNeedsListing: `listed` is the requested job with
+  // its listing facts, or why it could not be listed. Creates and joins the job.
+  Result<wire::NamedJob> CreateJob(const wire::GetOrCreateJobMsg& m, const Result<JobSpec>& listed);
+
+  Result<wire::JobStatusMsg> AckSplits(const wire::AckSplitsMsg& m);
+  Result<wire::JobStatusMsg> RestoreConsumer(const wire::RestoreConsumerMsg& m);
+  Result<wire::JobStatusMsg> GetJobStatus(const wire::GetJobStatusMsg& m) const;
+  // Addresses of the workers that serve (not draining).
+  std::vector<std::string> Workers() const;
+  // A client cannot reach the worker at `address`: see "liveness". Returns Workers().
+  std::vector<std::string> ReportWorker(const std::string& address, int64_t now_ms);
+
+  // Time passes (the service calls this every half heartbeat interval): dead workers
+  // are removed, and finished jobs that no connection uses (`jobs_in_use`) collected.
+  void Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use);
+  // With exit_when_idle: true once the dispatcher may exit (see "idle exit").
+  bool ShouldExit() const { return should_exit_; }
+  // Every job has finished, and at least one ran.
+  bool Idle() const;
+
+  bool NeedsSync() const { return dirty_; }
+  // Makes every journaled update durable, then compacts the journal when due.
+  Status Sync();
+
+  const DispatcherState& state() const { return state_; }
+  struct Stats {
+    int64_t leases = 0, acks = 0, workers_removed = 0, journal_records = 0;
+    int64_t replayed = 0;  // updates replayed from the journal at start
+  };
+  // Thread-safe.
+  Stats stats() const;
+
+ private:
+  explicit Dispatcher(const DispatcherConfig& config) : config_(config) {}
+  // Applies and journals `u`. A journal that cannot be written aborts the process:
+  // the state moved and the journal did not, and nothing else is safe.
+  Status Commit(const Update& u);
+  Result<wire::NamedJob> Join(const JobState& j, const JobSpec& want, const std::string& consumer);
+  wire::JobStatusMsg StatusOf(const std::string& job, const std::string& consumer, uint64_t epoch) const;
+  void RemoveWorker(const std::string& id);
+
+  const DispatcherConfig config_;
+  DispatcherState state_;
+  std::unique_ptr<Journal> journal_;
+  bool dirty_ = false;
+  std::map<std::string, int64_t> last_seen_ms_;
+  std::set<std::string> creating_;   // jobs whose dataset is being listed
+  std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle
+  int64_t jobs_collected_ = 0;       // finished jobs removed since start
+  int64_t idle_since_ms_ = -1;
+  bool should_exit_ = false;
+  std::atomic<int64_t> leases_{0}, acks_{0}, workers_removed_{0}, journal_records_{0};
+  int64_t replayed_ = 0;
+};
+
+}  // namespace ferry::dispatch
+
+#endif  // FERRY_DISPATCH_DISPATCHER_H_

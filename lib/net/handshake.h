@@ -1,0 +1,68 @@
+// The handshake that opens every Ferry connection, data plane and control plane
+// alike, written once for both sides as state machines without I/O: each side's
+// transport (async sessions, the blocking control channel) only moves the frames.
+//
+//   1. server -> client   Challenge  (a fresh nonce; whether a token is required)
+//   2. client -> server   Hello      (role, peer id, HMAC-SHA256(token, nonce))
+//   3. server -> client   HelloOk, or Error(Unauthenticated | PermissionDenied) and close
+//
+// The server checks the MAC in constant time and the peer's role against the roles
+// it serves (a worker serves clients; a dispatcher serves clients and workers).
+#ifndef FERRY_NET_HANDSHAKE_H_
+#define FERRY_NET_HANDSHAKE_H_
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+#include "wire/codec.h"
+#include "wire/message.h"
+
+namespace ferry::net {
+
+class ServerHandshake {
+ public:
+  // `token` empty: no authentication. `what` names the server in errors ("this worker").
+  ServerHandshake(std::string token, std::string server_id, std::string what, std::initializer_list<wire::Role> roles);
+
+  // The first frame to send (draws the nonce).
+  wire::OutFrame Challenge();
+
+  struct Accepted {
+    wire::Role role;
+    std::string peer_id;
+    wire::OutFrame reply;  // HelloOk, to send
+  };
+  // The peer's Hello. An error is the Status to send back (EncodeError) before closing:
+  // InvalidArgument (not a Hello), Unauthenticated (no or wrong token),
+  // PermissionDenied (a role this server does not serve).
+  Result<Accepted> OnHello(const wire::InFrame& f);
+
+ private:
+  const std::string token_, server_id_, what_;
+  const std::vector<wire::Role> roles_;
+  std::string nonce_;
+};
+
+class ClientHandshake {
+ public:
+  // `server` names the peer in errors ("worker 10.0.0.5:7000").
+  ClientHandshake(std::string token, wire::Role role, std::string peer_id, std::string server);
+
+  // The server's Challenge: the Hello to send. Unauthenticated if the server requires
+  // a token and we have none; an Error frame comes back as its Status.
+  Result<wire::OutFrame> OnChallenge(const wire::InFrame& f);
+  // The server's answer to Hello: OK for HelloOk; an Error frame as its Status.
+  Status OnHelloOk(const wire::InFrame& f);
+
+ private:
+  Status ErrorOf(const wire::InFrame& f) const;
+  const std::string token_;
+  const wire::Role role_;
+  const std::string peer_id_, server_;
+};
+
+}  // namespace ferry::net
+
+#endif  // FERRY_NET_HANDSHAKE_H_

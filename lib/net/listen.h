@@ -1,0 +1,68 @@
+// A daemon's listening socket, shared by ferry-worker and ferry-dispatcher: binding it,
+// and the accept loop.
+#ifndef FERRY_NET_LISTEN_H_
+#define FERRY_NET_LISTEN_H_
+
+#include <utility>  // before Asio (Boost 1.74, C++20)
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/log.h"
+
+#include "ferry/status.h"
+#include "net/address.h"
+
+namespace ferry::net {
+
+// Resolves HOST:PORT (port 0: any free port), binds and listens. Returns the address
+// actually bound, "host:port".
+inline Result<std::string> Listen(boost::asio::ip::tcp::acceptor& acceptor, const std::string& address) {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  FERRY_ASSIGN_OR_RETURN(auto hp, SplitHostPort(address));
+  boost::system::error_code ec;
+  tcp::resolver resolver(acceptor.get_executor());
+  auto results = resolver.resolve(hp.first, std::to_string(hp.second), ec);
+  if (ec || results.empty()) return Status::InvalidArgument("cannot resolve " + address + ": " + ec.message());
+  const tcp::endpoint ep = results.begin()->endpoint();
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Unavailable("cannot listen on " + address + ": " + ec.message());
+  const tcp::endpoint bound = acceptor.local_endpoint();
+  return bound.address().to_string() + ":" + std::to_string(bound.port());
+}
+
+// Accepts connections for as long as the acceptor is open and `accepting()` holds,
+// handing each socket to `on_socket` (on the acceptor's executor). A failed accept
+// (out of descriptors, say) is retried after 100 ms, never in a spin; a closed
+// acceptor ends the loop. A connection accepted just as `accepting()` turned false is
+// dropped.
+inline void AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, std::function<bool()> accepting,
+                       std::function<void(boost::asio::ip::tcp::socket)> on_socket) {
+  namespace asio = boost::asio;
+  acceptor.async_accept([&acceptor, accepting, on_socket](const boost::system::error_code& ec,
+                                                          asio::ip::tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      Log("accept failed: %s", ec.message().c_str());
+      auto t = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
+      t->async_wait([&acceptor, accepting, on_socket, t](const boost::system::error_code& e) {
+        if (!e && acceptor.is_open() && accepting()) AcceptLoop(acceptor, accepting, on_socket);
+      });
+      return;
+    }
+    if (!acceptor.is_open() || !accepting()) return;
+    on_socket(std::move(socket));
+    AcceptLoop(acceptor, accepting, on_socket);
+  });
+}
+
+}  // namespace ferry::net
+
+#endif  // FERRY_NET_LISTEN_H_

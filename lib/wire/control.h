@@ -1,0 +1,115 @@
+// The control plane's codec (schemas/control.capnp): plain structs <-> frames, for
+// workers and clients talking to the dispatcher. The dispatcher's logic
+// (lib/dispatch/dispatcher.h) takes and returns these structs, so the service that
+// carries them only maps frames to calls.
+#ifndef FERRY_WIRE_CONTROL_H_
+#define FERRY_WIRE_CONTROL_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/job.h"
+#include "ferry/status.h"
+#include "wire/message.h"
+
+namespace ferry::wire {
+
+// A job with its dispatcher name.
+struct NamedJob {
+  std::string name;
+  JobSpec job;
+  bool operator==(const NamedJob& o) const = default;
+};
+
+using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
+
+struct LeaseMsg {
+  std::string job;
+  uint64_t epoch = 0;
+  int64_t split = 0;
+  std::string consumer;
+  bool operator==(const LeaseMsg& o) const = default;
+};
+
+struct RegisterWorkerMsg {
+  std::string worker_id;
+  std::string address;  // where clients reach its data plane
+};
+
+struct HeartbeatMsg {
+  std::string worker_id;
+  bool draining = false;
+  bool want_leases = true;
+  bool leaving = false;
+  std::vector<std::string> want_jobs;
+};
+
+struct HeartbeatOkMsg {
+  std::vector<LeaseMsg> leases;  // every split the worker holds, the new ones first
+  std::vector<NamedJob> jobs;
+  bool known = true;
+  uint32_t new_leases = 0;
+  bool idle = false;
+};
+
+struct GetOrCreateJobMsg {
+  NamedJob job;
+  std::string consumer_id;
+};
+
+struct AckSplitsMsg {
+  std::string job, consumer_id;
+  std::vector<SplitId> splits;
+};
+
+struct GetJobStatusMsg {
+  std::string job, consumer_id;
+  uint64_t epoch = 0;
+};
+
+struct JobStatusMsg {
+  uint64_t first_open = 0;
+  bool finished = false;
+  std::vector<int64_t> my_splits;  // of the epoch asked about, in order
+  bool epoch_fully_assigned = false;
+};
+
+struct RestoreConsumerMsg {
+  std::string job, consumer_id;
+  uint64_t first_open = 0;
+  std::vector<SplitId> done;
+};
+
+OutFrame EncodeRegisterWorker(const RegisterWorkerMsg& m);
+OutFrame EncodeRegisterWorkerOk(uint32_t heartbeat_interval_ms);
+OutFrame EncodeHeartbeat(const HeartbeatMsg& m);
+OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m);
+OutFrame EncodeGetOrCreateJob(const GetOrCreateJobMsg& m);
+OutFrame EncodeJobInfo(const NamedJob& job);
+OutFrame EncodeGetWorkers();
+OutFrame EncodeWorkerList(const std::vector<std::string>& addresses);
+OutFrame EncodeAckSplits(const AckSplitsMsg& m);
+OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m);
+OutFrame EncodeJobStatus(const JobStatusMsg& m);
+OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);
+OutFrame EncodeReportWorker(const std::string& address);
+
+Result<RegisterWorkerMsg> DecodeRegisterWorker(const InFrame& f);
+Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f);
+Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f);
+Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f);
+Result<GetOrCreateJobMsg> DecodeGetOrCreateJob(const InFrame& f);
+Result<NamedJob> DecodeJobInfo(const InFrame& f);
+Status DecodeGetWorkers(const InFrame& f);
+Result<std::vector<std::string>> DecodeWorkerList(const InFrame& f);
+Result<AckSplitsMsg> DecodeAckSplits(const InFrame& f);
+Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f);
+Result<JobStatusMsg> DecodeJobStatus(const InFrame& f);
+Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f);
+Result<std::string> DecodeReportWorker(const InFrame& f);
+
+}  // namespace ferry::wire
+
+#endif  // FERRY_WIRE_CONTROL_H_

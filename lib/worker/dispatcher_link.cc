@@ -1,0 +1,248 @@
+#include "worker/dispatcher_link.h"
+
+#include <set>
+
+#include "core/log.h"
+#include "data/job_listing.h"
+#include "net/backoff.h"
+
+namespace ferry {
+
+DispatcherLink::DispatcherLink(LinkOptions o) : o_(std::move(o)) {
+  MutexLock lock(&poke_target_->mu);
+  poke_target_->link = this;
+}
+
+DispatcherLink::~DispatcherLink() {
+  {
+    MutexLock lock(&poke_target_->mu);
+    poke_target_->link = nullptr;
+  }
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void DispatcherLink::Start() { thread_ = std::thread([this] { Run(); }); }
+
+std::shared_ptr<const WorkerJob> DispatcherLink::Job(const std::string& name) const {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<SplitFeed> DispatcherLink::Feed(const std::string& job, const std::string& consumer) {
+  MutexLock lock(&mu_);
+  return FeedLocked(job, consumer);
+}
+
+std::shared_ptr<SplitFeed> DispatcherLink::FeedLocked(const std::string& job, const std::string& consumer) {
+  auto& f = feeds_[{job, consumer}];
+  if (!f) {
+    f = std::make_shared<SplitFeed>();
+    f->SetStarvedCallback([target = poke_target_] {
+      MutexLock lock(&target->mu);
+      if (target->link != nullptr) target->link->Poke();
+    });
+  }
+  return f;
+}
+
+void DispatcherLink::SetDraining() {
+  MutexLock lock(&mu_);
+  draining_ = true;
+  drain_seen_ = false;
+  cv_.SignalAll();  // heartbeat now
+}
+
+bool DispatcherLink::WaitDrained(double timeout_s) {
+  const auto deadline = DeadlineIn(timeout_s);
+  MutexLock lock(&mu_);
+  while (!(drain_seen_ && held_ == 0)) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;
+  }
+  return drain_seen_ && held_ == 0;
+}
+
+bool DispatcherLink::WaitIdle() {
+  MutexLock lock(&mu_);
+  while (!idle_ && !stop_waiting_idle_) cv_.Wait(&mu_);
+  return idle_;
+}
+
+void DispatcherLink::StopWaitingIdle() {
+  MutexLock lock(&mu_);
+  stop_waiting_idle_ = true;
+  cv_.SignalAll();
+}
+
+int64_t DispatcherLink::heartbeats() const {
+  MutexLock lock(&mu_);
+  return heartbeats_;
+}
+
+bool DispatcherLink::stopping() const {
+  MutexLock lock(&mu_);
+  return stop_;
+}
+
+void DispatcherLink::Leave() {
+  bool registered;
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    registered = registered_;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (!registered) return;
+  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(2));
+  wire::HeartbeatMsg h;
+  h.worker_id = o_.worker_id;
+  h.draining = true;
+  h.want_leases = false;
+  h.leaving = true;
+  auto r = ch.Call(wire::EncodeHeartbeat(h));
+  if (!r.ok()) Log("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
+}
+
+void DispatcherLink::Want(const std::string& job) {
+  MutexLock lock(&mu_);
+  if (jobs_.count(job) || wanted_.count(job)) return;
+  wanted_.insert(job);
+  poked_ = true;
+  cv_.SignalAll();
+}
+
+void DispatcherLink::Poke() {
+  MutexLock lock(&mu_);
+  poked_ = true;
+  cv_.SignalAll();
+}
+
+void DispatcherLink::Sleep(std::chrono::milliseconds d) {
+  const auto deadline = std::chrono::steady_clock::now() + d;
+  MutexLock lock(&mu_);
+  const bool was_draining = draining_;
+  while (!stop_ && !poked_ && draining_ == was_draining) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;
+  }
+  poked_ = false;
+}
+
+void DispatcherLink::Run() {
+  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(5));
+  // Never give up: a dispatcher that restarts, or starts after the worker, is waited for.
+  net::Backoff backoff({/*initial_s=*/0.1, /*max_s=*/1.0, /*max_failures=*/-1, /*give_up_after_s=*/0});
+  while (!stopping()) {
+    bool registered;
+    {
+      MutexLock lock(&mu_);
+      registered = registered_;
+    }
+    if (!registered) {
+      auto r = ch.Call(wire::EncodeRegisterWorker({o_.worker_id, o_.advertise}));
+      auto interval = r.ok() ? wire::DecodeRegisterWorkerOk(*r) : Result<uint32_t>(r.status());
+      if (!interval.ok()) {
+        if (backoff.failures() % 20 == 0)
+          Log("cannot register with dispatcher %s (retrying): %s", o_.dispatcher.c_str(),
+              interval.status().ToString().c_str());
+        Sleep(*backoff.Failed());
+        continue;
+      }
+      Log("registered with dispatcher %s as %s", o_.dispatcher.c_str(), o_.worker_id.c_str());
+      backoff.Succeeded();
+      MutexLock lock(&mu_);
+      registered_ = true;
+      interval_ms_ = int(std::max<uint32_t>(10, *interval));
+    }
+    if (!Heartbeat(ch)) {
+      Sleep(*backoff.Failed());
+      continue;
+    }
+    backoff.Succeeded();
+    int interval;
+    {
+      MutexLock lock(&mu_);
+      interval = interval_ms_;
+    }
+    Sleep(std::chrono::milliseconds(interval));
+  }
+}
+
+std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) const {
+  auto job = std::make_shared<WorkerJob>();
+  job->name = j.name;
+  job->spec = j.job;
+  if (j.job.synthetic()) {
+    job->dataset = std::shared_ptr<const Dataset>(MakeSyntheticDataset(j.job.num_samples));
+    return job;
+  }
+  auto ds = o_.open_dataset(j.job.dataset);
+  if (!ds.ok()) {
+    job->status = ds.status();
+    return job;
+  }
+  job->status = CheckListing(j.job, **ds);
+  if (job->status.ok()) job->dataset = *ds;
+  return job;
+}
+
+bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
+  wire::HeartbeatMsg h;
+  h.worker_id = o_.worker_id;
+  {
+    MutexLock lock(&mu_);
+    h.draining = draining_;
+    h.want_jobs.assign(wanted_.begin(), wanted_.end());
+  }
+  h.want_leases = !h.draining;
+  auto r = ch.Call(wire::EncodeHeartbeat(h));
+  auto ok = r.ok() ? wire::DecodeHeartbeatOk(*r) : Result<wire::HeartbeatOkMsg>(r.status());
+  if (!ok.ok()) {
+    Log("heartbeat to %s failed (will reconnect): %s", o_.dispatcher.c_str(), ok.status().ToString().c_str());
+    MutexLock lock(&mu_);
+    registered_ = false;  // a restarted dispatcher may not know us yet: register again
+    return false;
+  }
+  if (!ok->known) {
+    // Presumed dead (or the dispatcher lost us): everything we held is someone else's
+    // now. Forget it all and register again.
+    Log("the dispatcher does not know this worker (presumed dead?): registering again");
+    MutexLock lock(&mu_);
+    registered_ = false;
+    for (auto& [key, feed] : feeds_) feed->SetHeld({});
+    held_ = 0;
+    return true;
+  }
+  // Open the jobs we have not seen yet (listing may take a while: no lock held).
+  for (const wire::NamedJob& c : ok->jobs) {
+    if (Job(c.name) != nullptr) continue;
+    std::shared_ptr<WorkerJob> job = OpenJob(c);
+    if (!job->status.ok()) Log("cannot serve job %s: %s", c.name.c_str(), job->status.ToString().c_str());
+    else Log("job %s: %lld samples", c.name.c_str(), (long long)c.job.num_samples);
+    MutexLock lock(&mu_);
+    jobs_[c.name] = std::move(job);
+    wanted_.erase(c.name);
+  }
+  std::map<std::pair<std::string, std::string>, std::set<SplitKey>> held;
+  for (const wire::LeaseMsg& l : ok->leases) held[{l.job, l.consumer}].insert({l.epoch, l.split});
+  MutexLock lock(&mu_);
+  for (auto& [key, splits] : held) FeedLocked(key.first, key.second);
+  size_t total = 0;
+  for (auto& [key, feed] : feeds_) {
+    auto it = held.find(key);
+    total += feed->SetHeld(it == held.end() ? std::set<SplitKey>{} : it->second);
+  }
+  held_ = total;
+  ++heartbeats_;
+  if (h.draining) drain_seen_ = true;
+  if (ok->idle) idle_ = true;
+  cv_.SignalAll();
+  return true;
+}
+
+}  // namespace ferry

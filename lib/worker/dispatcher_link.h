@@ -1,0 +1,120 @@
+// A worker's side of the control plane: registration, heartbeats, and the splits the
+// dispatcher leases to it, kept in one SplitFeed per (job, consumer) for the streams
+// that serve them.
+//
+// One thread runs the loop: register (again after a dispatcher restart or after being
+// presumed dead), then heartbeat every interval. Each reply restates every split the
+// worker holds; the link restates it to the feeds. New jobs are opened (listing and
+// fingerprint check) on this thread before their splits are handed out, so streams
+// never wait on a listing.
+#ifndef FERRY_WORKER_DISPATCHER_LINK_H_
+#define FERRY_WORKER_DISPATCHER_LINK_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/mutex.h"
+#include "data/dataset.h"
+#include "ferry/job.h"
+#include "net/control_channel.h"
+#include "pipeline/split_plan.h"
+#include "wire/control.h"
+
+namespace ferry {
+
+// What a worker knows of a dispatcher job.
+struct WorkerJob {
+  std::string name;
+  JobSpec spec;
+  std::shared_ptr<const Dataset> dataset;
+  Status status;  // not OK: this worker cannot serve the job (and says why)
+};
+
+struct LinkOptions {
+  std::string dispatcher;  // HOST:PORT
+  std::string token;
+  std::string worker_id;
+  std::string advertise;   // where clients reach this worker's data plane
+  std::function<Result<std::shared_ptr<const Dataset>>(const std::string&)> open_dataset;
+};
+
+class DispatcherLink {
+ public:
+  explicit DispatcherLink(LinkOptions o);
+  ~DispatcherLink();  // stops the loop (no leaving message: see Leave)
+
+  void Start();
+
+  // The job's facts once a lease of it (or a wanted job) has arrived; null before.
+  std::shared_ptr<const WorkerJob> Job(const std::string& name) const LOCKS_EXCLUDED(mu_);
+  // The feed of (job, consumer), created empty when new.
+  std::shared_ptr<SplitFeed> Feed(const std::string& job, const std::string& consumer) LOCKS_EXCLUDED(mu_);
+
+  // Heartbeats say "draining" from now on: no new leases.
+  void SetDraining() LOCKS_EXCLUDED(mu_);
+  // Heartbeat now rather than at the next interval: a consumer just opened a stream
+  // (it wants splits), so the first leases come within a round trip.
+  void Poke() LOCKS_EXCLUDED(mu_);
+  // A client opened a stream for this job: fetch its config at the next heartbeat
+  // even if no split of it is leased here (parallel_epochs jobs never lease).
+  void Want(const std::string& job) LOCKS_EXCLUDED(mu_);
+  // Blocks until draining and the dispatcher says this worker holds nothing (every
+  // split acknowledged), or until the timeout. True when drained.
+  bool WaitDrained(double timeout_s) LOCKS_EXCLUDED(mu_);
+  // Tells the dispatcher this worker is gone (its splits return to pending at once
+  // rather than after the heartbeat timeout), then stops the loop.
+  void Leave() LOCKS_EXCLUDED(mu_);
+  // Blocks until a heartbeat reply says every job has finished (true), or until
+  // StopWaitingIdle() (false).
+  bool WaitIdle() LOCKS_EXCLUDED(mu_);
+  void StopWaitingIdle() LOCKS_EXCLUDED(mu_);
+
+  int64_t heartbeats() const LOCKS_EXCLUDED(mu_);
+  const std::string& worker_id() const { return o_.worker_id; }
+
+ private:
+  void Run();
+  bool Heartbeat(net::ControlChannel& ch);
+  // A job's facts, opened on this worker (listing and fingerprint check).
+  std::shared_ptr<WorkerJob> OpenJob(const wire::NamedJob& j) const;
+  std::shared_ptr<SplitFeed> FeedLocked(const std::string& job, const std::string& consumer)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Sleep(std::chrono::milliseconds d) LOCKS_EXCLUDED(mu_);
+  bool stopping() const LOCKS_EXCLUDED(mu_);
+
+  // What feeds call when they starve. Feeds may outlive the link (a stream's producer
+  // holds its feed), so they hold this, and the link detaches itself on destruction.
+  struct PokeTarget {
+    Mutex mu;
+    DispatcherLink* link GUARDED_BY(mu) = nullptr;
+  };
+
+  const LinkOptions o_;
+  const std::shared_ptr<PokeTarget> poke_target_ = std::make_shared<PokeTarget>();
+  std::thread thread_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool draining_ GUARDED_BY(mu_) = false;
+  bool idle_ GUARDED_BY(mu_) = false;
+  bool stop_waiting_idle_ GUARDED_BY(mu_) = false;
+  bool registered_ GUARDED_BY(mu_) = false;
+  size_t held_ GUARDED_BY(mu_) = 0;
+  bool drain_seen_ GUARDED_BY(mu_) = false;  // a reply came after draining was set
+  bool poked_ GUARDED_BY(mu_) = false;
+  int interval_ms_ GUARDED_BY(mu_) = 200;
+  int64_t heartbeats_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::shared_ptr<const WorkerJob>> jobs_ GUARDED_BY(mu_);
+  std::set<std::string> wanted_ GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<SplitFeed>> feeds_ GUARDED_BY(mu_);
+};
+
+}  // namespace ferry
+
+#endif  // FERRY_WORKER_DISPATCHER_LINK_H_

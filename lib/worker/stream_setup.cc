@@ -1,0 +1,49 @@
+#include "worker/stream_setup.h"
+
+#include "core/hash.h"
+#include "data/job_listing.h"
+
+namespace ferry {
+
+Status CheckInlineStream(const wire::OpenStreamMsg& m) {
+  FERRY_RETURN_IF_ERROR(m.job.Validate());
+  if (m.num_shards == 0 || m.shard_index >= m.num_shards)
+    return Status::InvalidArgument("shard_index must be in [0, num_shards)");
+  return Status::OK();
+}
+
+Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<const Dataset> dataset) {
+  FERRY_RETURN_IF_ERROR(CheckListing(m.job, *dataset));
+  StreamSource s;
+  s.job = m.job;
+  s.dataset = std::move(dataset);
+  const Shard shard{int(m.shard_index), int(m.num_shards), m.first_epoch};
+  s.plan = std::make_unique<StaticShardPlan>(s.dataset->size(), m.job, shard);
+  if (m.resume_epoch > m.first_epoch || m.resume_batches_done > 0)
+    s.plan = std::make_unique<ResumePlan>(std::move(s.plan), m.resume_epoch, m.resume_batches_done);
+  s.last_epoch = m.job.epochs > 0 ? int64_t(m.first_epoch) + m.job.epochs - 1 : -1;
+  return s;
+}
+
+StreamSource NamedStream(const WorkerJob& job, const std::shared_ptr<SplitFeed>& feed, const std::string& worker_id) {
+  StreamSource s;
+  s.dataset = job.dataset;
+  s.job = job.spec;
+  if (job.spec.mode == ProcessingMode::kParallelEpochs) {
+    // Every epoch, by itself: its order and augmentation drawn from the job's seed
+    // mixed with the worker's id (so that workers differ, and a worker given a fixed
+    // --worker-id repeats itself).
+    Fingerprinter f;
+    f.AddU64(job.spec.seed);
+    f.Add(worker_id);
+    s.job.seed = f.Finish();
+    s.plan = std::make_unique<StaticShardPlan>(job.dataset->size(), s.job, Shard{});
+    s.last_epoch = job.spec.epochs > 0 ? job.spec.epochs - 1 : -1;
+    return s;
+  }
+  s.splits = true;
+  s.plan = std::make_unique<SplitPlan>(job.spec, feed, feed->Attach());
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,91 @@
+// The dispatcher's decisions (lib/dispatch/decisions.h): pure functions of the state,
+// tested without sockets or clocks.
+#include "dispatch/decisions.h"
+
+#include <gtest/gtest.h>
+
+#include "dispatch_test_util.h"
+
+namespace ferry::dispatch {
+namespace {
+
+using namespace ::ferry::dispatch::test;  // NOLINT
+
+TEST(DecisionsTest, TheTailOfAJobIsSharedFairly) {
+  DispatcherState s;
+  MustApply(s, Create("job", 100, 10, 1, 1));  // 1 epoch of 10 one-batch splits
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  auto l1 = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l1.size(), 1u);
+  EXPECT_EQ(l1[0].splits.size(), 4u) << "plenty pending: the full lease-ahead";
+  MustApply(s, l1[0]);
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 1}, {0, 2}, {0, 3}}});
+  // 6 pending, 2 workers: w2 takes its share of 3, not 4, leaving 3 for w1.
+  auto l2 = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(l2.size(), 1u);
+  EXPECT_EQ(l2[0].splits.size(), 3u);
+  MustApply(s, l2[0]);
+  auto l3 = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l3.size(), 1u);
+  EXPECT_EQ(l3[0].splits.size(), 2u) << "3 pending left, 2 workers: a share of 2";
+}
+
+TEST(DecisionsTest, DrainingWorkerGetsNoLeases) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, DrainWorker{"w1"});
+  EXPECT_TRUE(DecideLeases(s, "w1", LeasePolicy{4}).empty());
+}
+
+TEST(DecisionsTest, DeterministicOrderingAssignsRoundRobin) {
+  DispatcherState s;
+  CreateJob c = Create();
+  c.spec.ordering = Ordering::kDeterministic;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  auto l = DecideLeases(s, "w1", LeasePolicy{5});
+  ASSERT_EQ(l.size(), 1u);
+  for (const auto& x : l[0].splits) EXPECT_EQ(x.consumer, x.ref.split % 2 == 0 ? "c1" : "c2");
+}
+
+TEST(DecisionsTest, GarbageCollectsFinishedUnusedJobs) {
+  DispatcherState s;
+  MustApply(s, Create("a", 10, 10, 1, 1));
+  MustApply(s, Create("b", 10, 10, 1, 1));
+  MustApply(s, AddConsumer{"a", "c"});
+  MustApply(s, AckSplits{"a", "c", {{0, 0}}});
+  auto gc = DecideGarbage(s, {});
+  ASSERT_EQ(gc.size(), 1u);
+  EXPECT_EQ(gc[0].job, "a");
+  EXPECT_TRUE(DecideGarbage(s, {"a"}).empty()) << "still in use";
+}
+
+TEST(DecisionsTest, SilentWorkersAreDeadAndUnknownOnesAreNot) {
+  DispatcherState s;
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  MustApply(s, RegisterWorker{"w3", "c"});
+  // w3 has no time yet (after a restart): it counts as just seen.
+  auto dead = DecideDeadWorkers(s, {{"w1", 0}, {"w2", 600}}, 1000, 500);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].worker, "w1");
+}
+
+TEST(DecisionsTest, AllJobsFinishedNeedsAJob) {
+  DispatcherState s;
+  EXPECT_FALSE(AllJobsFinished(s)) << "no job at all is not idle";
+  MustApply(s, Create("a", 10, 10, 1, 1));
+  EXPECT_FALSE(AllJobsFinished(s));
+  MustApply(s, AddConsumer{"a", "c"});
+  MustApply(s, AckSplits{"a", "c", {{0, 0}}});
+  EXPECT_TRUE(AllJobsFinished(s));
+}
+
+}  // namespace
+}  // namespace ferry::dispatch

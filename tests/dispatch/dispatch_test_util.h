@@ -1,0 +1,38 @@
+// Helpers shared by the dispatcher's tests.
+#ifndef FERRY_TESTS_DISPATCH_DISPATCH_TEST_UTIL_H_
+#define FERRY_TESTS_DISPATCH_DISPATCH_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dispatch/state.h"
+#include "ferry/job.h"
+
+namespace ferry::dispatch::test {
+
+// A job of `n` samples, batches of `batch`, `per_split` batches per split, `epochs`
+// epochs (the defaults: 5 splits per epoch, 2 epochs).
+inline JobSpec Spec(int64_t n = 100, int32_t batch = 10, int32_t per_split = 2, int64_t epochs = 2) {
+  JobSpec c;
+  c.dataset = "/data";
+  c.num_samples = n;
+  c.batch_size = batch;
+  c.batches_per_split = per_split;
+  c.epochs = epochs;
+  return c;
+}
+
+inline CreateJob Create(const std::string& name = "job", int64_t n = 100, int32_t batch = 10, int32_t per_split = 2,
+                        int64_t epochs = 2) {
+  return CreateJob{name, Spec(n, batch, per_split, epochs)};
+}
+
+inline void MustApply(DispatcherState& s, const Update& u) {
+  Status st = s.Apply(u);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+}  // namespace ferry::dispatch::test
+
+#endif  // FERRY_TESTS_DISPATCH_DISPATCH_TEST_UTIL_H_

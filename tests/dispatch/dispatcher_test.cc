@@ -1,0 +1,293 @@
+// The dispatcher's rules (lib/dispatch/dispatcher.h) with no sockets: requests go in as
+// the control plane's structs and the clock is the test's. Liveness, joining and
+// creating jobs, garbage collection, the idle exit, reported workers, draining and
+// leaving, durability (NeedsSync) and a restart that replays the journal.
+#include "dispatch/dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "testutil.h"
+
+namespace ferry::dispatch {
+namespace {
+
+constexpr int kInterval = 100, kTimeout = 1000;
+
+DispatcherConfig Config(const std::string& dir, bool exit_when_idle = false) {
+  DispatcherConfig c;
+  c.work_dir = dir;
+  c.heartbeat_interval_ms = kInterval;
+  c.heartbeat_timeout_ms = kTimeout;
+  c.lease.max_outstanding = 2;
+  c.exit_when_idle = exit_when_idle;
+  c.sync = false;
+  return c;
+}
+
+// 40 samples, batches of 10, 1 batch a split: 4 splits an epoch.
+wire::GetOrCreateJobMsg Request(const std::string& consumer, int64_t epochs = 1) {
+  wire::GetOrCreateJobMsg m;
+  m.job.name = "job";
+  m.job.job.dataset = "/data/train";
+  m.job.job.batch_size = 10;
+  m.job.job.batches_per_split = 1;
+  m.job.job.epochs = epochs;
+  m.consumer_id = consumer;
+  return m;
+}
+
+JobSpec Listed(const wire::GetOrCreateJobMsg& m) {
+  JobSpec s = m.job.job;
+  s.num_samples = 40;
+  s.fingerprint = 777;
+  return s;
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Dispatcher> Open(bool exit_when_idle = false, int64_t now = 0) {
+    auto d = Dispatcher::Open(Config(dir_.path(), exit_when_idle), now);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return d.ok() ? std::move(*d) : nullptr;
+  }
+
+  // Creates the job for `consumer` (the listing done by the test).
+  static void CreateJob(Dispatcher& d, const std::string& consumer, int64_t epochs = 1) {
+    const wire::GetOrCreateJobMsg m = Request(consumer, epochs);
+    auto join = d.GetOrCreateJob(m);
+    ASSERT_TRUE(join.ok()) << join.status().ToString();
+    ASSERT_EQ(join->kind, Dispatcher::JoinResult::kNeedsListing);
+    auto created = d.CreateJob(m, Listed(m));
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+  }
+
+  static std::vector<wire::LeaseMsg> NewLeases(Dispatcher& d, const std::string& worker, int64_t now) {
+    auto r = d.Heartbeat({worker, false, true, false, {}}, now);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<wire::LeaseMsg> out = r->leases;
+    out.resize(r->new_leases);
+    return out;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(DispatcherTest, HeartbeatsLeaseAheadAndRestateWhatIsHeld) {
+  auto d = Open();
+  EXPECT_EQ(*d->RegisterWorker({"w1", "10.0.0.1:7000"}, 0), uint32_t(kInterval));
+  CreateJob(*d, "c1");
+  auto r = d->Heartbeat({"w1", false, true, false, {}}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->known);
+  EXPECT_EQ(r->new_leases, 2u) << "leases ahead, up to the policy's 2";
+  ASSERT_EQ(r->jobs.size(), 1u);
+  EXPECT_EQ(r->jobs[0].name, "job");
+  EXPECT_EQ(r->jobs[0].job.num_samples, 40) << "the job with its listing facts";
+  // The next reply has nothing new but restates both held splits.
+  r = d->Heartbeat({"w1", false, true, false, {}}, 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->new_leases, 0u);
+  EXPECT_EQ(r->leases.size(), 2u);
+  // An unknown worker is told to register.
+  r = d->Heartbeat({"nobody", false, true, false, {}}, 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->known);
+}
+
+TEST_F(DispatcherTest, JoiningAndCreatingJobs) {
+  auto d = Open();
+  const wire::GetOrCreateJobMsg first = Request("c1");
+  auto a = d->GetOrCreateJob(first);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind, Dispatcher::JoinResult::kNeedsListing);
+  auto b = d->GetOrCreateJob(Request("c2"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->kind, Dispatcher::JoinResult::kBusy) << "one listing at a time: the other waits";
+  auto created = d->CreateJob(first, Listed(first));
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(created->job.num_samples, 40);
+  auto c = d->GetOrCreateJob(Request("c2"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->kind, Dispatcher::JoinResult::kJoined);
+  EXPECT_EQ(c->job.job.fingerprint, 777u);
+  EXPECT_EQ(d->state().job("job")->consumers, (std::vector<std::string>{"c1", "c2"}));
+  // Another configuration under the same name is refused with the reason.
+  wire::GetOrCreateJobMsg other = Request("c3");
+  other.job.job.seed = 5;
+  EXPECT_EQ(d->GetOrCreateJob(other).status().code(), StatusCode::kFailedPrecondition);
+  // Nameless or invalid requests.
+  wire::GetOrCreateJobMsg bad = Request("");
+  EXPECT_EQ(d->GetOrCreateJob(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = Request("c4");
+  bad.job.job.batch_size = 0;
+  EXPECT_EQ(d->GetOrCreateJob(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(DispatcherTest, AFailedListingCanBeRetried) {
+  auto d = Open();
+  const wire::GetOrCreateJobMsg m = Request("c1");
+  ASSERT_EQ(d->GetOrCreateJob(m)->kind, Dispatcher::JoinResult::kNeedsListing);
+  auto failed = d->CreateJob(m, Result<JobSpec>(Status::NotFound("no such dataset /data/train")));
+  EXPECT_EQ(failed.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d->state().job("job"), nullptr);
+  EXPECT_EQ(d->GetOrCreateJob(m)->kind, Dispatcher::JoinResult::kNeedsListing) << "not stuck as being created";
+}
+
+TEST_F(DispatcherTest, ASilentWorkersSplitsGoToAnother) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"w2", "b:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  const auto held = NewLeases(*d, "w1", 10);
+  ASSERT_EQ(held.size(), 2u);
+  // w2 keeps heartbeating; w1 falls silent.
+  for (int64_t t = 100; t <= 1200; t += 100) {
+    (void)d->Heartbeat({"w2", false, /*want_leases=*/false, false, {}}, t);
+    d->Tick(t, {"job"});
+  }
+  EXPECT_EQ(d->state().workers().count("w1"), 0u) << "removed after the heartbeat timeout";
+  EXPECT_EQ(d->stats().workers_removed, 1);
+  std::set<std::pair<uint64_t, int64_t>> again;
+  for (const auto& l : NewLeases(*d, "w2", 1300)) again.insert({l.epoch, l.split});
+  for (const auto& l : held) EXPECT_TRUE(again.count({l.epoch, l.split})) << "split " << l.split << " re-leased";
+}
+
+TEST_F(DispatcherTest, AReportedWorkerGoesOnlyIfItAlsoMissedAHeartbeat) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
+  // Heard from just now: a client's report alone does not kill it.
+  std::vector<std::string> after = d->ReportWorker("a:1", 50);
+  EXPECT_EQ(after, std::vector<std::string>{"a:1"});
+  // Quiet for longer than an interval: the report removes it at once.
+  after = d->ReportWorker("a:1", kInterval + 100);
+  EXPECT_TRUE(after.empty());
+  EXPECT_EQ(d->state().LeasesOf("w1").size(), 0u);
+}
+
+TEST_F(DispatcherTest, DrainingTakesNoLeasesAndLeavingReturnsTheRest) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
+  ASSERT_TRUE(d->AckSplits({"job", "c1", {{0, 0}}}).ok());
+  auto r = d->Heartbeat({"w1", true, false, false, {}}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->new_leases, 0u);
+  EXPECT_EQ(r->leases.size(), 1u) << "it still serves what it holds";
+  EXPECT_TRUE(d->Workers().empty()) << "clients are not sent to a draining worker";
+  r = d->Heartbeat({"w1", true, false, /*leaving=*/true, {}}, 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->known);
+  EXPECT_EQ(d->state().workers().count("w1"), 0u);
+}
+
+TEST_F(DispatcherTest, FinishedJobsNobodyUsesAreCollected) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  for (int round = 0; round < 4; ++round) {
+    for (const auto& l : NewLeases(*d, "w1", round)) ASSERT_TRUE(d->AckSplits({"job", "c1", {{l.epoch, l.split}}}).ok());
+  }
+  auto st = d->GetJobStatus({"job", "c1", 0});
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->finished);
+  d->Tick(100, {"job"});
+  EXPECT_NE(d->state().job("job"), nullptr) << "a connection still uses it";
+  d->Tick(200, {});
+  EXPECT_EQ(d->state().job("job"), nullptr);
+  EXPECT_EQ(d->GetJobStatus({"job", "c1", 0}).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(d->Idle()) << "a job ran and every job has finished";
+}
+
+TEST_F(DispatcherTest, IdleExitWaitsForTheWorkersToBeTold) {
+  auto d = Open(/*exit_when_idle=*/true);
+  EXPECT_FALSE(d->Idle()) << "no job has run yet";
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  // Two rounds of two leases each: the whole epoch, acknowledged after w1's last heartbeat.
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& l : NewLeases(*d, "w1", round)) ASSERT_TRUE(d->AckSplits({"job", "c1", {{l.epoch, l.split}}}).ok());
+  }
+  d->Tick(100, {"job"});
+  EXPECT_TRUE(d->Idle());
+  EXPECT_FALSE(d->ShouldExit()) << "w1 has not heard yet";
+  auto r = d->Heartbeat({"w1", false, true, false, {}}, 150);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->idle);
+  d->Tick(200, {"job"});
+  EXPECT_TRUE(d->ShouldExit());
+}
+
+TEST_F(DispatcherTest, IdleExitGivesUpOnSilentWorkersAfterATimeout) {
+  auto d = Open(/*exit_when_idle=*/true);
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"w2", "b:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  for (int round = 0; round < 4; ++round) {
+    for (const auto& l : NewLeases(*d, "w1", round)) ASSERT_TRUE(d->AckSplits({"job", "c1", {{l.epoch, l.split}}}).ok());
+  }
+  (void)d->Heartbeat({"w1", false, true, false, {}}, 10);
+  d->Tick(20, {"job"});
+  EXPECT_FALSE(d->ShouldExit()) << "w2 was not told";
+  (void)d->Heartbeat({"w2", false, false, false, {}}, 20);  // w2 hears it
+  (void)d->Heartbeat({"w1", false, true, false, {}}, 20);
+  d->Tick(30, {"job"});
+  EXPECT_TRUE(d->ShouldExit());
+}
+
+TEST_F(DispatcherTest, ChangesNeedASyncAndSurviveARestart) {
+  {
+    auto d = Open();
+    EXPECT_FALSE(d->NeedsSync());
+    ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+    EXPECT_TRUE(d->NeedsSync()) << "a reply that depends on it waits for the journal";
+    ASSERT_TRUE(d->Sync().ok());
+    EXPECT_FALSE(d->NeedsSync());
+    CreateJob(*d, "c1");
+    ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
+    ASSERT_TRUE(d->AckSplits({"job", "c1", {{0, 0}}}).ok());
+    ASSERT_TRUE(d->Sync().ok());
+    // A heartbeat that changes nothing needs no sync.
+    (void)d->Heartbeat({"w1", false, /*want_leases=*/false, false, {}}, 1);
+    EXPECT_FALSE(d->NeedsSync());
+  }
+  auto d = Open(false, /*now=*/5000);
+  EXPECT_GT(d->stats().replayed, 0);
+  ASSERT_NE(d->state().job("job"), nullptr);
+  EXPECT_EQ(d->state().LeasesOf("w1").at("job").size(), 1u) << "the lease not acknowledged survives";
+  // The replayed worker gets a full timeout from the restart to come back.
+  d->Tick(5000 + kTimeout - 1, {"job"});
+  EXPECT_EQ(d->state().workers().count("w1"), 1u);
+  d->Tick(5000 + kTimeout + 1, {"job"});
+  EXPECT_EQ(d->state().workers().count("w1"), 0u);
+}
+
+TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  std::vector<int64_t> mine;
+  for (const auto& l : NewLeases(*d, "w1", 0)) mine.push_back(l.split);
+  auto st = d->GetJobStatus({"job", "c1", 0});
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->my_splits, mine);
+  EXPECT_FALSE(st->epoch_fully_assigned);
+  ASSERT_TRUE(d->AckSplits({"job", "c1", {{0, mine[0]}, {0, mine[1]}}}).ok());
+  auto r = d->RestoreConsumer({"job", "c1", 0, {{0, mine[0]}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->first_open, 0u);
+  // The split acknowledged after the saved state is to be delivered again.
+  std::set<int64_t> again;
+  for (const auto& l : NewLeases(*d, "w1", 1)) again.insert(l.split);
+  EXPECT_TRUE(again.count(mine[1]));
+  EXPECT_FALSE(again.count(mine[0]));
+}
+
+}  // namespace
+}  // namespace ferry::dispatch

@@ -1,0 +1,151 @@
+// The dispatcher's state machine (lib/dispatch/state.h), without sockets: leases,
+// acks and epochs advancing, restores from saved iterator states, dead workers'
+// splits returning with their consumer, and updates that do not fit refused whole.
+#include "dispatch/state.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "dispatch/decisions.h"
+#include "dispatch_test_util.h"
+
+namespace ferry::dispatch {
+namespace {
+
+using namespace ::ferry::dispatch::test;  // NOLINT
+
+// Leases every pending split to w1 and acks it; returns the splits, in order.
+std::vector<SplitRef> LeaseAndAckAll(DispatcherState& s, const std::string& consumer) {
+  std::vector<SplitRef> got;
+  for (int round = 0; round < 100; ++round) {
+    auto leases = DecideLeases(s, "w1", LeasePolicy{4});
+    if (leases.empty()) break;
+    EXPECT_TRUE(s.Apply(leases[0]).ok());
+    AckSplits ack{"job", consumer, {}};
+    for (const auto& l : leases[0].splits) {
+      got.push_back(l.ref);
+      ack.splits.push_back(l.ref);
+    }
+    EXPECT_TRUE(s.Apply(ack).ok());
+  }
+  return got;
+}
+
+TEST(StateTest, RestoreReopensWhatWasAckedAfterTheSavedState) {
+  // 2 epochs of 5 splits. The consumer saved its state after splits 0..2 of epoch 0,
+  // went on through epoch 0 and into epoch 1, and acked all that; then it restarted
+  // from the saved state.
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c1"}, {{0, 2}, "c1"}, {{0, 3}, "c1"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 1}, {0, 2}, {0, 3}}});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 4}, "c1"}, {{1, 0}, "c1"}, {{1, 1}, "c1"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 4}, {1, 0}}});
+  ASSERT_EQ(s.job("job")->first_open, 1u) << "epoch 0 completed after the state was saved";
+  MustApply(s, RestoreConsumer{"job", "c1", 0, {{0, 0}, {0, 1}, {0, 2}}});
+  EXPECT_EQ(s.job("job")->first_open, 0u) << "epoch 0 is open again";
+  // Exactly the splits the saved state had not completed come out again (1/1 was
+  // still leased to w1 and stays so).
+  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitRef> want = {{0, 3}, {0, 4}, {1, 0}, {1, 2}, {1, 3}, {1, 4}};
+  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  EXPECT_EQ(got.size(), want.size());
+  MustApply(s, AckSplits{"job", "c1", {{1, 1}}});
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
+TEST(StateTest, RestoreIntoAFreshJobSkipsCompletedEpochs) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RestoreConsumer{"job", "c1", 1, {{1, 0}, {1, 4}}});
+  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitRef> want = {{1, 1}, {1, 2}, {1, 3}};
+  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
+TEST(StateTest, RestoreWithSeveralConsumersMustStayInTheEpoch) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c1", 1, {}}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(s.Apply(RestoreConsumer{"job", "c1", 0, {{0, 0}}}).ok());
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c2", 0, {{0, 0}}}).code(), StatusCode::kFailedPrecondition)
+      << "split 0/0 is c1's";
+}
+
+TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  auto l1 = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l1.size(), 1u);
+  MustApply(s, l1[0]);
+  std::map<SplitRef, std::string> owner;
+  for (const auto& l : l1[0].splits) owner[l.ref] = l.consumer;
+  // Both consumers got work.
+  std::set<std::string> consumers;
+  for (const auto& [ref, c] : owner) consumers.insert(c);
+  EXPECT_EQ(consumers.size(), 2u);
+
+  // w1 dies: nothing it held is lost, and each split keeps its consumer.
+  auto dead = DecideDeadWorkers(s, {{"w1", 0}, {"w2", 900}}, 1000, 500);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].worker, "w1");
+  MustApply(s, dead[0]);
+  EXPECT_TRUE(s.LeasesOf("w1").empty());
+  auto l2 = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(l2.size(), 1u);
+  for (const auto& l : l2[0].splits) {
+    ASSERT_TRUE(owner.count(l.ref)) << "re-leases the returned splits first";
+    EXPECT_EQ(owner[l.ref], l.consumer);
+  }
+}
+
+TEST(StateTest, AckOfAPendingSplitCounts) {
+  // A worker can die after its consumer received every batch of a split: the
+  // consumer's ack must still complete it.
+  DispatcherState s;
+  MustApply(s, Create("job", 20, 10, 1, 1));
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c1"}}});
+  MustApply(s, RemoveWorker{"w1"});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 1}}});
+  EXPECT_TRUE(s.job("job")->finished());
+  EXPECT_TRUE(AllJobsFinished(s));
+}
+
+TEST(StateTest, RefusesInconsistentUpdatesWithoutChangingAnything) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}}});
+  const uint64_t applied = s.applied();
+  EXPECT_FALSE(s.Apply(LeaseSplits{"job", "w1", {{{0, 1}, "c1"}, {{0, 0}, "c1"}}}).ok()) << "0 is leased";
+  EXPECT_TRUE(s.LeasesOf("w1")["job"].size() == 1) << "all or nothing";
+  EXPECT_FALSE(s.Apply(AckSplits{"job", "c2", {{0, 0}}}).ok()) << "another consumer's split";
+  EXPECT_FALSE(s.Apply(LeaseSplits{"job", "nobody", {{{0, 1}, "c1"}}}).ok());
+  EXPECT_FALSE(s.Apply(LeaseSplits{"job", "w1", {{{0, 99}, "c1"}}}).ok());
+  EXPECT_FALSE(s.Apply(Create("job", 5)).ok()) << "same name, other config";
+  EXPECT_TRUE(s.Apply(Create()).ok()) << "same config: idempotent";
+  EXPECT_EQ(s.applied(), applied + 1);
+}
+
+
+
+
+}  // namespace
+}  // namespace ferry::dispatch

@@ -1,0 +1,156 @@
+// The control plane's codec (lib/wire/control.h): every request and reply round-trips,
+// a job travels whole (the one JobSpec, also as the journal's bytes), and malformed
+// control bodies are refused with a Status.
+#include "wire/control.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "control.capnp.h"
+#include "wire_test_util.h"
+
+namespace ferry::wire {
+namespace {
+
+using namespace ::ferry::wire::test;  // NOLINT
+
+JobSpec AJob() {
+  JobSpec j;
+  j.dataset = "/data/train";
+  j.pipeline = PipelineSpec::ImagenetEval();
+  j.seed = 99;
+  j.shuffle = false;
+  j.epochs = 0;
+  j.batch_size = 17;
+  j.last_batch = LastBatch::kDrop;
+  j.mode = ProcessingMode::kParallelEpochs;
+  j.ordering = Ordering::kDeterministic;
+  j.batches_per_split = 3;
+  j.num_samples = 1281167;
+  j.fingerprint = 0xFEEDFACEull;
+  return j;
+}
+
+TEST(ControlCodecTest, JobsTravelWhole) {
+  const NamedJob job{"run7", AJob()};
+  Result<GetOrCreateJobMsg> req = DecodeGetOrCreateJob(ToInFrame(EncodeGetOrCreateJob({job, "trainer-1"})));
+  ASSERT_TRUE(req.ok()) << req.status().ToString();
+  EXPECT_EQ(req->job, job);
+  EXPECT_EQ(req->consumer_id, "trainer-1");
+  Result<NamedJob> info = DecodeJobInfo(ToInFrame(EncodeJobInfo(job)));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(*info, job);
+  // The journal's encoding of a job is the wire's.
+  Result<JobSpec> back = DecodeJobBytes(EncodeJobBytes(job.job));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, job.job);
+  EXPECT_FALSE(DecodeJobBytes("not a message").ok());
+  EXPECT_FALSE(DecodeJobBytes(std::string(16, '\xff')).ok());
+}
+
+TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
+  Result<RegisterWorkerMsg> reg = DecodeRegisterWorker(ToInFrame(EncodeRegisterWorker({"w1", "10.0.0.5:7000"})));
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->worker_id, "w1");
+  EXPECT_EQ(reg->address, "10.0.0.5:7000");
+  EXPECT_FALSE(DecodeRegisterWorker(ToInFrame(EncodeRegisterWorker({"", "x:1"}))).ok()) << "an empty id";
+  Result<uint32_t> interval = DecodeRegisterWorkerOk(ToInFrame(EncodeRegisterWorkerOk(250)));
+  ASSERT_TRUE(interval.ok());
+  EXPECT_EQ(*interval, 250u);
+
+  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}};
+  Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->worker_id, "w1");
+  EXPECT_TRUE(hb->draining);
+  EXPECT_FALSE(hb->want_leases);
+  EXPECT_TRUE(hb->leaving);
+  EXPECT_EQ(hb->want_jobs, (std::vector<std::string>{"a", "b"}));
+
+  HeartbeatOkMsg ok;
+  ok.leases = {{"run7", 2, 5, "c1"}, {"run7", 2, 6, "c2"}};
+  ok.jobs = {{"run7", AJob()}};
+  ok.known = true;
+  ok.new_leases = 1;
+  ok.idle = true;
+  Result<HeartbeatOkMsg> r = DecodeHeartbeatOk(ToInFrame(EncodeHeartbeatOk(ok)));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->leases, ok.leases);
+  EXPECT_EQ(r->jobs, ok.jobs);
+  EXPECT_EQ(r->new_leases, 1u);
+  EXPECT_TRUE(r->idle);
+  ok.new_leases = 3;
+  EXPECT_FALSE(DecodeHeartbeatOk(ToInFrame(EncodeHeartbeatOk(ok))).ok()) << "more new leases than leases";
+}
+
+TEST(ControlCodecTest, ClientMessagesRoundTrip) {
+  Result<std::vector<std::string>> w = DecodeWorkerList(ToInFrame(EncodeWorkerList({"a:1", "b:2"})));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(*w, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_TRUE(DecodeGetWorkers(ToInFrame(EncodeGetWorkers())).ok());
+
+  Result<AckSplitsMsg> ack = DecodeAckSplits(ToInFrame(EncodeAckSplits({"run7", "c1", {{0, 1}, {3, 9}}})));
+  ASSERT_TRUE(ack.ok());
+  EXPECT_EQ(ack->job, "run7");
+  EXPECT_EQ(ack->consumer_id, "c1");
+  EXPECT_EQ(ack->splits, (std::vector<SplitId>{{0, 1}, {3, 9}}));
+
+  Result<GetJobStatusMsg> q = DecodeGetJobStatus(ToInFrame(EncodeGetJobStatus({"run7", "c1", 4})));
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->epoch, 4u);
+  Result<JobStatusMsg> st = DecodeJobStatus(ToInFrame(EncodeJobStatus({3, true, {1, 4, 7}, true})));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->first_open, 3u);
+  EXPECT_TRUE(st->finished);
+  EXPECT_EQ(st->my_splits, (std::vector<int64_t>{1, 4, 7}));
+  EXPECT_TRUE(st->epoch_fully_assigned);
+
+  Result<RestoreConsumerMsg> rc = DecodeRestoreConsumer(ToInFrame(EncodeRestoreConsumer({"run7", "c1", 2, {{2, 0}}})));
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(rc->first_open, 2u);
+  EXPECT_EQ(rc->done, (std::vector<SplitId>{{2, 0}}));
+  Result<std::string> rep = DecodeReportWorker(ToInFrame(EncodeReportWorker("10.0.0.5:7000")));
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(*rep, "10.0.0.5:7000");
+}
+
+TEST(ControlCodecTest, BadJobsAreRefused) {
+  for (int which = 0; which < 3; ++which) {
+    capnp::MallocMessageBuilder b;
+    auto job = b.initRoot<schema::JobInfo>().initJob();
+    job.setName("x");
+    auto j = job.initJob();
+    j.setPipelineJson(which == 0 ? "{not json" : PipelineSpec::ImagenetTrain().ToJson());
+    if (which == 1) j.setMode(schema::ProcessingMode(9));
+    if (which == 2) j.setOrdering(schema::Ordering(4));
+    const auto words = capnp::messageToFlatArray(b);
+    const auto bytes = words.asBytes();
+    const Status s = DecodeJobInfo(RawFrame(MessageType::kJobInfo, std::string(bytes.begin(), bytes.end()))).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << which << ": " << s.ToString();
+  }
+}
+
+TEST(ControlCodecTest, BitFlipsOfRealControlFramesNeverCrash) {
+  std::vector<OutFrame> frames;
+  frames.push_back(EncodeHeartbeatOk({{{"j", 1, 2, "c"}}, {{"j", AJob()}}, true, 1, false}));
+  frames.push_back(EncodeGetOrCreateJob({{"j", AJob()}, "c"}));
+  frames.push_back(EncodeRestoreConsumer({"j", "c", 1, {{1, 2}, {1, 3}}}));
+  std::mt19937_64 rng(11);
+  for (const OutFrame& out : frames) {
+    const std::string body = Flatten(out).substr(kFrameHeaderSize);
+    for (int iter = 0; iter < 300; ++iter) {
+      std::string b = body;
+      for (int k = 0; k < 3; ++k) b[rng() % b.size()] ^= char(1 << (rng() % 8));
+      const Status s = DecodeAs(out.type(), RawFrame(out.type(), b));
+      if (!s.ok()) EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::wire
