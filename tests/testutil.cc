@@ -196,8 +196,12 @@ bool WaitFor(const std::function<bool()>& condition, double seconds) {
 
 Watchdog::Watchdog(double seconds, std::string what) {
   thread_ = std::thread([this, seconds, what = std::move(what)] {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; })) {
+    const auto deadline = DeadlineIn(seconds);
+    MutexLock lock(&mu_);
+    while (!done_) {
+      if (!cv_.WaitUntil(&mu_, deadline)) break;
+    }
+    if (!done_) {
       std::fprintf(stderr, "watchdog: %s did not finish within %.0f s; aborting\n", what.c_str(), seconds);
       std::fflush(stderr);
       std::abort();
@@ -207,9 +211,9 @@ Watchdog::Watchdog(double seconds, std::string what) {
 
 Watchdog::~Watchdog() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   thread_.join();
 }

@@ -4,13 +4,13 @@
 #ifndef FERRY_TESTS_TESTUTIL_H_
 #define FERRY_TESTS_TESTUTIL_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace ferry::testing {
 
@@ -75,9 +75,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

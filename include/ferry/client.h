@@ -52,6 +52,9 @@ namespace ferry {
 struct ClientOptions {
   // The job: inline to each worker (point to point), or the named job's
   // configuration (dispatcher; a client joining an existing job must agree with it).
+  // Point to point, `mode` and `ordering` must stay at their defaults (they need a
+  // dispatcher), and a non-zero `num_samples` or `fingerprint` makes each worker check
+  // that it lists the dataset the same way (FailedPrecondition otherwise).
   JobSpec job;
 
   std::vector<std::string> workers;  // point to point: HOST:PORT of each worker
@@ -108,7 +111,7 @@ class Client : public BatchIterator {
   IteratorStats stats() const override;
 
   // Dispatcher mode: the job as the dispatcher has it (num_samples gives the epoch's
-  // length), once it has answered; waits up to `seconds`. Point to point: the job given.
+  // length), once it has answered; waits up to `seconds`. Point to point: nullopt.
   std::optional<JobSpec> JobInfo(double seconds) const;
   // Point to point: epochs every worker has finished sending. Dispatcher: epochs the
   // whole job has completed.
@@ -123,9 +126,8 @@ class Client : public BatchIterator {
   // Dispatcher mode: the workers streamed from so far.
   size_t workers_seen() const;
 
-  class Impl;
-
  private:
+  class Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -83,7 +83,12 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   }
 
   void Start() {
-    asio::post(io_, [this] { EnsureStreams(opts_.workers); });
+    // Point to point, stream i serves shard i of each epoch: one stream per entry, in
+    // order (the same address twice is two shards). Through a dispatcher, streams are
+    // opened as the dispatcher lists workers (EnsureStreams).
+    asio::post(io_, [this] {
+      for (size_t i = 0; i < opts_.workers.size(); ++i) AddStream(opts_.workers[i]);
+    });
     io_thread_ = std::thread([this] { io_.run(); });
     if (control_) control_->Start();
   }
@@ -91,13 +96,18 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   ~Impl() override {
     // The control loop first (it sends the final acknowledgements), then every socket
     // and timer on the io thread, which then runs out of work: every handler completes
-    // (aborted) before anything it refers to is destroyed.
-    control_.reset();
+    // (aborted) before anything it refers to is destroyed. The loop object itself goes
+    // last: the io thread's callbacks may Notify() it until the io thread has ended.
+    if (control_) {
+      control_->Stop();
+      control_->Join();
+    }
     asio::post(io_, [this] {
       for (auto& s : streams_) s->Shutdown();
     });
     work_.reset();
     if (io_thread_.joinable()) io_thread_.join();
+    control_.reset();
   }
 
   Result<Batch> Next() {
@@ -152,7 +162,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   }
 
   std::optional<JobSpec> JobInfo(double seconds) {
-    if (!dispatched()) return opts_.job;
+    if (!dispatched()) return std::nullopt;
     const auto deadline = DeadlineIn(seconds);
     MutexLock lock(&mu_);
     while (!job_ && error_.ok()) {
@@ -207,24 +217,28 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     asio::post(io_, [this, stream] { streams_[stream]->Grant(1); });
   }
 
-  // Opens a stream to every listed worker that has none (io thread).
+  void AddStream(const std::string& address) {
+    const size_t index = streams_.size();
+    streams_.push_back(std::make_shared<client::WorkerStream>(io_, this, &stream_config_, index, address));
+    streams_.back()->Begin();
+  }
+
+  // Dispatcher mode: opens a stream to every listed worker that has none (io thread).
   void EnsureStreams(const std::vector<std::string>& addresses) {
     for (const std::string& a : addresses) {
       if (stream_of_.count(a)) continue;
-      const bool parallel = opts_.job.mode == ProcessingMode::kParallelEpochs && dispatched();
-      const size_t index = streams_.size();
+      const bool parallel = opts_.job.mode == ProcessingMode::kParallelEpochs;
       {
         MutexLock lock(&mu_);
         if (parallel && Ended()) continue;  // every stream has ended: too late to join
         ++workers_seen_;
         if (parallel) {
           ++streams_opened_;
-          epochs_done_[index] = 0;
+          epochs_done_[streams_.size()] = 0;
         }
       }
-      streams_.push_back(std::make_shared<client::WorkerStream>(io_, this, &stream_config_, index, a));
-      stream_of_[a] = index;
-      streams_.back()->Begin();
+      stream_of_[a] = streams_.size();
+      AddStream(a);
     }
   }
 
@@ -337,7 +351,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   std::unique_ptr<client::ControlLoop> control_;  // dispatcher mode; fixed before Start()
   // The io thread's alone:
   std::vector<std::shared_ptr<client::WorkerStream>> streams_;
-  std::map<std::string, size_t> stream_of_;  // live streams by address
+  std::map<std::string, size_t> stream_of_;  // dispatcher mode: live streams by address
 
   Mutex mu_;
   CondVar cv_;  // the consumer waits here for a batch, the end, or an error
@@ -370,6 +384,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (dispatched) {
     FERRY_RETURN_IF_ERROR(net::SplitHostPort(o.dispatcher).status());
     if (!o.resume_state.empty()) {
+      if (o.job.mode == ProcessingMode::kParallelEpochs)
+        return Status::InvalidArgument("a parallel_epochs job is at most once: it has no state to resume");
       FERRY_ASSIGN_OR_RETURN(resume, IteratorState::Parse(o.resume_state));
       if (!o.job_name.empty() && o.job_name != resume->job)
         return Status::InvalidArgument("the resume state is of job " + resume->job + ", not " + o.job_name);
@@ -385,8 +401,12 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       if (n->find_first_of(" \t\r\n") != std::string::npos)
         return Status::InvalidArgument("job and consumer names hold no whitespace: '" + *n + "'");
     }
-  } else if (o.consumer_id.empty()) {
-    o.consumer_id = "ferry-client";
+  } else {
+    if (o.job.ordering != Ordering::kArrival || o.job.mode != ProcessingMode::kDistributedEpoch)
+      return Status::InvalidArgument(
+          "deterministic ordering and parallel_epochs are a dispatcher job's: give a dispatcher, or leave them at "
+          "their defaults point to point");
+    if (o.consumer_id.empty()) o.consumer_id = "ferry-client";
   }
   auto impl = std::make_unique<Impl>(std::move(o), std::move(resume));
   impl->Start();

@@ -10,6 +10,10 @@ ControlLoop::ControlLoop(ControlConfig config, ControlHost* host)
 
 ControlLoop::~ControlLoop() {
   Stop();
+  Join();
+}
+
+void ControlLoop::Join() {
   if (thread_.joinable()) thread_.join();
 }
 

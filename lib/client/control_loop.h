@@ -65,14 +65,18 @@ struct ControlConfig {
 class ControlLoop {
  public:
   ControlLoop(ControlConfig config, ControlHost* host);
-  ~ControlLoop();  // Stop(), then joins
+  ~ControlLoop();  // Stop(), then Join()
 
   void Start();
   // Something to tell the dispatcher (an ack, an unreachable worker): a round now.
+  // Harmless once stopped.
   void Notify();
   // Ends the loop: a call in flight returns within 50 ms, then the loop acknowledges
   // what is pending (on a fresh connection, for at most 2 s) and exits.
   void Stop();
+  // Waits for the loop's thread to exit (after Stop(), or once the job finished or
+  // failed). Idempotent.
+  void Join();
 
  private:
   void Run();

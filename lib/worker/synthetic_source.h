@@ -30,11 +30,9 @@ class SyntheticSource {
   // The next frame, or nullopt once every epoch is out.
   std::optional<Frame> Next();
   bool done() const { return left_ == 0 && !eoe_pending_; }
-  // No more batches (draining): done() from now on.
-  void Stop() {
-    left_ = 0;
-    eoe_pending_ = false;
-  }
+  // No more batches (draining). An EndOfEpoch already due still comes out of Next():
+  // the epoch it closes was sent whole.
+  void Stop() { left_ = 0; }
 
  private:
   SyntheticSource() = default;

@@ -408,6 +408,19 @@ TEST_F(WorkerTest, TwoWorkersServeEachIndexExactlyOnce) {
   EXPECT_EQ(w0->stats().bad_frames + w1->stats().bad_frames, 0);
 }
 
+// The same worker named twice is two shards of it: two streams, each epoch once.
+TEST_F(WorkerTest, OneWorkerNamedTwiceServesTwoShards) {
+  auto w = StartWorker();
+  ASSERT_TRUE(w);
+  auto client = Connect(ClientOpts({w->address(), w->address()}));
+  ASSERT_TRUE(client);
+  const Consumed c = ConsumeAll(client.get());
+  EXPECT_TRUE(c.end.IsOutOfRange()) << c.end.ToString();
+  ExpectEpochExactlyOnce(c.rows, 0);
+  EXPECT_EQ(w->stats().streams, 2);
+  EXPECT_EQ(client->epochs_completed(), 1);
+}
+
 TEST_F(WorkerTest, TwoEpochsEachExactlyOnce) {
   auto w0 = StartWorker(), w1 = StartWorker();
   ASSERT_TRUE(w0 && w1);
