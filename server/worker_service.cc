@@ -21,6 +21,7 @@
 #include "pipeline/producer.h"
 #include "wire/codec.h"
 #include "worker/dispatcher_link.h"
+#include "worker/stream_outbox.h"
 #include "worker/stream_setup.h"
 #include "worker/synthetic_source.h"
 
@@ -235,11 +236,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
   enum class State { kHello, kOpen, kOpening, kStreaming, kEnding, kClosed };
 
-  struct Outgoing {
-    OutFrame frame;
-    bool needs_credit;
-  };
-
   void OnFrame(const Status& s, InFrame f) {
     if (!s.ok()) {
       if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kResourceExhausted) {
@@ -260,7 +256,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (f.header.type == MessageType::kCredit) {
           Result<uint32_t> n = wire::DecodeCredit(f);
           if (!n.ok()) return BadFrame(n.status());
-          credits_ += *n;
+          outbox_.Grant(*n);
           return Pump();
         }
         return BadFrame(Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(f.header.type) +
@@ -291,7 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return Refuse(Status::Unimplemented("this worker has no dispatcher (--dispatcher): give the job inline"));
     if (svc_->draining_) return Refuse(Status::Unavailable("worker is draining"));
     msg_ = std::move(*m);
-    credits_ = msg_.credits;
+    outbox_.Grant(msg_.credits);
     timer_.cancel();
     state_ = State::kOpening;
     if (msg_.by_name) {
@@ -347,7 +343,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void StartProducer(StreamSource source) {
     spec_ = source.job.pipeline;
-    last_epoch_ = source.last_epoch;
+    outbox_.SetSource(source.splits, source.last_epoch);
     auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(),
                                                             std::max(2, svc_->opts_.buffered_batches));
     std::weak_ptr<Session> weak = weak_from_this();
@@ -388,20 +384,8 @@ class Session : public std::enable_shared_from_this<Session> {
     in.skipped = std::move(b.skipped);
     in.owner = std::move(b.memory.owner);
     if (named_) in.job = msg_.job_name;
-    epoch_batches_ = b.plan.batch_in_epoch + 1;
-    epoch_samples_ += b.valid;
-    // Even an empty batch (all its files bad) goes out: it carries the skips.
-    out_.push_back({wire::EncodeBatch(in), true});
-    // Named streams carry splits, not whole epochs: the client tracks epochs itself.
-    if (b.plan.last_in_epoch && !named_) QueueEndOfEpoch(b.plan.epoch);
+    outbox_.AddBatch(wire::EncodeBatch(in), in.provenance, b.valid);
     Pump();
-  }
-
-  void QueueEndOfEpoch(uint64_t epoch) {
-    wire::EndOfEpochMsg e{epoch, epoch_batches_, epoch_samples_, int64_t(epoch) == last_epoch_};
-    if (e.last) final_eoe_queued_ = true;
-    out_.push_back({wire::EncodeEndOfEpoch(e), false});
-    epoch_batches_ = epoch_samples_ = 0;
   }
 
   void OnProducerDone(const Status& s) {
@@ -410,30 +394,19 @@ class Session : public std::enable_shared_from_this<Session> {
     Pump();
   }
 
+  // Sends what the outbox releases; once the source is done and all is sent, the
+  // stream's last frame (stream_outbox.h decides which), then a graceful close.
   void Pump() {
     if (state_ == State::kClosed) return;
     if (synthetic_) SyntheticFill();
-    while (!out_.empty() && (!out_.front().needs_credit || credits_ > 0)) {
-      if (out_.front().needs_credit) {
-        --credits_;
-        ++svc_->batches_sent_;
-      }
-      conn_->Send(std::move(out_.front().frame));
-      out_.pop_front();
-    }
-    if (producer_done_ && out_.empty() && state_ == State::kStreaming) {
+    StreamOutbox::Sendable now = outbox_.TakeSendable();
+    svc_->batches_sent_ += now.batches;
+    for (OutFrame& f : now.frames) conn_->Send(std::move(f));
+    if (producer_done_ && outbox_.queued() == 0 && state_ == State::kStreaming) {
       state_ = State::kEnding;
-      if (!producer_status_.ok()) {
+      if (!producer_status_.ok())
         Log("stream for %s failed: %s", conn_->peer().c_str(), producer_status_.ToString().c_str());
-        conn_->Send(wire::EncodeError(producer_status_));
-      } else if (named_ && !draining_) {
-        // Its feed was taken over by a newer stream of the same consumer.
-        conn_->Send(wire::EncodeError(Status::Cancelled("superseded by a newer stream of the same consumer")));
-      } else if (draining_ && !final_eoe_queued_) {
-        conn_->Send(wire::EncodeError(Status::Unavailable("worker is draining; stream ended early")));
-      } else if (!final_eoe_queued_) {
-        conn_->Send(wire::EncodeEndOfEpoch({last_epoch_ >= 0 ? uint64_t(last_epoch_) : 0, 0, 0, true}));
-      }
+      if (std::optional<OutFrame> last = outbox_.Final(producer_status_, draining_)) conn_->Send(std::move(*last));
       conn_->CloseAfterWrites();
     }
   }
@@ -443,6 +416,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto source = SyntheticSource::Create(msg_);
     if (!source.ok()) return Refuse(source.status());
     synthetic_ = std::move(*source);
+    outbox_.SetSource(/*splits=*/false, /*last_epoch=*/-1);  // its EndOfEpochs are its own
     state_ = State::kStreaming;
     ++svc_->streams_;
     Pump();
@@ -450,11 +424,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void SyntheticFill() {
     // Keep a few frames queued beyond the credits, like the real producer does.
-    while (!synthetic_->done() && int64_t(out_.size()) < std::max<int64_t>(2, credits_ + 1)) {
+    while (!synthetic_->done() && int64_t(outbox_.queued()) < std::max<int64_t>(2, outbox_.credits() + 1)) {
       std::optional<SyntheticSource::Frame> f = synthetic_->Next();
       if (!f) break;
-      if (f->last) final_eoe_queued_ = true;
-      out_.push_back({std::move(f->frame), f->needs_credit});
+      outbox_.AddFrame(std::move(f->frame), f->needs_credit, f->last);
     }
     if (synthetic_->done()) producer_done_ = true;
   }
@@ -480,7 +453,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (named_) --svc_->named_streams_;
     state_ = State::kClosed;
     timer_.cancel();
-    out_.clear();
+    outbox_ = StreamOutbox();  // frees the queued frames' memory now
     svc_->Retire(std::move(producer_));  // frees the stream's memory off the io thread
     svc_->SessionClosed(shared_from_this());
   }
@@ -496,11 +469,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams
   bool named_ = false;
-  std::deque<Outgoing> out_;
-  int64_t credits_ = 0;
-  bool producer_done_ = false, draining_ = false, final_eoe_queued_ = false;
+  StreamOutbox outbox_;
+  bool producer_done_ = false, draining_ = false;
   Status producer_status_;
-  int64_t last_epoch_ = -1, epoch_batches_ = 0, epoch_samples_ = 0;
 };
 
 void WorkerService::Impl::Accept() {
