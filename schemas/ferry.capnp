@@ -99,6 +99,7 @@ struct Job {
   batchesPerSplit @9 :Int32 = 4;
   numSamples @10 :Int64;     # of the listing; 0 = not known yet
   fingerprint @11 :UInt64;   # of (listing, pipeline); 0 = not known (not checked)
+  numConsumers @12 :Int32;   # 0: consumers join freely; W > 0: W ranks with equal steps
 }
 
 struct ResumeState {
@@ -119,6 +120,9 @@ struct OpenStream {
   shardIndex @5 :UInt32;
   numShards @6 :UInt32 = 1;
   firstEpoch @7 :UInt64;
+  # Point to point, a ranked job (job.numConsumers > 0): the stream serves this rank's
+  # batches (its shardIndex-th of numShards share of them).
+  rank @8 :UInt32;
 }
 
 struct Credit {
@@ -156,6 +160,7 @@ struct Batch {
   labels @9 :Tensor;         # [B] int64
   indices @10 :Tensor;       # [B] int64 sample indices, -1 for padding
   skipped @11 :List(SkippedSample);
+  batchesInEpoch @12 :Int64; # batches of this epoch (of its rank, in a ranked job)
 }
 
 struct EndOfEpoch {

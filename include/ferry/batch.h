@@ -20,7 +20,8 @@ namespace ferry {
 
 struct BatchProvenance {
   uint64_t epoch = 0;
-  int64_t batch_in_epoch = 0;  // position of this batch in the epoch's batch order
+  int64_t batch_in_epoch = 0;  // position of this batch in the epoch's batch order (of its rank)
+  int64_t batches_in_epoch = 0;  // batches of the epoch (of its rank, in a ranked job); 0: unknown
   int64_t split = 0;           // reserved for the dispatcher's splits (0 in-process)
   int64_t batch_in_split = 0;
   int64_t batches_in_split = 0;

@@ -57,6 +57,13 @@ struct ClientOptions {
   // that it lists the dataset the same way (FailedPrecondition otherwise).
   JobSpec job;
 
+  // A rank of a data-parallel trainer: job.num_consumers is the world size, and this
+  // client is rank `rank` of it. Every rank gets the same number of batches every
+  // epoch (see "ranks" in ferry/job.h) and yields them one epoch at a time. Through a
+  // dispatcher the rank is the job's consumer "rank-<rank>"; point to point, each rank
+  // reads its own share of every epoch from the workers.
+  int rank = 0;
+
   std::vector<std::string> workers;  // point to point: HOST:PORT of each worker
   std::string dispatcher;            // or: HOST:PORT of ferry-dispatcher ...
   std::string job_name;              // ... and the job to get or join there

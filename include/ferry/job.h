@@ -14,6 +14,13 @@
 //   split      batches [s*k, min((s+1)*k, batches per epoch)), k =
 //              batches_per_split: the unit a dispatcher leases, a client acknowledges
 //              and a dead worker's replacement re-sends.
+//   ranks      a job of num_consumers = W > 0 ranks (the data-parallel ranks of one
+//              trainer): every rank gets RankBatches() = R batches every epoch, so no
+//              collective waits on a rank with fewer. Rank r's j-th batch is the
+//              epoch's batch g = j*W + r; positions past N are padding rows (label -1,
+//              index -1). Drop: R = floor(N / (W*B)), so fewer than W*B samples are
+//              left out; pad: R = ceil(N / (W*B)). Split s belongs to rank s % W and
+//              holds that rank's batches j in [(s/W)*k, min((s/W+1)*k, R)).
 //   listing    what the dataset's source lists (paths and labels); its fingerprint
 //              and size are facts whoever lists it fills in (num_samples,
 //              fingerprint), so that every process can check it means the same
@@ -56,6 +63,11 @@ Result<LastBatch> ParseLastBatch(std::string_view name);
 // Batches in an epoch of `samples` samples under the last-batch policy.
 int64_t BatchesIn(int64_t samples, int64_t batch_size, LastBatch last_batch);
 
+// The consumer id of rank `rank` of a ranked job: "rank-<rank>".
+std::string RankConsumer(int64_t rank);
+// The rank of a ranked job's consumer id, or -1 if it is not one.
+int64_t ConsumerRank(const std::string& consumer_id);
+
 // The fingerprint of a job's samples and pixels: the listing's fingerprint mixed with
 // the pipeline's. The one function every process uses to check that it agrees.
 uint64_t JobFingerprint(uint64_t listing_fingerprint, const PipelineSpec& pipeline);
@@ -74,6 +86,11 @@ struct JobSpec {
   ProcessingMode mode = ProcessingMode::kDistributedEpoch;
   Ordering ordering = Ordering::kArrival;
   int32_t batches_per_split = 4;
+  // 0: consumers join freely and each split goes to whichever needs it. W > 0: the job
+  // is W ranks with equal steps (see "ranks" above); their consumer ids are
+  // RankConsumer(0..W-1). With W > 1 the last-batch policy must be drop or pad (a short
+  // batch would differ between ranks).
+  int32_t num_consumers = 0;
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a
@@ -89,11 +106,24 @@ struct JobSpec {
   bool operator==(const JobSpec& other) const = default;
 
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
+  bool ranked() const { return num_consumers > 0; }
+
   // Geometry, from num_samples.
-  int64_t BatchesPerEpoch() const { return BatchesIn(num_samples, batch_size, last_batch); }
+  // Batches of an epoch, over all ranks (padding batches included).
+  int64_t BatchesPerEpoch() const;
+  // Batches every rank gets an epoch. REQUIRES: ranked().
+  int64_t RankBatches() const;
   int64_t SplitsPerEpoch() const;
-  // The batches [first, end) of split `s`, as batch indices within the epoch.
+  // The rank split `s` belongs to; -1 when not ranked().
+  int64_t SplitRank(int64_t s) const { return ranked() ? s % num_consumers : -1; }
+  // The batches [first, end) of split `s`: batch indices within the epoch, or within
+  // its rank's share when ranked().
   std::pair<int64_t, int64_t> SplitBatches(int64_t s) const;
+  // The epoch's batch index of rank `rank`'s j-th batch (j itself when not ranked()).
+  int64_t GlobalBatch(int64_t rank, int64_t j) const { return ranked() ? j * num_consumers + rank : j; }
+  // The positions [begin, end) of the epoch's order that global batch `g` covers
+  // (clipped to num_samples: a padding batch may cover none).
+  std::pair<int64_t, int64_t> BatchPositions(int64_t g) const;
   // Bytes of one batch's tensors (images, labels, indices).
   int64_t BatchBytes() const;
 };

@@ -26,8 +26,12 @@ struct LoaderOptions {
   JobSpec job;
   int threads = 0;          // decode threads (the TBB arena's size); 0 = all cores
   int prefetch = 2;         // batches produced ahead of the consumer (>= 1)
-  // Static sharding of each epoch's order: this loader takes every num_shards-th
-  // sample starting at shard_index.
+  // A rank of a data-parallel trainer (job.num_consumers = world size > 0): this
+  // loader yields rank `rank`'s batches, as many every epoch as every other rank's
+  // (see "ranks" in ferry/job.h).
+  int rank = 0;
+  // Or static sharding of each epoch's order (not with ranks): this loader takes every
+  // num_shards-th sample starting at shard_index.
   int shard_index = 0;
   int num_shards = 1;
   uint64_t first_epoch = 0;

@@ -59,9 +59,12 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
       m.job = opts_.job;
       m.num_shards = uint32_t(opts_.workers.size());
       m.first_epoch = opts_.first_epoch;
+      m.rank = uint32_t(opts_.rank);
     }
     MutexLock lock(&mu_);
     if (resume && sharded()) ledger_.Restore(*resume);
+    // Point to point, a rank's share of an epoch comes with its batches.
+    if (!dispatched() && opts_.job.ranked()) ledger_.SetRanked(nullptr, opts_.rank, opts_.first_epoch);
     for (size_t i = 0; i < opts_.workers.size(); ++i) epochs_done_[i] = 0;
     streams_opened_ = opts_.workers.size();
     if (dispatched()) {
@@ -126,11 +129,14 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
       }
       const size_t acks = ledger_.to_ack().size();
       Ledger::Taken t = ledger_.Take();
-      // The batch leaves the prefetch window: its worker may send one more.
-      GrantLater(t.stream);
+      // The batch leaves the prefetch window: its worker may send one more (unless
+      // its credit went back when it arrived: see Ledger::Arrival).
+      if (t.credit) GrantLater(t.stream);
       if (ledger_.to_ack().size() > acks && control_) control_->Notify();
-      if (t.duplicate) continue;             // yielded before (a re-sent split): dropped
-      if (t.batch.rows() == 0) continue;     // accounted for; nothing to yield
+      if (t.duplicate) continue;  // yielded before (a re-sent split): dropped
+      // Accounted for, nothing to yield; but a rank yields it all the same (it must
+      // take its step: every rank takes as many as every other).
+      if (t.batch.rows() == 0 && !ledger_.ranked()) continue;
       waited();
       ++stats_.batches;
       stats_.samples += t.batch.valid;
@@ -249,11 +255,9 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     total_skipped_ += int64_t(skipped.size());
     for (auto& s : skipped) skipped_.push_back(std::move(s));
     const size_t acks = ledger_.to_ack().size();
-    if (ledger_.Arrive(std::move(batch), stream)) {
-      cv_.Signal();
-      return;
-    }
-    GrantLater(stream);  // nothing to queue: keep the window full
+    const Ledger::Arrival a = ledger_.Arrive(std::move(batch), stream);
+    if (a != Ledger::Arrival::kQueued) GrantLater(stream);  // held or accounted: keep the window full
+    if (a != Ledger::Arrival::kAccounted) cv_.Signal();
     if (ledger_.to_ack().size() > acks && control_) control_->Notify();
   }
 
@@ -313,6 +317,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   void OnJoined(const JobSpec& job) override {
     MutexLock lock(&mu_);
     job_ = job;
+    if (job.ranked() && sharded()) ledger_.SetRanked(&job, opts_.rank);
     cv_.SignalAll();
   }
 
@@ -374,6 +379,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     return Status::InvalidArgument("give either workers (point to point) or a dispatcher, not both or neither");
   FERRY_RETURN_IF_ERROR(options.job.Validate());
   if (options.credits <= 0) return Status::InvalidArgument("credits must be > 0");
+  if (options.job.ranked() && (options.rank < 0 || options.rank >= options.job.num_consumers))
+    return Status::InvalidArgument("rank " + std::to_string(options.rank) + " is not in [0, " +
+                                   std::to_string(options.job.num_consumers) + ")");
   ClientOptions o = options;
   if (o.token.empty()) {
     FERRY_ASSIGN_OR_RETURN(o.token, net::LoadToken(o.token_file));
@@ -396,6 +404,14 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       o.consumer_id = resume->consumer;
     }
     if (o.job_name.empty()) return Status::InvalidArgument("a dispatcher job needs a job_name");
+    if (o.job.ranked()) {
+      // A rank is its job's consumer rank-<rank>.
+      const std::string rank_id = RankConsumer(o.rank);
+      if (!o.consumer_id.empty() && o.consumer_id != rank_id)
+        return Status::InvalidArgument("rank " + std::to_string(o.rank) + " of a ranked job is consumer " + rank_id +
+                                       ", not " + o.consumer_id);
+      o.consumer_id = rank_id;
+    }
     if (o.consumer_id.empty()) o.consumer_id = "consumer-" + net::RandomHex(6);
     for (const std::string* n : {&o.job_name, &o.consumer_id}) {
       if (n->find_first_of(" \t\r\n") != std::string::npos)

@@ -22,15 +22,54 @@ IteratorState Ledger::Save() const {
   return st;
 }
 
-bool Ledger::Arrive(Batch batch, size_t stream) {
-  if (batch.rows() == 0 && mode_ != Mode::kDeterministic) {
+void Ledger::SetRanked(const JobSpec* job, int64_t rank, uint64_t first_epoch) {
+  rank_ = rank;
+  cursor_ = std::max(first_epoch, first_open_);
+  if (job == nullptr) return;
+  job_ = *job;
+  per_epoch_ = job->RankBatches();
+  // What a restored state says was yielded already.
+  yielded_.clear();
+  for (const SplitId& k : done_) {
+    const auto [first, end] = job->SplitBatches(k.second);
+    yielded_[k.first] += end - first;
+  }
+  for (const auto& [k, batches] : partial_) yielded_[k.first] += int64_t(batches.size());
+  AdvanceCursor();
+}
+
+void Ledger::AdvanceCursor() {
+  if (cursor_ < first_open_) cursor_ = first_open_;
+  while (per_epoch_ > 0) {
+    auto it = yielded_.find(cursor_);
+    if (it == yielded_.end() || it->second < per_epoch_) return;
+    yielded_.erase(it);
+    ++cursor_;
+  }
+}
+
+Ledger::Arrival Ledger::Arrive(Batch batch, size_t stream) {
+  if (batch.rows() == 0 && mode_ != Mode::kDeterministic && !ranked()) {
     // Nothing to yield (every file of it was bad): it still counts towards its split,
     // and its credit goes back at once to keep the window full.
     if (accounting() && !Yielded(batch.provenance)) Account(batch.provenance);
-    return false;
+    return Arrival::kAccounted;
   }
-  ready_.push_back({std::move(batch), stream});
-  return true;
+  const bool held = accounting() && !Yielded(batch.provenance) && MustWait(batch.provenance);
+  ready_.push_back({std::move(batch), stream, held});
+  return held ? Arrival::kHeld : Arrival::kQueued;
+}
+
+bool Ledger::MustWait(const BatchProvenance& p) const {
+  if (ranked()) {
+    if (p.epoch != cursor_) return true;
+    if (mode_ != Mode::kDeterministic || !job_) return false;
+    const auto next = NextRankedInOrder();
+    return !(next && p.split == next->first.second && p.batch_in_split == next->second);
+  }
+  if (mode_ != Mode::kDeterministic) return false;
+  const auto next = NextInOrder();
+  return !(next && p.epoch == next->first.first && p.split == next->first.second && p.batch_in_split == next->second);
 }
 
 bool Ledger::Yielded(const BatchProvenance& p) const {
@@ -40,6 +79,11 @@ bool Ledger::Yielded(const BatchProvenance& p) const {
 }
 
 void Ledger::Account(const BatchProvenance& p) {
+  if (ranked()) {
+    ++yielded_[p.epoch];
+    AdvanceCursor();
+  }
+  if (!accounting()) return;
   const SplitId k{p.epoch, p.split};
   std::set<int64_t>& yielded = partial_[k];
   yielded.insert(p.batch_in_split);
@@ -68,8 +112,35 @@ std::optional<std::pair<SplitId, int64_t>> Ledger::NextInOrder() const {
   }
 }
 
+std::optional<std::pair<SplitId, int64_t>> Ledger::NextRankedInOrder() const {
+  const int64_t w = job_->num_consumers;
+  for (int64_t s = rank_; s < job_->SplitsPerEpoch(); s += w) {
+    const SplitId k{cursor_, s};
+    if (done_.count(k)) continue;
+    int64_t b = 0;
+    auto p = partial_.find(k);
+    if (p != partial_.end()) {
+      while (p->second.count(b)) ++b;
+    }
+    return std::make_pair(k, b);
+  }
+  return std::nullopt;
+}
+
 std::optional<size_t> Ledger::Pick() const {
   if (ready_.empty()) return std::nullopt;
+  if (ranked()) {
+    const bool in_order = mode_ == Mode::kDeterministic && job_.has_value();
+    const auto next = in_order ? NextRankedInOrder() : std::nullopt;
+    for (size_t i = 0; i < ready_.size(); ++i) {
+      const BatchProvenance& p = ready_[i].batch.provenance;
+      if (accounting() && Yielded(p)) return i;  // a duplicate: drop it whenever
+      if (p.epoch != cursor_) continue;          // another epoch's: it waits (or is stale)
+      if (!in_order) return i;
+      if (next && p.split == next->first.second && p.batch_in_split == next->second) return i;
+    }
+    return std::nullopt;
+  }
   if (mode_ != Mode::kDeterministic) return size_t(0);
   const auto next = NextInOrder();
   for (size_t i = 0; i < ready_.size(); ++i) {
@@ -86,21 +157,22 @@ Ledger::Taken Ledger::Take() {
   Taken t;
   t.batch = std::move(ready_[pick].batch);
   t.stream = ready_[pick].stream;
+  t.credit = !ready_[pick].credited;
   ready_.erase(ready_.begin() + std::ptrdiff_t(pick));
-  if (accounting()) {
-    if (Yielded(t.batch.provenance)) {
-      t.duplicate = true;
-      ++duplicates_;
-    } else {
-      Account(t.batch.provenance);
-    }
+  if (accounting() && Yielded(t.batch.provenance)) {
+    t.duplicate = true;
+    ++duplicates_;
+    return t;
   }
+  // Point to point, a rank learns its share of an epoch from the batches themselves.
+  if (ranked() && per_epoch_ == 0) per_epoch_ = t.batch.provenance.batches_in_epoch;
+  Account(t.batch.provenance);
   return t;
 }
 
 int64_t Ledger::QueuedFrom(size_t stream) const {
   int64_t n = 0;
-  for (const Arrival& a : ready_) n += a.stream == stream ? 1 : 0;
+  for (const Queued& a : ready_) n += a.stream == stream && !a.credited ? 1 : 0;
   return n;
 }
 
@@ -121,6 +193,8 @@ void Ledger::OnStatus(uint64_t epoch, const JobStatus& status) {
 void Ledger::OnProgress(uint64_t first_open, bool finished) {
   if (first_open > first_open_) {
     first_open_ = first_open;
+    for (auto it = yielded_.begin(); it != yielded_.end();) it = it->first < first_open_ ? yielded_.erase(it) : std::next(it);
+    if (ranked()) AdvanceCursor();
     for (auto it = done_.begin(); it != done_.end();) it = it->first < first_open_ ? done_.erase(it) : std::next(it);
     for (auto it = partial_.begin(); it != partial_.end();)
       it = it->first.first < first_open_ ? partial_.erase(it) : std::next(it);

@@ -26,6 +26,14 @@
 // split of mine not done, in the lowest epoch not complete for me. Splits are
 // assigned in order within an epoch, so once the dispatcher has listed my splits
 // up to some point, none below it can appear later.
+//
+// Ranks (SetRanked): a rank of a ranked job gets the same number of batches every
+// epoch as every other rank, and yields them one epoch at a time: a batch of the next
+// epoch waits until this epoch's share is all yielded, so that a pass over an epoch
+// is exactly the rank's share, whatever order the workers' batches arrive in. No batch
+// is swallowed, not even one whose every file was bad (the rank must still take its
+// step). A rank's splits are known from the job's geometry (split s is rank s % W's),
+// so deterministic order needs no list from the dispatcher.
 #ifndef FERRY_CLIENT_LEDGER_H_
 #define FERRY_CLIENT_LEDGER_H_
 
@@ -40,6 +48,7 @@
 
 #include "ferry/batch.h"
 #include "ferry/client.h"
+#include "ferry/job.h"
 
 namespace ferry::client {
 
@@ -61,20 +70,38 @@ class Ledger {
 
   // Starts from a saved state (dispatcher modes). REQUIRES: nothing arrived yet.
   void Restore(const IteratorState& st);
+  // This consumer is rank `rank` of a ranked job (see above), from epoch
+  // `first_epoch`. `job`: the job with its listing (dispatcher mode, after joining); null
+  // point to point, where each batch says how many batches its epoch has. Call after
+  // Restore() and before any batch arrives.
+  void SetRanked(const JobSpec* job, int64_t rank, uint64_t first_epoch = 0);
+  bool ranked() const { return rank_ >= 0; }
+  // The epoch whose batches are being released (ranked).
+  uint64_t epoch_cursor() const { return cursor_; }
   // The state after the last batch yielded (job and consumer left empty).
   IteratorState Save() const;
 
-  // A batch arrived on `stream`. Returns false when it takes no place in the queue:
-  // an empty batch (every file of it bad) in arrival order is accounted at once, and
-  // its stream's credit is to be returned now.
-  bool Arrive(Batch batch, size_t stream);
+  // A batch arrived on `stream`. What to do with its stream's credit:
+  //   kQueued     it waits in the queue; its credit returns when Take() takes it.
+  //   kHeld       it waits for batches before it (another epoch's, or a later one in
+  //               deterministic order): its credit returns now. Through a dispatcher a
+  //               worker's lease budget bounds what it can send ahead, so returning the
+  //               credit costs bounded memory, and it keeps the stream that must
+  //               deliver the missing batches from being starved of credits by those
+  //               held (a dead worker's splits re-leased to a worker whose window is
+  //               full of later batches would otherwise wait forever).
+  //   kAccounted  an empty batch (every file bad) in arrival order: counted at once,
+  //               nothing queued; its credit returns now.
+  enum class Arrival { kQueued, kHeld, kAccounted };
+  Arrival Arrive(Batch batch, size_t stream);
 
   // Whether Take() has something: a batch to yield or a duplicate to drop.
   bool Releasable() const { return Pick().has_value(); }
 
   struct Taken {
     Batch batch;
-    size_t stream = 0;   // return one credit to it
+    size_t stream = 0;
+    bool credit = true;      // return one credit to `stream` now (not if it was held)
     bool duplicate = false;  // drop it: it was yielded before
   };
   // Takes the releasable arrival. A non-duplicate is now yielded (accounted); a
@@ -104,21 +131,28 @@ class Ledger {
   int64_t duplicates() const { return duplicates_; }
 
  private:
-  struct Arrival {
+  struct Queued {
     Batch batch;
     size_t stream;
+    bool credited;  // its credit went back when it arrived
   };
+  // Whether a batch that is not a duplicate must wait for others before it.
+  bool MustWait(const BatchProvenance& p) const;
   bool accounting() const { return mode_ != Mode::kPointToPoint; }
   bool Yielded(const BatchProvenance& p) const;
   // Records a batch as yielded; a split whose every batch is yielded is done.
   void Account(const BatchProvenance& p);
   // Deterministic order: the next (split, batch) to yield, as far as known.
   std::optional<std::pair<SplitId, int64_t>> NextInOrder() const;
+  // Ranked: the next (split, batch) of mine in the cursor's epoch, from the geometry.
+  std::optional<std::pair<SplitId, int64_t>> NextRankedInOrder() const;
+  // Ranked: moves the cursor past epochs whose share is all yielded.
+  void AdvanceCursor();
   // The position in ready_ of what Take() would return.
   std::optional<size_t> Pick() const;
 
   const Mode mode_;
-  std::deque<Arrival> ready_;
+  std::deque<Queued> ready_;
   uint64_t first_open_ = 0;   // epochs before it are complete (the dispatcher says)
   uint64_t order_epoch_ = 0;  // deterministic: epochs before it are complete for me
   std::set<SplitId> done_;    // done splits of open epochs
@@ -128,6 +162,12 @@ class Ledger {
   std::map<uint64_t, std::pair<std::vector<int64_t>, bool>> my_splits_;
   bool finished_ = false;
   int64_t duplicates_ = 0;
+  // Ranked, see SetRanked().
+  int64_t rank_ = -1;
+  std::optional<JobSpec> job_;    // dispatcher mode
+  int64_t per_epoch_ = 0;         // the rank's batches an epoch; 0 until known
+  uint64_t cursor_ = 0;
+  std::map<uint64_t, int64_t> yielded_;  // per open epoch, batches yielded
 };
 
 }  // namespace ferry::client

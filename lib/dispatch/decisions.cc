@@ -12,9 +12,19 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   const auto held = state.LeasesOf(worker);
   for (const auto& [name, j] : state.jobs()) {
     if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
-    auto h = held.find(name);
-    int budget = policy.max_outstanding - (h == held.end() ? 0 : int(h->second.size()));
-    if (budget <= 0) continue;
+    // The worker's leases of this job, in (epoch, split) order. A candidate split is
+    // leased while fewer than max_outstanding leases come before it: leases of later
+    // splits do not count against an earlier one. Were they to, a split returned by a
+    // dead worker could wait forever behind a survivor's leases of later splits that
+    // the consumers hold back until it is done (the next epoch of a ranked job at its
+    // barrier, later splits under deterministic order). A worker then holds more than
+    // max_outstanding only while earlier splits come back, at most two epochs' worth.
+    std::vector<SplitRef> mine;
+    if (auto h = held.find(name); h != held.end()) {
+      for (const LeasedSplit& x : h->second) mine.push_back(x.ref);
+    }
+    std::sort(mine.begin(), mine.end());
+    int budget = policy.max_outstanding;  // new leases in this decision, at most
     // Splits in flight per consumer, to balance new assignments.
     std::map<std::string, int64_t> in_flight;
     for (const std::string& c : j.consumers) in_flight[c] = 0;
@@ -44,16 +54,28 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       const int64_t share = (pending + std::max<int64_t>(1, live) - 1) / std::max<int64_t>(1, live);
       budget = int(std::min<int64_t>(budget, std::max<int64_t>(1, share)));
     }
-    for (uint64_t epoch = j.first_open; epoch <= last && budget > 0; ++epoch) {
+    size_t before = 0;  // the worker's leases before the candidate
+    int leased = 0;     // leased in this decision
+    bool full = false;
+    for (uint64_t epoch = j.first_open; epoch <= last && !full; ++epoch) {
       if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) break;
       auto et = j.epochs.find(epoch);
-      for (int64_t s = 0; s < per_epoch && budget > 0; ++s) {
+      for (int64_t s = 0; s < per_epoch; ++s) {
+        while (before < mine.size() && mine[before] < SplitRef{epoch, s}) ++before;
+        if (leased >= budget || int(before) + leased >= policy.max_outstanding) {
+          full = true;
+          break;
+        }
         std::string consumer;
         if (et != j.epochs.end()) {
           if (et->second.status[size_t(s)] != SplitStatus::kPending) continue;
           consumer = et->second.consumer[size_t(s)];
         }
-        if (consumer.empty()) {
+        if (consumer.empty() && j.spec.ranked()) {
+          // A ranked job's split belongs to its rank, and waits until that rank joins.
+          consumer = RankConsumer(j.spec.SplitRank(s));
+          if (!j.HasConsumer(consumer)) continue;
+        } else if (consumer.empty()) {
           if (j.spec.ordering == Ordering::kDeterministic) {
             consumer = j.consumers[size_t(s) % j.consumers.size()];
           } else {
@@ -64,7 +86,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         }
         ++in_flight[consumer];
         lease.splits.push_back({{epoch, s}, consumer});
-        --budget;
+        ++leased;
       }
       // The loop goes on to the next epoch only with budget left, that is, once every
       // pending split of this one is leased.

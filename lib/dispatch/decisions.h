@@ -23,8 +23,9 @@ struct LeasePolicy {
 // Splits to lease to `worker` now, one LeaseSplits per job (none if it holds enough,
 // is draining, or nothing is pending). Pending splits are taken in epoch order,
 // looking at most one epoch ahead of the first open one. A split already assigned to
-// a consumer keeps it; a new one goes to consumers[split % m] under deterministic
-// ordering, else to the consumer with the fewest splits in flight.
+// a consumer keeps it; a new one goes to its rank in a ranked job (once that rank has
+// joined), to consumers[split % m] under deterministic ordering, else to the consumer
+// with the fewest splits in flight.
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
                                       const LeasePolicy& policy);
 

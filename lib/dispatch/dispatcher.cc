@@ -159,6 +159,13 @@ Result<Dispatcher::JoinResult> Dispatcher::GetOrCreateJob(const wire::GetOrCreat
   if (m.job.name.empty() || m.consumer_id.empty())
     return Status::InvalidArgument("job name and consumer id are required");
   FERRY_RETURN_IF_ERROR(m.job.job.Validate());
+  if (m.job.job.ranked()) {
+    const int64_t rank = ConsumerRank(m.consumer_id);
+    if (rank < 0 || rank >= m.job.job.num_consumers)
+      return Status::InvalidArgument("a job of " + std::to_string(m.job.job.num_consumers) +
+                                     " ranks is joined as rank-0.." + RankConsumer(m.job.job.num_consumers - 1) +
+                                     ", not " + m.consumer_id);
+  }
   JoinResult r;
   if (const JobState* j = state_.job(m.job.name)) {
     FERRY_ASSIGN_OR_RETURN(r.job, Join(*j, m.job.job, m.consumer_id));
@@ -187,6 +194,13 @@ Result<wire::NamedJob> Dispatcher::CreateJob(const wire::GetOrCreateJobMsg& m, c
 Result<wire::NamedJob> Dispatcher::Join(const JobState& j, const JobSpec& want, const std::string& consumer) {
   if (!want.SameJobAs(j.spec))
     return Status::FailedPrecondition("job " + j.name + " exists with a different configuration");
+  if (j.spec.ranked()) {
+    const int64_t rank = ConsumerRank(consumer);
+    if (rank < 0 || rank >= j.spec.num_consumers)
+      return Status::InvalidArgument("job " + j.name + " has " + std::to_string(j.spec.num_consumers) +
+                                     " ranks: its consumers are rank-0.." + RankConsumer(j.spec.num_consumers - 1) +
+                                     ", not " + consumer);
+  }
   if (!j.HasConsumer(consumer)) {
     Log("job %s: consumer %s joined", j.name.c_str(), consumer.c_str());
     FERRY_RETURN_IF_ERROR(Commit(AddConsumer{j.name, consumer}));

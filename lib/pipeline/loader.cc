@@ -11,17 +11,19 @@
 #include "data/dataset.h"
 #include "pipeline/batch_pool.h"
 #include "pipeline/producer.h"
+#include "pipeline/split_plan.h"
 
 namespace ferry {
 
 class Loader::Impl {
  public:
   Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds)
-      : opts_(o),
+      : opts_(WithListing(o, *ds)),
         shard_{o.shard_index, o.num_shards, o.first_epoch},
         dataset_(std::move(ds)),
         fingerprint_(JobFingerprint(dataset_->fingerprint(), opts_.job.pipeline)),
-        batches_per_epoch_(StaticShardPlan(dataset_->size(), opts_.job, shard_).batches_per_epoch()) {
+        batches_per_epoch_(opts_.job.ranked() ? opts_.job.RankBatches()
+                                              : StaticShardPlan(dataset_->size(), opts_.job, shard_).batches_per_epoch()) {
     MutexLock lock(&mu_);
     for (const ListingIssue& issue : dataset_->listing_issues()) skipped_.push_back({-1, issue.path, issue.reason});
     total_skipped_ = int64_t(skipped_.size());
@@ -31,8 +33,15 @@ class Loader::Impl {
     if (producer_) producer_->Stop();
   }
 
+  static LoaderOptions WithListing(LoaderOptions o, const Dataset& ds) {
+    o.job.num_samples = ds.size();
+    return o;
+  }
+
   std::unique_ptr<PlanSource> Plan() const {
-    std::unique_ptr<PlanSource> plan = std::make_unique<StaticShardPlan>(dataset_->size(), opts_.job, shard_);
+    std::unique_ptr<PlanSource> plan;
+    if (opts_.job.ranked()) plan = std::make_unique<RankPlan>(opts_.job, opts_.rank, shard_);
+    else plan = std::make_unique<StaticShardPlan>(dataset_->size(), opts_.job, shard_);
     if (opts_.resume_batches > 0)
       plan = std::make_unique<ResumePlan>(std::move(plan), opts_.first_epoch, opts_.resume_batches);
     return plan;
@@ -154,6 +163,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (options.prefetch <= 0) return Status::InvalidArgument("prefetch must be > 0");
   if (options.threads < 0) return Status::InvalidArgument("threads must be >= 0");
   FERRY_RETURN_IF_ERROR((Shard{options.shard_index, options.num_shards, options.first_epoch}.Validate()));
+  if (options.job.ranked()) {
+    if (options.rank < 0 || options.rank >= options.job.num_consumers)
+      return Status::InvalidArgument("rank must be in [0, num_consumers)");
+    if (options.num_shards != 1)
+      return Status::InvalidArgument("give ranks (job.num_consumers, rank) or shards, not both");
+  }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.job.dataset));
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.

@@ -59,6 +59,7 @@ std::optional<BatchPlan> StaticShardPlan::Next() {
   plan.pad = job_.last_batch == LastBatch::kPad;
   plan.rows = plan.pad ? job_.batch_size : end - begin;
   plan.last_in_epoch = next_batch_ + 1 == per_epoch;
+  plan.batches_in_epoch = per_epoch;
   plan.batches_in_split = per_epoch;  // in-process, the whole shard epoch is one split
   plan.batch_in_split = next_batch_;
   ++next_batch_;

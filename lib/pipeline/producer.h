@@ -44,6 +44,7 @@ namespace ferry {
 struct BatchPlan {
   uint64_t epoch = 0;
   int64_t batch_in_epoch = 0;
+  int64_t batches_in_epoch = 0;  // of its rank (ranked jobs) or shard
   bool last_in_epoch = false;
   int64_t split = 0, batch_in_split = 0, batches_in_split = 0;
   std::vector<int64_t> samples;  // global sample indices, in order
@@ -54,6 +55,7 @@ struct BatchPlan {
     BatchProvenance p;
     p.epoch = epoch;
     p.batch_in_epoch = batch_in_epoch;
+    p.batches_in_epoch = batches_in_epoch;
     p.last_in_epoch = last_in_epoch;
     p.split = split;
     p.batch_in_split = batch_in_split;

@@ -6,25 +6,54 @@
 
 namespace ferry {
 
+BatchPlan BatchPlanOf(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t rank, int64_t j) {
+  const int64_t per_epoch = job.ranked() ? job.RankBatches() : job.BatchesPerEpoch();
+  const auto [lo, hi] = job.BatchPositions(job.GlobalBatch(rank, j));
+  BatchPlan p;
+  p.epoch = epoch;
+  p.batch_in_epoch = j;
+  p.batches_in_epoch = per_epoch;
+  p.last_in_epoch = j + 1 == per_epoch;
+  p.samples.assign(perm.begin() + lo, perm.begin() + hi);
+  // Ranks' batches are all full-sized under drop and pad; a ranked job of one rank may
+  // keep a short last batch.
+  p.pad = job.last_batch == LastBatch::kPad;
+  p.rows = p.pad ? job.batch_size : hi - lo;
+  return p;
+}
+
 std::vector<BatchPlan> SplitPlans(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t s) {
-  const int64_t per_epoch = job.BatchesPerEpoch();
   const auto [first, end] = job.SplitBatches(s);
+  const int64_t rank = job.SplitRank(s);
   std::vector<BatchPlan> out;
-  for (int64_t b = first; b < end; ++b) {
-    BatchPlan p;
-    p.epoch = epoch;
-    p.batch_in_epoch = b;
-    p.last_in_epoch = b + 1 == per_epoch;
+  for (int64_t j = first; j < end; ++j) {
+    BatchPlan p = BatchPlanOf(job, perm, epoch, rank, j);
     p.split = s;
-    p.batch_in_split = b - first;
+    p.batch_in_split = j - first;
     p.batches_in_split = end - first;
-    const int64_t lo = b * job.batch_size, hi = std::min<int64_t>(lo + job.batch_size, int64_t(perm.size()));
-    p.samples.assign(perm.begin() + lo, perm.begin() + hi);
-    p.pad = job.last_batch == LastBatch::kPad;
-    p.rows = p.pad ? job.batch_size : hi - lo;
     out.push_back(std::move(p));
   }
   return out;
+}
+
+std::optional<BatchPlan> RankPlan::Next() {
+  const int64_t per_epoch = job_.RankBatches();
+  if (per_epoch == 0) return std::nullopt;
+  for (;;) {
+    if (job_.epochs > 0 && epoch_offset_ >= uint64_t(job_.epochs)) return std::nullopt;
+    const uint64_t epoch = shard_.first_epoch + epoch_offset_;
+    if (next_ < 0) {
+      perm_ = EpochPermutation(job_.num_samples, job_.seed, epoch, job_.shuffle);
+      next_ = shard_.shard_index;
+    }
+    if (next_ < per_epoch) {
+      const int64_t j = next_;
+      next_ += shard_.num_shards;
+      return BatchPlanOf(job_, perm_, epoch, rank_, j);
+    }
+    next_ = -1;
+    ++epoch_offset_;
+  }
 }
 
 size_t SplitFeed::SetHeld(const std::set<SplitKey>& held) {

@@ -41,9 +41,34 @@ struct SplitKey {
   bool operator==(const SplitKey& o) const { return epoch == o.epoch && split == o.split; }
 };
 
+// The plan of rank `rank`'s j-th batch of `epoch` (j-th batch of the epoch when the
+// job is not ranked; `rank` is then ignored), given the epoch's permutation: its
+// samples, rows and provenance (batch_in_epoch = j; no split).
+// REQUIRES: job.num_samples is the listing's.
+BatchPlan BatchPlanOf(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t rank, int64_t j);
+
 // The plans of split `s` of `epoch` of `job`, given that epoch's permutation.
 // REQUIRES: job.num_samples is the listing's.
 std::vector<BatchPlan> SplitPlans(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t s);
+
+// Rank `rank`'s batches of every epoch of a ranked `job` (RankBatches() of them an
+// epoch, j = 0, 1, ...), from shard.first_epoch for job.epochs epochs (<= 0: forever);
+// of those, the ones with j % num_shards == shard_index: point to point, worker i of K
+// serves that share of the rank's batches. In-process, one shard serves them all.
+// REQUIRES: job.ranked(), job.num_samples is the listing's.
+class RankPlan : public PlanSource {
+ public:
+  RankPlan(JobSpec job, int64_t rank, Shard shard) : job_(std::move(job)), rank_(rank), shard_(shard) {}
+  std::optional<BatchPlan> Next() override;
+
+ private:
+  const JobSpec job_;
+  const int64_t rank_;
+  const Shard shard_;
+  uint64_t epoch_offset_ = 0;
+  int64_t next_ = -1;  // the next j of the current epoch; -1: the epoch has not begun
+  std::vector<int64_t> perm_;
+};
 
 class SplitFeed {
  public:

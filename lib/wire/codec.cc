@@ -74,6 +74,7 @@ OutFrame EncodeOpenStream(const OpenStreamMsg& m) {
     r.setShardIndex(m.shard_index);
     r.setNumShards(m.num_shards);
     r.setFirstEpoch(m.first_epoch);
+    r.setRank(m.rank);
     auto resume = r.initResume();
     resume.setEpoch(m.resume_epoch);
     resume.setBatchesDone(m.resume_batches_done);
@@ -150,6 +151,7 @@ Result<OpenStreamMsg> DecodeOpenStream(const InFrame& f) {
     m.shard_index = r.getShardIndex();
     m.num_shards = r.getNumShards();
     m.first_epoch = r.getFirstEpoch();
+    m.rank = r.getRank();
     m.resume_epoch = r.getResume().getEpoch();
     m.resume_batches_done = r.getResume().getBatchesDone();
     return m;
@@ -221,6 +223,7 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
   r.setBatchInSplit(in.provenance.batch_in_split);
   r.setBatchesInSplit(in.provenance.batches_in_split);
   r.setBatchInEpoch(in.provenance.batch_in_epoch);
+  r.setBatchesInEpoch(in.provenance.batches_in_epoch);
   r.setLastInEpoch(in.provenance.last_in_epoch);
   r.setValid(in.valid);
   capnp::Orphanage orphanage = builder->getOrphanage();
@@ -272,6 +275,7 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped)
     b.provenance.batch_in_split = r.getBatchInSplit();
     b.provenance.batches_in_split = r.getBatchesInSplit();
     b.provenance.batch_in_epoch = r.getBatchInEpoch();
+    b.provenance.batches_in_epoch = r.getBatchesInEpoch();
     b.provenance.last_in_epoch = r.getLastInEpoch();
     auto sk = r.getSkipped();
     b.skipped = int64_t(sk.size());
@@ -319,6 +323,7 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setBatchesPerSplit(job.batches_per_split);
   b.setNumSamples(job.num_samples);
   b.setFingerprint(job.fingerprint);
+  b.setNumConsumers(job.num_consumers);
 }
 
 Result<JobSpec> GetJob(schema::Job::Reader r) {
@@ -341,6 +346,7 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   job.batches_per_split = r.getBatchesPerSplit();
   job.num_samples = r.getNumSamples();
   job.fingerprint = r.getFingerprint();
+  job.num_consumers = r.getNumConsumers();
   return job;
 }
 

@@ -47,6 +47,7 @@ struct OpenStreamMsg {
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
   uint64_t first_epoch = 0;
+  uint32_t rank = 0;  // a ranked job (job.num_consumers > 0): the rank this stream serves
   uint64_t resume_epoch = 0;
   int64_t resume_batches_done = 0;
 };

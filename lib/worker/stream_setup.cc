@@ -9,6 +9,8 @@ Status CheckInlineStream(const wire::OpenStreamMsg& m) {
   FERRY_RETURN_IF_ERROR(m.job.Validate());
   if (m.num_shards == 0 || m.shard_index >= m.num_shards)
     return Status::InvalidArgument("shard_index must be in [0, num_shards)");
+  if (m.job.ranked() && m.rank >= uint32_t(m.job.num_consumers))
+    return Status::InvalidArgument("rank must be in [0, num_consumers)");
   return Status::OK();
 }
 
@@ -16,9 +18,15 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
   FERRY_RETURN_IF_ERROR(CheckListing(m.job, *dataset));
   StreamSource s;
   s.job = m.job;
+  s.job.num_samples = dataset->size();
   s.dataset = std::move(dataset);
   const Shard shard{int(m.shard_index), int(m.num_shards), m.first_epoch};
-  s.plan = std::make_unique<StaticShardPlan>(s.dataset->size(), m.job, shard);
+  if (m.job.ranked()) {
+    // This rank's batches of each epoch, shared among the client's workers.
+    s.plan = std::make_unique<RankPlan>(s.job, m.rank, shard);
+  } else {
+    s.plan = std::make_unique<StaticShardPlan>(s.dataset->size(), m.job, shard);
+  }
   if (m.resume_epoch > m.first_epoch || m.resume_batches_done > 0)
     s.plan = std::make_unique<ResumePlan>(std::move(s.plan), m.resume_epoch, m.resume_batches_done);
   s.last_epoch = m.job.epochs > 0 ? int64_t(m.first_epoch) + m.job.epochs - 1 : -1;

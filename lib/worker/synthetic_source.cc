@@ -46,6 +46,7 @@ std::optional<SyntheticSource::Frame> SyntheticSource::Next() {
   in.provenance.epoch = first_epoch_ + uint64_t(sent_ / per_epoch_);
   in.provenance.batch_in_epoch = sent_ % per_epoch_;
   in.provenance.last_in_epoch = in.provenance.batch_in_epoch + 1 == per_epoch_;
+  in.provenance.batches_in_epoch = per_epoch_;
   in.rows = in.valid = rows_;
   in.image_dtype = DType::kUint8;
   in.image_dims = {1, 1, int64_t(bytes_) / rows_};

@@ -105,9 +105,9 @@ TEST(LedgerTest, DuplicatesStillReturnTheirStreamsCredit) {
 
 TEST(LedgerTest, EmptyBatchesCountTowardsTheirSplitWithoutBeingQueued) {
   Ledger l(Ledger::Mode::kArrival);
-  EXPECT_FALSE(l.Arrive(MakeBatch(0, 0, 0, 2, /*rows=*/0), 0)) << "every file bad: its credit returns at once";
+  EXPECT_EQ(l.Arrive(MakeBatch(0, 0, 0, 2, /*rows=*/0), 0), Ledger::Arrival::kAccounted) << "every file bad: its credit returns at once";
   EXPECT_EQ(l.queued(), 0u);
-  EXPECT_TRUE(l.Arrive(MakeBatch(0, 0, 1, 2), 0));
+  EXPECT_EQ(l.Arrive(MakeBatch(0, 0, 1, 2), 0), Ledger::Arrival::kQueued);
   EXPECT_EQ(Drain(l).size(), 1u);
   EXPECT_EQ(l.to_ack(), (std::vector<SplitId>{{0, 0}})) << "the empty batch counted";
 }
@@ -248,6 +248,78 @@ TEST(LedgerTest, RandomInterleavingsAndResendsStayExactlyOnce) {
     EXPECT_EQ(acked.size(), l.to_ack().size()) << "a split acknowledged twice";
     EXPECT_EQ(acked.size(), 15u);
   }
+}
+
+// A ranked job: 2 ranks, 12 samples, batches of 2, 1 batch a split: 3 batches a rank,
+// rank 1's splits are 1, 3, 5.
+JobSpec TwoRanks() {
+  JobSpec j;
+  j.dataset = "/d";
+  j.num_samples = 12;
+  j.batch_size = 2;
+  j.batches_per_split = 1;
+  j.num_consumers = 2;
+  j.last_batch = LastBatch::kPad;
+  j.epochs = 3;
+  return j;
+}
+
+TEST(LedgerRanksTest, ARankYieldsOneEpochAtATime) {
+  const JobSpec job = TwoRanks();
+  Ledger l(Ledger::Mode::kArrival);
+  l.SetRanked(&job, /*rank=*/1);
+  // Epoch 1's batches arrive before the last of epoch 0 (lease-ahead, a faster worker).
+  l.Arrive(MakeBatch(0, 1, 0, 1), 0);
+  l.Arrive(MakeBatch(1, 1, 0, 1), 1);
+  l.Arrive(MakeBatch(0, 3, 0, 1), 0);
+  l.Arrive(MakeBatch(1, 3, 0, 1), 1);
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{0, 1, 0}, {0, 3, 0}})) << "epoch 1 waits: 2 of 3 batches of epoch 0 so far";
+  l.Arrive(MakeBatch(0, 5, 0, 1, /*rows=*/0), 0);  // every file bad: still a step for the rank
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{0, 5, 0}, {1, 1, 0}, {1, 3, 0}}));
+  EXPECT_EQ(l.epoch_cursor(), 1u);
+}
+
+TEST(LedgerRanksTest, DeterministicOrderComesFromTheGeometry) {
+  const JobSpec job = TwoRanks();
+  Ledger l(Ledger::Mode::kDeterministic);
+  l.SetRanked(&job, 1);
+  // No status from the dispatcher at all: rank 1's splits are 1, 3, 5 by the geometry.
+  for (int64_t s : {5, 3, 1}) l.Arrive(MakeBatch(0, s, 0, 1), 0);
+  l.Arrive(MakeBatch(1, 1, 0, 1), 0);
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{0, 1, 0}, {0, 3, 0}, {0, 5, 0}, {1, 1, 0}}));
+}
+
+TEST(LedgerRanksTest, ARestoredRankResumesItsEpochCount) {
+  const JobSpec job = TwoRanks();
+  IteratorState st;
+  st.first_open = 0;
+  st.done = {{0, 1}, {0, 3}};  // two of rank 1's three batches of epoch 0
+  Ledger l(Ledger::Mode::kArrival);
+  l.Restore(st);
+  l.SetRanked(&job, 1);
+  EXPECT_EQ(l.epoch_cursor(), 0u);
+  l.Arrive(MakeBatch(1, 1, 0, 1), 0);
+  EXPECT_FALSE(l.Releasable()) << "one batch of epoch 0 is still to come";
+  l.Arrive(MakeBatch(0, 3, 0, 1), 0);  // a re-send: dropped, not counted
+  l.Arrive(MakeBatch(0, 5, 0, 1), 0);
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{0, 5, 0}, {1, 1, 0}}));
+  EXPECT_EQ(l.duplicates(), 1);
+}
+
+TEST(LedgerRanksTest, PointToPointLearnsTheShareFromTheBatches) {
+  Ledger l(Ledger::Mode::kPointToPoint);
+  l.SetRanked(nullptr, 0, /*first_epoch=*/4);
+  auto batch = [](uint64_t epoch, int64_t j) {
+    Batch b = MakeBatch(epoch, 0, j, 2);
+    b.provenance.batch_in_epoch = j;
+    b.provenance.batches_in_epoch = 2;
+    return b;
+  };
+  l.Arrive(batch(5, 0), 1);  // worker 1 is ahead
+  l.Arrive(batch(4, 0), 0);
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{4, 0, 0}}));
+  l.Arrive(batch(4, 1), 0);
+  EXPECT_EQ(Drain(l), (std::vector<Key>{{4, 0, 1}, {5, 0, 0}}));
 }
 
 TEST(LedgerTest, PointToPointIsAPlainQueue) {

@@ -66,6 +66,52 @@ TEST(DecisionsTest, GarbageCollectsFinishedUnusedJobs) {
   EXPECT_TRUE(DecideGarbage(s, {"a"}).empty()) << "still in use";
 }
 
+TEST(DecisionsTest, ARankedJobsSplitsGoToTheirRanksOnceJoined) {
+  DispatcherState s;
+  CreateJob c = Create("job", 120, 10, 1, 1);  // 3 ranks: 4 batches, 4 splits each
+  c.spec.num_consumers = 3;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "rank-2"});
+  MustApply(s, AddConsumer{"job", "rank-0"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  auto l = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(l.size(), 1u);
+  ASSERT_EQ(l[0].splits.size(), 4u);
+  for (const auto& x : l[0].splits) {
+    EXPECT_NE(x.ref.split % 3, 1) << "rank 1 has not joined: its splits wait";
+    EXPECT_EQ(x.consumer, "rank-" + std::to_string(x.ref.split % 3));
+  }
+}
+
+// A survivor whose lease-ahead is full of the next epoch's splits (held back by its
+// consumers until this epoch is done) still takes this epoch's splits a dead worker
+// returned: otherwise neither would ever be done.
+TEST(DecisionsTest, ASplitReturnedByADeadWorkerIsNotBlockedByLaterLeases) {
+  DispatcherState s;
+  CreateJob c = Create("job", 40, 10, 1, 2);  // 2 epochs of 4 one-batch splits
+  c.spec.num_consumers = 2;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "rank-0"});
+  MustApply(s, AddConsumer{"job", "rank-1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "rank-0"}, {{0, 1}, "rank-1"}}});
+  MustApply(s, LeaseSplits{"job", "w2", {{{0, 2}, "rank-0"}, {{0, 3}, "rank-1"}}});
+  auto ahead = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(ahead.size(), 1u);
+  ASSERT_EQ(ahead[0].splits.size(), 2u) << "epoch 1's first splits, up to the lease-ahead";
+  EXPECT_EQ(ahead[0].splits[0].ref.epoch, 1u);
+  MustApply(s, ahead[0]);
+  EXPECT_TRUE(DecideLeases(s, "w2", LeasePolicy{4}).empty()) << "w2 holds 4";
+  MustApply(s, RemoveWorker{"w1"});
+  auto l = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(l.size(), 1u);
+  ASSERT_EQ(l[0].splits.size(), 2u) << "w1's returned splits, though w2 holds 4";
+  EXPECT_EQ(l[0].splits[0].ref, (SplitRef{0, 0}));
+  EXPECT_EQ(l[0].splits[1].ref, (SplitRef{0, 1}));
+  EXPECT_EQ(l[0].splits[1].consumer, "rank-1") << "keeps its consumer";
+}
+
 TEST(DecisionsTest, SilentWorkersAreDeadAndUnknownOnesAreNot) {
   DispatcherState s;
   MustApply(s, RegisterWorker{"w1", "a"});

@@ -127,6 +127,25 @@ TEST_F(DispatcherTest, JoiningAndCreatingJobs) {
   EXPECT_EQ(d->GetOrCreateJob(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(DispatcherTest, ARankedJobIsJoinedByItsRanks) {
+  auto d = Open();
+  wire::GetOrCreateJobMsg m = Request("trainer");
+  m.job.job.num_consumers = 2;
+  m.job.job.last_batch = LastBatch::kPad;
+  EXPECT_EQ(d->GetOrCreateJob(m).status().code(), StatusCode::kInvalidArgument) << "not a rank's id";
+  m.consumer_id = "rank-2";
+  EXPECT_EQ(d->GetOrCreateJob(m).status().code(), StatusCode::kInvalidArgument) << "no rank 2 of 2";
+  m.consumer_id = "rank-1";
+  ASSERT_EQ(d->GetOrCreateJob(m)->kind, Dispatcher::JoinResult::kNeedsListing);
+  ASSERT_TRUE(d->CreateJob(m, Listed(m)).ok());
+  m.consumer_id = "rank-0";
+  auto joined = d->GetOrCreateJob(m);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(joined->job.job.num_consumers, 2);
+  m.job.job.num_consumers = 4;
+  EXPECT_EQ(d->GetOrCreateJob(m).status().code(), StatusCode::kFailedPrecondition) << "another world size";
+}
+
 TEST_F(DispatcherTest, AFailedListingCanBeRetried) {
   auto d = Open();
   const wire::GetOrCreateJobMsg m = Request("c1");

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace ferry {
 namespace {
@@ -106,6 +108,87 @@ TEST(JobSpecTest, BatchBytes) {
   JobSpec j = Job(10, 4, 1, LastBatch::kKeep);
   j.pipeline = PipelineSpec::ImagenetTrain();  // float32 3x224x224
   EXPECT_EQ(j.BatchBytes(), 4 * (3 * 224 * 224 * 4 + 16));
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+JobSpec Ranked(int64_t n, int32_t batch, int32_t per_split, int32_t ranks, LastBatch last) {
+  JobSpec j = Job(n, batch, per_split, last);
+  j.num_consumers = ranks;
+  return j;
+}
+
+// Every rank's batches, as positions of the epoch's order (-1: padding), by rank.
+std::vector<std::vector<int64_t>> RankPositions(const JobSpec& j) {
+  std::vector<std::vector<int64_t>> out(size_t(j.num_consumers));
+  for (int64_t s = 0; s < j.SplitsPerEpoch(); ++s) {
+    const int64_t r = j.SplitRank(s);
+    const auto [first, end] = j.SplitBatches(s);
+    for (int64_t b = first; b < end; ++b) {
+      const auto [lo, hi] = j.BatchPositions(j.GlobalBatch(r, b));
+      for (int64_t p = lo; p < hi; ++p) out[size_t(r)].push_back(p);
+      for (int64_t p = hi - lo; p < j.batch_size; ++p) out[size_t(r)].push_back(-1);
+    }
+  }
+  return out;
+}
+
+TEST(JobSpecRanksTest, EveryRankGetsTheSameNumberOfBatches) {
+  // 103 samples, batches of 5, 4 ranks: 5 rounds of 20 samples fit (drop: 3 left out);
+  // 6 rounds under pad, the last one mostly padding.
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    for (int32_t per_split : {1, 2, 4}) {
+      const JobSpec j = Ranked(103, 5, per_split, 4, last);
+      EXPECT_EQ(j.RankBatches(), last == LastBatch::kDrop ? 5 : 6);
+      EXPECT_EQ(j.BatchesPerEpoch(), 4 * j.RankBatches());
+      const auto ranks = RankPositions(j);
+      std::vector<int64_t> all;
+      for (const auto& r : ranks) {
+        EXPECT_EQ(int64_t(r.size()), j.RankBatches() * 5) << "equal steps, full batches";
+        for (int64_t p : r)
+          if (p >= 0) all.push_back(p);
+      }
+      std::sort(all.begin(), all.end());
+      EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a position twice";
+      if (last == LastBatch::kDrop) {
+        EXPECT_EQ(all.size(), 100u) << "fewer than ranks x batch (20) left out";
+        EXPECT_LT(103 - int64_t(all.size()), 4 * 5);
+      } else {
+        EXPECT_EQ(all.size(), 103u) << "every sample, padded, none repeated";
+      }
+    }
+  }
+}
+
+TEST(JobSpecRanksTest, SplitsBelongToRanksRoundRobin) {
+  const JobSpec j = Ranked(200, 10, 2, 3, LastBatch::kPad);  // 7 batches a rank: 4 splits a rank
+  EXPECT_EQ(j.RankBatches(), 7);
+  EXPECT_EQ(j.SplitsPerEpoch(), 12);
+  for (int64_t s = 0; s < 12; ++s) EXPECT_EQ(j.SplitRank(s), s % 3);
+  EXPECT_EQ(j.SplitBatches(10), (std::pair<int64_t, int64_t>{6, 7})) << "rank 1's last split: its 7th batch";
+  EXPECT_EQ(j.GlobalBatch(1, 6), 19);
+}
+
+TEST(JobSpecRanksTest, OneRankMayKeepAShortBatchSeveralMayNot) {
+  JobSpec one = Ranked(23, 5, 2, 1, LastBatch::kKeep);
+  EXPECT_TRUE(one.Validate().ok());
+  EXPECT_EQ(one.RankBatches(), 5);
+  EXPECT_EQ(one.BatchPositions(4), (std::pair<int64_t, int64_t>{20, 23}));
+  JobSpec two = Ranked(23, 5, 2, 2, LastBatch::kKeep);
+  EXPECT_EQ(two.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(JobSpecRanksTest, ConsumerIdsOfRanks) {
+  EXPECT_EQ(RankConsumer(7), "rank-7");
+  EXPECT_EQ(ConsumerRank("rank-7"), 7);
+  EXPECT_EQ(ConsumerRank("rank-0"), 0);
+  for (const char* bad : {"rank-", "rank-07", "rank-x", "trainer", "rank-1a", "rank--1"}) {
+    EXPECT_EQ(ConsumerRank(bad), -1) << bad;
+  }
 }
 
 }  // namespace

@@ -147,7 +147,9 @@ TEST(ControlCodecTest, BitFlipsOfRealControlFramesNeverCrash) {
       std::string b = body;
       for (int k = 0; k < 3; ++k) b[rng() % b.size()] ^= char(1 << (rng() % 8));
       const Status s = DecodeAs(out.type(), RawFrame(out.type(), b));
-      if (!s.ok()) EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      if (!s.ok()) {
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      }
     }
   }
 }

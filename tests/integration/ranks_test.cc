@@ -1,0 +1,155 @@
+// Ranks of a data-parallel trainer on an in-process TestCluster: W clients, each
+// rank r of W of one job, read 2 epochs in threads of their own. Every rank takes the
+// same number of steps every epoch, and the ranks' batches together are each epoch's
+// samples exactly once (under drop, less fewer than W x batch samples; under pad, with
+// padding rows and no sample twice): in arrival order, in deterministic order, and
+// with a worker stopped mid-epoch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_cluster.h"
+#include "testutil.h"
+
+namespace ferry::testing {
+namespace {
+
+constexpr int kClasses = 3;
+constexpr int kPerClass = 35;
+constexpr int64_t kSamples = kClasses * kPerClass;  // 105
+constexpr int kBatch = 4;
+
+struct RankRun {
+  Status end;
+  std::map<uint64_t, int64_t> steps;              // per epoch
+  std::map<uint64_t, std::vector<int64_t>> seen;  // per epoch, valid indices
+  std::map<uint64_t, int64_t> padding;            // per epoch, padding rows
+};
+
+class RanksTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir();
+    MakeImageFolder(data_->path(), kClasses, kPerClass);
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  static JobSpec Job(int ranks, LastBatch last) {
+    JobSpec j;
+    j.dataset = data_->path();
+    auto spec = PipelineSpec::FromJson(
+        R"({"ops":[{"op":"random_resized_crop","size":16}],"output":{"dtype":"uint8","layout":"NHWC"}})");
+    j.pipeline = *spec;
+    j.batch_size = kBatch;
+    j.batches_per_split = 2;
+    j.epochs = 2;
+    j.num_consumers = ranks;
+    j.last_batch = last;
+    return j;
+  }
+
+  // Runs every rank to the end in its own thread; `between` runs once, after rank 0's
+  // `after_steps`-th step (a moment mid-epoch), while the others go on.
+  static std::vector<RankRun> RunRanks(TestCluster& cluster, const std::string& name, const JobSpec& job,
+                                       int64_t after_steps = -1, std::function<void()> between = nullptr) {
+    const int w = job.num_consumers;
+    std::vector<RankRun> runs(static_cast<size_t>(w));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < w; ++r) {
+      threads.emplace_back([&, r] {
+        ClientOptions o = cluster.ClientFor(name, job);
+        o.rank = r;
+        auto c = Client::Connect(o);
+        if (!c.ok()) {
+          runs[size_t(r)].end = c.status();
+          return;
+        }
+        int64_t steps = 0;
+        for (;;) {
+          Result<Batch> b = (*c)->Next();
+          if (!b.ok()) {
+            runs[size_t(r)].end = b.status();
+            return;
+          }
+          RankRun& run = runs[size_t(r)];
+          ++run.steps[b->provenance.epoch];
+          const int64_t* idx = b->indices.as<int64_t>();
+          for (int64_t i = 0; i < b->rows(); ++i) {
+            if (i < b->valid_rows()) run.seen[b->provenance.epoch].push_back(idx[i]);
+            else ++run.padding[b->provenance.epoch];
+          }
+          if (r == 0 && ++steps == after_steps && between) between();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return runs;
+  }
+
+  // Equal steps, every epoch, and each epoch's samples once across the ranks.
+  static void ExpectEqualStepsAndExactlyOnce(const std::vector<RankRun>& runs, const JobSpec& job) {
+    JobSpec listed = job;
+    listed.num_samples = kSamples;
+    const int64_t per_rank = listed.RankBatches();
+    for (uint64_t epoch = 0; epoch < uint64_t(job.epochs); ++epoch) {
+      std::vector<int64_t> all;
+      for (size_t r = 0; r < runs.size(); ++r) {
+        EXPECT_EQ(runs[r].end.code(), StatusCode::kOutOfRange) << "rank " << r << ": " << runs[r].end.ToString();
+        auto steps = runs[r].steps.find(epoch);
+        EXPECT_EQ(steps == runs[r].steps.end() ? 0 : steps->second, per_rank) << "rank " << r << " epoch " << epoch;
+        auto seen = runs[r].seen.find(epoch);
+        if (seen != runs[r].seen.end()) all.insert(all.end(), seen->second.begin(), seen->second.end());
+      }
+      std::sort(all.begin(), all.end());
+      EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a sample twice in epoch " << epoch;
+      const int64_t w = job.num_consumers;
+      if (job.last_batch == LastBatch::kDrop) {
+        EXPECT_EQ(int64_t(all.size()), per_rank * w * kBatch);
+        EXPECT_LT(kSamples - int64_t(all.size()), w * kBatch) << "drop leaves out fewer than ranks x batch";
+      } else {
+        EXPECT_EQ(int64_t(all.size()), kSamples) << "pad: every sample of epoch " << epoch;
+      }
+    }
+  }
+
+  static TempDir* data_;
+  Watchdog watchdog_{150, ::testing::UnitTest::GetInstance()->current_test_info()->name()};
+};
+
+TempDir* RanksTest::data_ = nullptr;
+
+TEST_F(RanksTest, FourRanksEqualStepsAndEachSampleOnce) {
+  auto cluster = TestCluster::Start();
+  ASSERT_TRUE(cluster.ok());
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    const JobSpec job = Job(4, last);
+    const auto runs = RunRanks(**cluster, std::string("four-") + std::string(LastBatchName(last)), job);
+    ExpectEqualStepsAndExactlyOnce(runs, job);
+  }
+}
+
+TEST_F(RanksTest, DeterministicOrderToo) {
+  auto cluster = TestCluster::Start({.workers = 3});
+  ASSERT_TRUE(cluster.ok());
+  JobSpec job = Job(4, LastBatch::kPad);
+  job.ordering = Ordering::kDeterministic;
+  const auto runs = RunRanks(**cluster, "det", job);
+  ExpectEqualStepsAndExactlyOnce(runs, job);
+}
+
+TEST_F(RanksTest, AWorkerStoppedMidEpoch) {
+  auto cluster = TestCluster::Start({.workers = 2});
+  ASSERT_TRUE(cluster.ok());
+  const JobSpec job = Job(4, LastBatch::kDrop);
+  const auto runs = RunRanks(**cluster, "stop", job, /*after_steps=*/3, [&] { (*cluster)->StopWorker(0); });
+  ExpectEqualStepsAndExactlyOnce(runs, job);
+}
+
+}  // namespace
+}  // namespace ferry::testing
