@@ -113,6 +113,10 @@ struct JobSpec {
   int64_t BatchesPerEpoch() const;
   // Batches every rank gets an epoch. REQUIRES: ranked().
   int64_t RankBatches() const;
+  // Once listed (num_samples known): an error if the ranks would get no batch at all
+  // (fewer samples than ranks x batch_size under drop), which a trainer would take for
+  // an empty dataset.
+  Status CheckListed() const;
   int64_t SplitsPerEpoch() const;
   // The rank split `s` belongs to; -1 when not ranked().
   int64_t SplitRank(int64_t s) const { return ranked() ? s % num_consumers : -1; }

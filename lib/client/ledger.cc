@@ -166,6 +166,11 @@ Ledger::Taken Ledger::Take() {
   }
   // Point to point, a rank learns its share of an epoch from the batches themselves.
   if (ranked() && per_epoch_ == 0) per_epoch_ = t.batch.provenance.batches_in_epoch;
+  // A rank's epoch ends with the batch that completes its count, whichever it is.
+  if (ranked()) {
+    auto y = yielded_.find(t.batch.provenance.epoch);
+    t.batch.provenance.last_in_epoch = (y == yielded_.end() ? 0 : y->second) + 1 == per_epoch_;
+  }
   Account(t.batch.provenance);
   return t;
 }

@@ -105,7 +105,9 @@ class Ledger {
     bool duplicate = false;  // drop it: it was yielded before
   };
   // Takes the releasable arrival. A non-duplicate is now yielded (accounted); a
-  // batch with no rows is accounted but not for the trainer. REQUIRES: Releasable().
+  // batch with no rows is accounted but not for the trainer. Ranked, the batch that
+  // completes the rank's epoch is marked last_in_epoch (and no other). REQUIRES:
+  // Releasable().
   Taken Take();
 
   // Arrivals from `stream` still queued (they hold its credits).

@@ -170,6 +170,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
       return Status::InvalidArgument("give ranks (job.num_consumers, rank) or shards, not both");
   }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.job.dataset));
+  FERRY_RETURN_IF_ERROR(Impl::WithListing(options, *ds).job.CheckListed());
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.
   cv::setNumThreads(0);

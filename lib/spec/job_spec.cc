@@ -59,6 +59,14 @@ Status JobSpec::Validate() const {
   return pipeline.Validate();
 }
 
+Status JobSpec::CheckListed() const {
+  if (ranked() && RankBatches() == 0)
+    return Status::InvalidArgument(std::to_string(num_samples) + " samples make no batch for each of " +
+                                   std::to_string(num_consumers) + " ranks of " + std::to_string(batch_size) +
+                                   " (drop_last): use fewer ranks, a smaller batch_size, or pad");
+  return Status::OK();
+}
+
 bool JobSpec::SameJobAs(const JobSpec& other) const {
   JobSpec a = *this;
   a.num_samples = other.num_samples;

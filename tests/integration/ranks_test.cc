@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "ferry/loader.h"
 #include "test_cluster.h"
 #include "testutil.h"
 
@@ -30,6 +31,7 @@ struct RankRun {
   std::map<uint64_t, int64_t> steps;              // per epoch
   std::map<uint64_t, std::vector<int64_t>> seen;  // per epoch, valid indices
   std::map<uint64_t, int64_t> padding;            // per epoch, padding rows
+  std::map<uint64_t, std::vector<int64_t>> last;  // per epoch, the steps marked last_in_epoch
 };
 
 class RanksTest : public ::testing::Test {
@@ -56,16 +58,29 @@ class RanksTest : public ::testing::Test {
 
   // Runs every rank to the end in its own thread; `between` runs once, after rank 0's
   // `after_steps`-th step (a moment mid-epoch), while the others go on.
+  using Open = std::function<Result<std::unique_ptr<BatchIterator>>(int rank)>;
+
   static std::vector<RankRun> RunRanks(TestCluster& cluster, const std::string& name, const JobSpec& job,
                                        int64_t after_steps = -1, std::function<void()> between = nullptr) {
+    return RunRanks(
+        job,
+        [&](int r) -> Result<std::unique_ptr<BatchIterator>> {
+          ClientOptions o = cluster.ClientFor(name, job);
+          o.rank = r;
+          FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Client> c, Client::Connect(o));
+          return std::unique_ptr<BatchIterator>(std::move(c));
+        },
+        after_steps, std::move(between));
+  }
+
+  static std::vector<RankRun> RunRanks(const JobSpec& job, const Open& open, int64_t after_steps = -1,
+                                       std::function<void()> between = nullptr) {
     const int w = job.num_consumers;
     std::vector<RankRun> runs(static_cast<size_t>(w));
     std::vector<std::thread> threads;
     for (int r = 0; r < w; ++r) {
       threads.emplace_back([&, r] {
-        ClientOptions o = cluster.ClientFor(name, job);
-        o.rank = r;
-        auto c = Client::Connect(o);
+        auto c = open(r);
         if (!c.ok()) {
           runs[size_t(r)].end = c.status();
           return;
@@ -78,7 +93,8 @@ class RanksTest : public ::testing::Test {
             return;
           }
           RankRun& run = runs[size_t(r)];
-          ++run.steps[b->provenance.epoch];
+          const int64_t step = ++run.steps[b->provenance.epoch];
+          if (b->provenance.last_in_epoch) run.last[b->provenance.epoch].push_back(step);
           const int64_t* idx = b->indices.as<int64_t>();
           for (int64_t i = 0; i < b->rows(); ++i) {
             if (i < b->valid_rows()) run.seen[b->provenance.epoch].push_back(idx[i]);
@@ -103,6 +119,9 @@ class RanksTest : public ::testing::Test {
         EXPECT_EQ(runs[r].end.code(), StatusCode::kOutOfRange) << "rank " << r << ": " << runs[r].end.ToString();
         auto steps = runs[r].steps.find(epoch);
         EXPECT_EQ(steps == runs[r].steps.end() ? 0 : steps->second, per_rank) << "rank " << r << " epoch " << epoch;
+        auto last = runs[r].last.find(epoch);
+        EXPECT_EQ(last == runs[r].last.end() ? std::vector<int64_t>{} : last->second, std::vector<int64_t>{per_rank})
+            << "rank " << r << " epoch " << epoch << ": its last step, and only it, is last_in_epoch";
         auto seen = runs[r].seen.find(epoch);
         if (seen != runs[r].seen.end()) all.insert(all.end(), seen->second.begin(), seen->second.end());
       }
@@ -149,6 +168,57 @@ TEST_F(RanksTest, AWorkerStoppedMidEpoch) {
   const JobSpec job = Job(4, LastBatch::kDrop);
   const auto runs = RunRanks(**cluster, "stop", job, /*after_steps=*/3, [&] { (*cluster)->StopWorker(0); });
   ExpectEqualStepsAndExactlyOnce(runs, job);
+}
+
+}  // namespace
+}  // namespace ferry::testing
+
+namespace ferry::testing {
+namespace {
+
+// Point to point: each rank's client streams from both workers, each serving a share of
+// that rank's batches.
+TEST_F(RanksTest, PointToPointRanksReadTheirShares) {
+  auto cluster = TestCluster::Start({.workers = 2});
+  ASSERT_TRUE(cluster.ok());
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    const JobSpec job = Job(3, last);
+    const auto runs = RunRanks(job, [&](int r) -> Result<std::unique_ptr<BatchIterator>> {
+      ClientOptions o;
+      o.job = job;
+      o.workers = {(*cluster)->worker_address(0), (*cluster)->worker_address(1)};
+      o.rank = r;
+      FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Client> c, Client::Connect(o));
+      return std::unique_ptr<BatchIterator>(std::move(c));
+    });
+    ExpectEqualStepsAndExactlyOnce(runs, job);
+  }
+}
+
+// Local mode: each rank decodes its own share in-process, as DistributedSampler gives it.
+TEST_F(RanksTest, LocalRanksReadTheirShares) {
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    const JobSpec job = Job(4, last);
+    const auto runs = RunRanks(job, [&](int r) -> Result<std::unique_ptr<BatchIterator>> {
+      LoaderOptions o;
+      o.job = job;
+      o.rank = r;
+      o.threads = 1;
+      FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Loader> l, Loader::Open(o));
+      return std::unique_ptr<BatchIterator>(std::move(l));
+    });
+    ExpectEqualStepsAndExactlyOnce(runs, job);
+  }
+}
+
+TEST_F(RanksTest, TooFewSamplesForTheRanksIsAClearError) {
+  JobSpec job = Job(8, LastBatch::kDrop);
+  job.batch_size = 16;  // 8 x 16 = 128 > 105 samples: no batch for anyone
+  LoaderOptions o;
+  o.job = job;
+  auto l = Loader::Open(o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("no batch for each of 8 ranks"), std::string::npos) << l.status().ToString();
 }
 
 }  // namespace
