@@ -74,6 +74,7 @@ struct HeartbeatOk {
 struct GetOrCreateJob {
   job @0 :NamedJob;             # numSamples/fingerprint are filled in by the dispatcher
   consumerId @1 :Text;
+  fresh @2 :Bool;               # the consumer starts from nothing (no saved state)
 }
 
 struct JobInfo {

@@ -11,8 +11,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "data/dataset.h"
@@ -89,6 +92,8 @@ class PyIterator {
     d["last_in_epoch"] = b->provenance.last_in_epoch;
     d["split"] = b->provenance.split;
     d["batch_in_split"] = b->provenance.batch_in_split;
+    d["batches_in_split"] = b->provenance.batches_in_split;
+    d["batches_in_epoch"] = b->provenance.batches_in_epoch;
     d["buffer"] = py::make_tuple(reinterpret_cast<uintptr_t>(b->buffer), b->buffer_size);
     return d;
   }
@@ -109,10 +114,30 @@ class PyIterator {
     return d;
   }
 
-  std::string State() const {
+  // The serialized state; `unyield`: batches (epoch, split, batch_in_split,
+  // batches_in_split) the client yielded that the trainer never got.
+  std::string State(const std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>>& unyield) const {
     auto* c = dynamic_cast<Client*>(it_.get());
     if (c == nullptr) throw py::type_error("only a dispatcher client has a serialized state");
-    return c->SaveState().Serialize();
+    IteratorState st = c->SaveState();
+    if (!unyield.empty()) {
+      std::optional<JobSpec> job;
+      {
+        py::gil_scoped_release release;
+        job = c->JobInfo(30.0);
+      }
+      if (!job) throw std::runtime_error("the dispatcher did not describe the job");
+      for (const auto& [epoch, split, batch, batches] : unyield) {
+        BatchProvenance p;
+        p.epoch = epoch;
+        p.split = split;
+        p.batch_in_split = batch;
+        p.batches_in_split = batches;
+        const Status s = st.Unyield(p, job->SplitsPerEpoch());
+        if (!s.ok()) Raise(s);
+      }
+    }
+    return st.Serialize();
   }
 
   int64_t BatchesPerEpoch() const {
@@ -145,21 +170,66 @@ LastBatch ToLastBatch(const std::string& s) { return Check(ParseLastBatch(s)); }
 
 PipelineSpec ToSpec(const std::string& pipeline) { return Check(PipelineSpec::Parse(pipeline)); }
 
-std::unique_ptr<PyIterator> OpenLocal(const std::string& data, const std::string& pipeline, int batch_size,
-                                      uint64_t seed, bool shuffle, const std::string& last_batch, int64_t epochs,
-                                      uint64_t first_epoch, int64_t resume_batches, int threads, int prefetch) {
+// Options come from Python as a dict; every key must be known (a misspelt option is an
+// error, not a silent default), and each is taken with its C++ type.
+class Options {
+ public:
+  explicit Options(const py::dict& d) {
+    for (auto item : d) keys_.emplace(py::cast<std::string>(item.first), py::reinterpret_borrow<py::object>(item.second));
+  }
+  template <typename T>
+  void Get(const char* key, T* out) {
+    auto it = keys_.find(key);
+    if (it == keys_.end()) return;
+    if (!it->second.is_none()) *out = it->second.cast<T>();
+    keys_.erase(it);
+  }
+  // Call last: an error naming any key left over.
+  void CheckAllUsed() const {
+    if (keys_.empty()) return;
+    std::string names;
+    for (const auto& [k, v] : keys_) names += (names.empty() ? "" : ", ") + k;
+    throw py::value_error("unknown option(s): " + names);
+  }
+
+ private:
+  std::map<std::string, py::object> keys_;
+};
+
+// The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, epochs,
+// world_size (num_consumers), deterministic, batches_per_split.
+JobSpec JobFrom(Options& o) {
+  JobSpec job;
+  std::string pipeline = "imagenet-train", last_batch = "drop";
+  bool deterministic = false;
+  o.Get("data", &job.dataset);
+  o.Get("pipeline", &pipeline);
+  o.Get("batch_size", &job.batch_size);
+  o.Get("seed", &job.seed);
+  o.Get("shuffle", &job.shuffle);
+  o.Get("last_batch", &last_batch);
+  o.Get("epochs", &job.epochs);
+  o.Get("world_size", &job.num_consumers);
+  o.Get("deterministic", &deterministic);
+  o.Get("batches_per_split", &job.batches_per_split);
+  job.pipeline = ToSpec(pipeline);
+  job.last_batch = ToLastBatch(last_batch);
+  job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
+  return job;
+}
+
+// In-process: the job's keys, and rank, threads, prefetch, first_epoch, resume_batches.
+std::unique_ptr<PyIterator> OpenLocal(const py::dict& options) {
+  Options in(options);
   LoaderOptions o;
-  o.job.dataset = data;
-  o.job.pipeline = ToSpec(pipeline);
-  o.job.batch_size = batch_size;
-  o.job.seed = seed;
-  o.job.shuffle = shuffle;
-  o.job.last_batch = ToLastBatch(last_batch);
-  o.job.epochs = epochs;
-  o.first_epoch = first_epoch;
-  o.resume_batches = resume_batches;
-  o.threads = threads;
-  o.prefetch = prefetch;
+  o.job = JobFrom(in);
+  o.job.ordering = Ordering::kArrival;  // one producer: always in order
+  in.Get("rank", &o.rank);
+  in.Get("threads", &o.threads);
+  in.Get("prefetch", &o.prefetch);
+  in.Get("first_epoch", &o.first_epoch);
+  in.Get("resume_batches", &o.resume_batches);
+  in.CheckAllUsed();
   std::unique_ptr<Loader> l;
   {
     py::gil_scoped_release release;  // listing a large tree takes a while
@@ -168,31 +238,39 @@ std::unique_ptr<PyIterator> OpenLocal(const std::string& data, const std::string
   return std::make_unique<PyIterator>(std::move(l));
 }
 
-std::unique_ptr<PyIterator> Connect(const std::vector<std::string>& workers, const std::string& dispatcher,
-                                    const std::string& job_name, const std::string& data, const std::string& pipeline,
-                                    int batch_size, uint64_t seed, bool shuffle, const std::string& last_batch,
-                                    int64_t epochs, uint64_t first_epoch, int credits, const std::string& token_file,
-                                    const std::string& consumer_id, bool deterministic, const std::string& resume_state,
-                                    int batches_per_split) {
+// Remote: the job's keys, and rank, workers, dispatcher, job_name, first_epoch,
+// credits, token_file, consumer_id, resume_state.
+std::unique_ptr<PyIterator> Connect(const py::dict& options) {
+  Options in(options);
   ClientOptions o;
-  o.workers = workers;
-  o.dispatcher = dispatcher;
-  o.job_name = job_name;
-  o.job.dataset = data;
-  o.job.pipeline = ToSpec(pipeline);
-  o.job.batch_size = batch_size;
-  o.job.seed = seed;
-  o.job.shuffle = shuffle;
-  o.job.last_batch = ToLastBatch(last_batch);
-  o.job.epochs = epochs;
-  o.job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
-  o.job.batches_per_split = batches_per_split;
-  o.first_epoch = first_epoch;
-  o.credits = credits;
-  o.token_file = token_file;
-  o.consumer_id = consumer_id;
-  o.resume_state = resume_state;
-  return std::make_unique<PyIterator>(Check(Client::Connect(o)));
+  o.job = JobFrom(in);
+  in.Get("rank", &o.rank);
+  in.Get("workers", &o.workers);
+  in.Get("dispatcher", &o.dispatcher);
+  in.Get("job_name", &o.job_name);
+  in.Get("first_epoch", &o.first_epoch);
+  in.Get("credits", &o.credits);
+  in.Get("token_file", &o.token_file);
+  in.Get("consumer_id", &o.consumer_id);
+  in.Get("resume_state", &o.resume_state);
+  in.CheckAllUsed();
+  std::unique_ptr<Client> c;
+  {
+    py::gil_scoped_release release;
+    c = Check(Client::Connect(o));
+  }
+  return std::make_unique<PyIterator>(std::move(c));
+}
+
+// Batches each of `world_size` ranks gets an epoch of `num_samples` (world_size 1: the
+// one consumer's batches), as the job's geometry has it.
+int64_t BatchesPerRank(int64_t num_samples, int batch_size, int world_size, const std::string& last_batch) {
+  JobSpec job;
+  job.num_samples = num_samples;
+  job.batch_size = batch_size;
+  job.num_consumers = world_size;
+  job.last_batch = ToLastBatch(last_batch);
+  return job.RankBatches();
 }
 
 // The listing Ferry uses for a dataset: (paths, labels, classes), for comparisons
@@ -222,16 +300,13 @@ PYBIND11_MODULE(_ferry, m) {
       .def("next", &PyIterator::Next, "the next batch as a dict of numpy views, or None at the end")
       .def("take_skipped", &PyIterator::TakeSkipped)
       .def("stats", &PyIterator::Stats)
-      .def("state", &PyIterator::State)
+      .def("state", &PyIterator::State, py::arg("unyield") = std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>>{})
       .def("batches_per_epoch", &PyIterator::BatchesPerEpoch)
       .def("job_samples", &PyIterator::JobSamples, py::arg("seconds") = 30.0)
       .def("close", &PyIterator::Close);
-  m.def("open_local", &OpenLocal, py::arg("data"), py::arg("pipeline"), py::arg("batch_size"), py::arg("seed"),
-        py::arg("shuffle"), py::arg("last_batch"), py::arg("epochs"), py::arg("first_epoch"),
-        py::arg("resume_batches"), py::arg("threads"), py::arg("prefetch"));
-  m.def("connect", &Connect, py::arg("workers"), py::arg("dispatcher"), py::arg("job_name"), py::arg("data"),
-        py::arg("pipeline"), py::arg("batch_size"), py::arg("seed"), py::arg("shuffle"), py::arg("last_batch"),
-        py::arg("epochs"), py::arg("first_epoch"), py::arg("credits"), py::arg("token_file"), py::arg("consumer_id"),
-        py::arg("deterministic"), py::arg("resume_state"), py::arg("batches_per_split"));
+  m.def("open_local", &OpenLocal, py::arg("options"), "the in-process pipeline (options: a dict)");
+  m.def("connect", &Connect, py::arg("options"), "a remote client (options: a dict)");
+  m.def("batches_per_rank", &BatchesPerRank, py::arg("num_samples"), py::arg("batch_size"), py::arg("world_size"),
+        py::arg("last_batch"));
   m.def("list_dataset", &ListDataset, py::arg("data"));
 }

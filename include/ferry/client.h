@@ -101,6 +101,12 @@ struct IteratorState {
   std::set<SplitId> done;
   std::map<SplitId, std::set<int64_t>> partial;
 
+  // Marks batch `p` as not yielded: one the client counted but its trainer never got
+  // (a Python loader's look-ahead at an epoch boundary), so that a client resumed from
+  // this state gets it. `splits_per_epoch` (the job's) reopens an epoch the batch
+  // closed. InvalidArgument if it was not yielded per this state.
+  Status Unyield(const BatchProvenance& p, int64_t splits_per_epoch);
+
   // A small line-oriented text form (names hold no whitespace).
   std::string Serialize() const;
   static Result<IteratorState> Parse(const std::string& text);

@@ -87,7 +87,7 @@ void ControlLoop::Run() {
 Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* next_workers) {
   const wire::NamedJob& job = config_.job;
   if (!*joined) {
-    FERRY_ASSIGN_OR_RETURN(wire::InFrame r, channel_.Call(wire::EncodeGetOrCreateJob({job, config_.consumer_id})));
+    FERRY_ASSIGN_OR_RETURN(wire::InFrame r, channel_.Call(wire::EncodeGetOrCreateJob({job, config_.consumer_id, !restore_.has_value()})));
     FERRY_ASSIGN_OR_RETURN(wire::NamedJob info, wire::DecodeJobInfo(r));
     *joined = true;
     host_->OnJoined(info.job);

@@ -23,6 +23,31 @@ std::string IteratorState::Serialize() const {
   return o.str();
 }
 
+Status IteratorState::Unyield(const BatchProvenance& p, int64_t splits_per_epoch) {
+  if (p.batches_in_split <= 0 || p.batch_in_split < 0 || p.batch_in_split >= p.batches_in_split)
+    return Status::InvalidArgument("unyield: not a batch of a split");
+  if (p.epoch < first_open) {
+    // The batch closed its epoch (the last one of it): reopen it, all else done.
+    if (p.epoch + 1 != first_open) return Status::InvalidArgument("unyield: the batch's epoch closed long ago");
+    first_open = p.epoch;
+    for (int64_t s = 0; s < splits_per_epoch; ++s) done.insert({p.epoch, s});
+  }
+  const SplitId k{p.epoch, p.split};
+  if (done.erase(k) > 0) {
+    std::set<int64_t>& rest = partial[k];
+    for (int64_t b = 0; b < p.batches_in_split; ++b) {
+      if (b != p.batch_in_split) rest.insert(b);
+    }
+    if (rest.empty()) partial.erase(k);
+    return Status::OK();
+  }
+  auto it = partial.find(k);
+  if (it == partial.end() || it->second.erase(p.batch_in_split) == 0)
+    return Status::InvalidArgument("unyield: the batch was not yielded");
+  if (it->second.empty()) partial.erase(it);
+  return Status::OK();
+}
+
 Result<IteratorState> IteratorState::Parse(const std::string& text) {
   std::istringstream in(text);
   std::string line, word;

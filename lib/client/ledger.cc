@@ -67,7 +67,9 @@ bool Ledger::MustWait(const BatchProvenance& p) const {
     const auto next = NextRankedInOrder();
     return !(next && p.split == next->first.second && p.batch_in_split == next->second);
   }
-  if (mode_ != Mode::kDeterministic) return false;
+  // A shared job's consumer yields an epoch once the job has closed the one before (so
+  // that the first batch of an epoch says the last one ended).
+  if (mode_ == Mode::kArrival) return p.epoch > first_open_;
   const auto next = NextInOrder();
   return !(next && p.epoch == next->first.first && p.split == next->first.second && p.batch_in_split == next->second);
 }
@@ -141,7 +143,14 @@ std::optional<size_t> Ledger::Pick() const {
     }
     return std::nullopt;
   }
-  if (mode_ != Mode::kDeterministic) return size_t(0);
+  if (mode_ == Mode::kPointToPoint) return size_t(0);
+  if (mode_ == Mode::kArrival) {
+    for (size_t i = 0; i < ready_.size(); ++i) {
+      const BatchProvenance& p = ready_[i].batch.provenance;
+      if (Yielded(p) || p.epoch <= first_open_) return i;
+    }
+    return std::nullopt;
+  }
   const auto next = NextInOrder();
   for (size_t i = 0; i < ready_.size(); ++i) {
     const BatchProvenance& p = ready_[i].batch.provenance;

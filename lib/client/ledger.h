@@ -20,7 +20,12 @@
 // Modes
 //   point to point   a plain FIFO: batches are yielded in arrival order, nothing is
 //                    accounted (each worker stream resumes itself after a reconnect).
-//   dispatcher       accounting as above; arrival or deterministic order.
+//   dispatcher       accounting as above; arrival or deterministic order. In arrival
+//                    order a batch of an epoch after first_open waits until the job
+//                    closes the epochs before it, so that epochs come one after the
+//                    other to a job's consumers too (the first batch of an epoch says
+//                    the one before has ended; an arriving worker's lease-ahead into
+//                    the next epoch does not jump the queue).
 //
 // Deterministic order: the next batch is the lowest un-yielded batch of the lowest
 // split of mine not done, in the lowest epoch not complete for me. Splits are

@@ -168,7 +168,7 @@ Result<Dispatcher::JoinResult> Dispatcher::GetOrCreateJob(const wire::GetOrCreat
   }
   JoinResult r;
   if (const JobState* j = state_.job(m.job.name)) {
-    FERRY_ASSIGN_OR_RETURN(r.job, Join(*j, m.job.job, m.consumer_id));
+    FERRY_ASSIGN_OR_RETURN(r.job, Join(*j, m.job.job, m.consumer_id, m.fresh));
     return r;
   }
   if (creating_.count(m.job.name)) {
@@ -188,10 +188,11 @@ Result<wire::NamedJob> Dispatcher::CreateJob(const wire::GetOrCreateJobMsg& m, c
       (long long)listed->num_samples, (long long)listed->SplitsPerEpoch());
   const JobState* j = state_.job(m.job.name);
   if (j == nullptr) return Status::Internal("job " + m.job.name + " vanished");
-  return Join(*j, m.job.job, m.consumer_id);
+  return Join(*j, m.job.job, m.consumer_id, m.fresh);
 }
 
-Result<wire::NamedJob> Dispatcher::Join(const JobState& j, const JobSpec& want, const std::string& consumer) {
+Result<wire::NamedJob> Dispatcher::Join(const JobState& j, const JobSpec& want, const std::string& consumer,
+                                        bool fresh) {
   if (!want.SameJobAs(j.spec))
     return Status::FailedPrecondition("job " + j.name + " exists with a different configuration");
   if (j.spec.ranked()) {
@@ -200,6 +201,11 @@ Result<wire::NamedJob> Dispatcher::Join(const JobState& j, const JobSpec& want, 
       return Status::InvalidArgument("job " + j.name + " has " + std::to_string(j.spec.num_consumers) +
                                      " ranks: its consumers are rank-0.." + RankConsumer(j.spec.num_consumers - 1) +
                                      ", not " + consumer);
+    if (fresh && j.HasConsumer(consumer) && j.ConsumerStarted(consumer))
+      return Status::FailedPrecondition(
+          "job " + j.name + ": " + consumer +
+          " has read part of it already, and this client has no saved state (a restarted rank?): resume from the "
+          "checkpoint's state (ferry: load_state_dict), or start a new job under another name");
   }
   if (!j.HasConsumer(consumer)) {
     Log("job %s: consumer %s joined", j.name.c_str(), consumer.c_str());

@@ -116,7 +116,7 @@ class Dispatcher {
   // Applies and journals `u`. A journal that cannot be written aborts the process:
   // the state moved and the journal did not, and nothing else is safe.
   Status Commit(const Update& u);
-  Result<wire::NamedJob> Join(const JobState& j, const JobSpec& want, const std::string& consumer);
+  Result<wire::NamedJob> Join(const JobState& j, const JobSpec& want, const std::string& consumer, bool fresh);
   wire::JobStatusMsg StatusOf(const std::string& job, const std::string& consumer, uint64_t epoch) const;
   void RemoveWorker(const std::string& id);
 

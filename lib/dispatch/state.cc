@@ -6,6 +6,16 @@ namespace ferry::dispatch {
 
 bool JobState::finished() const { return spec.epochs > 0 && first_open >= uint64_t(spec.epochs); }
 
+bool JobState::ConsumerStarted(const std::string& c) const {
+  if (first_open > 0) return true;
+  for (const auto& [epoch, e] : epochs) {
+    for (size_t s = 0; s < e.status.size(); ++s) {
+      if (e.status[s] == SplitStatus::kDone && e.consumer[s] == c) return true;
+    }
+  }
+  return false;
+}
+
 bool JobState::HasConsumer(const std::string& c) const {
   return std::find(consumers.begin(), consumers.end(), c) != consumers.end();
 }

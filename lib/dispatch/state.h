@@ -100,6 +100,9 @@ struct JobState {
   uint64_t first_open = 0;  // the first epoch not yet complete
   bool finished() const;
   bool HasConsumer(const std::string& c) const;
+  // Whether consumer `c` has read anything of the job: a split of its done, or an epoch
+  // closed.
+  bool ConsumerStarted(const std::string& c) const;
 };
 
 struct WorkerState {

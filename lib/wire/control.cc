@@ -77,6 +77,7 @@ OutFrame EncodeGetOrCreateJob(const GetOrCreateJobMsg& m) {
     auto r = b.initRoot<ctl::GetOrCreateJob>();
     PutNamedJob(r.initJob(), m.job);
     r.setConsumerId(m.consumer_id);
+    r.setFresh(m.fresh);
   });
 }
 
@@ -172,6 +173,7 @@ Result<GetOrCreateJobMsg> DecodeGetOrCreateJob(const InFrame& f) {
         GetOrCreateJobMsg m;
         FERRY_ASSIGN_OR_RETURN(m.job, GetNamedJob(r.getJob()));
         m.consumer_id = Str(r.getConsumerId());
+        m.fresh = r.getFresh();
         return m;
       });
 }

@@ -57,6 +57,10 @@ struct HeartbeatOkMsg {
 struct GetOrCreateJobMsg {
   NamedJob job;
   std::string consumer_id;
+  // The consumer starts from nothing (it has no saved state to restore): a rank of a
+  // job that rank has read part of is refused, as a restarted trainer that forgot its
+  // checkpoint would otherwise take unequal steps.
+  bool fresh = false;
 };
 
 struct AckSplitsMsg {

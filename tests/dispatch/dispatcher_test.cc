@@ -146,6 +146,29 @@ TEST_F(DispatcherTest, ARankedJobIsJoinedByItsRanks) {
   EXPECT_EQ(d->GetOrCreateJob(m).status().code(), StatusCode::kFailedPrecondition) << "another world size";
 }
 
+// A restarted rank that lost its state would take unequal steps from the others: it is
+// refused with the reason, while a rank that restores a state, and one that has read
+// nothing yet, join.
+TEST_F(DispatcherTest, ARankWithNoStateIsRefusedOnceItHasReadPartOfTheJob) {
+  auto d = Open();
+  wire::GetOrCreateJobMsg m = Request("rank-0");
+  m.job.job.num_consumers = 2;
+  m.job.job.last_batch = LastBatch::kPad;
+  m.fresh = true;
+  ASSERT_EQ(d->GetOrCreateJob(m)->kind, Dispatcher::JoinResult::kNeedsListing);
+  ASSERT_TRUE(d->CreateJob(m, Listed(m)).ok());
+  EXPECT_TRUE(d->GetOrCreateJob(m).ok()) << "nothing read yet: a restart is harmless";
+  ASSERT_TRUE(d->AckSplits({"job", "rank-0", {{0, 0}}}).ok());
+  auto refused = d->GetOrCreateJob(m);
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("load_state_dict"), std::string::npos) << refused.status().ToString();
+  m.fresh = false;
+  EXPECT_TRUE(d->GetOrCreateJob(m).ok()) << "with a saved state to restore";
+  m.consumer_id = "rank-1";
+  m.fresh = true;
+  EXPECT_TRUE(d->GetOrCreateJob(m).ok()) << "rank 1 has read nothing";
+}
+
 TEST_F(DispatcherTest, AFailedListingCanBeRetried) {
   auto d = Open();
   const wire::GetOrCreateJobMsg m = Request("c1");

@@ -210,7 +210,7 @@ def test_remote_mode_against_a_local_cluster(ferry, small_tree, cluster):
     # Deterministic content and order: the cluster's batches are the local loader's.
     assert all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1]) for p, q in zip(got, want))
     # Exact resume through the dispatcher: stop after 15 batches, go on in a new client.
-    first = remote("resumed", consumer_id="trainer")
+    first = remote("resumed")
     part = batches(first)
     it = iter(first)
     for _ in range(3):

@@ -42,6 +42,28 @@ def _pipeline_string(pipeline):
     return str(pipeline)
 
 
+def _resolve_rank(rank, world_size):
+    """(rank, world_size): as given; else from an initialized torch.distributed process
+    group; else from RANK and WORLD_SIZE in the environment (as torchrun sets them);
+    else (0, 1)."""
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither (they then come from torch.distributed or "
+                         "RANK/WORLD_SIZE)")
+    if rank is None:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        else:
+            rank, world_size = 0, 1
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("rank must be in [0, world_size) and world_size >= 1, not rank=%d world_size=%d"
+                         % (rank, world_size))
+    return rank, world_size
+
+
 class Loader(torch.utils.data.IterableDataset):
     """An iterable of (images, labels) batches; each pass over it is one epoch.
 
@@ -49,21 +71,34 @@ class Loader(torch.utils.data.IterableDataset):
     DataLoader get one: torch.utils.data.DataLoader(loader, batch_size=None).
 
     Local mode (the default): `threads` decode threads in this process.
-    Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job, shared by
-    every client naming it), or `workers=["host:port", ...]` (point to point).
+    Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job), or
+    `workers=["host:port", ...]` (point to point).
+
+    Ranks: each rank of a data-parallel trainer (DDP) reads its own share of every
+    epoch. `rank` and `world_size` default to the initialized torch.distributed group,
+    else RANK and WORLD_SIZE from the environment, else 0 and 1. Every rank gets the
+    same number of batches every epoch (len(loader)): with drop_last=True fewer than
+    world_size x batch_size samples of an epoch are left out; with drop_last=False
+    and world_size > 1 the last batches are padded to full size with rows whose label
+    (and index) is -1 (use ignore_index=-1 in the loss), never with repeated samples.
+    Through a dispatcher the ranks are the job's consumers; each sample of an epoch
+    goes to exactly one rank.
 
     epochs: how many epochs the loader yields in all (None: no limit).
-    drop_last: drop each epoch's final short batch (else it comes short).
+    drop_last: drop each epoch's final short batch (world_size 1: else it comes short).
     prefetch: batches decoded ahead (local), or per worker (remote).
     pin_memory: copy each batch to pinned memory for fast host-to-GPU copies, when CUDA
       is available (ignored, with a warning, when it is not).
     deterministic: remote dispatcher mode yields batches in split order, so that a run
       is the same whatever the number of workers.
+    consumer_id: a dispatcher job shared by independent consumers (not ranks): each
+      takes whichever batches come first, with no promise of equal counts.
     """
 
     def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
-                 deterministic=False, token_file="", consumer_id="", batches_per_split=4):
+                 deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
+                 world_size=None):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
         if dispatcher and workers:
@@ -95,13 +130,24 @@ class Loader(torch.utils.data.IterableDataset):
             warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
             self.pin_memory = False
         self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        if self.consumer_id:
+            if self.mode != "dispatcher":
+                raise ValueError("consumer_id names a consumer of a shared dispatcher job")
+            if rank not in (None, 0) or world_size not in (None, 1):
+                raise ValueError("give consumer_id (a shared job) or rank/world_size (ranks), not both")
+            self.rank, self.world_size = 0, 1
+        else:
+            self.rank, self.world_size = _resolve_rank(rank, world_size)
+        if self.deterministic and self.mode != "dispatcher":
+            raise ValueError("deterministic=True needs a dispatcher job (local and point-to-point loaders are "
+                             "in order already)")
         # Where the iteration stands: the epoch being yielded, and how many of its
-        # batches (local: by batch_in_epoch) were yielded.
+        # batches were yielded.
         self._epoch = 0
         self._batches_done = 0
         self._resume_state = ""  # dispatcher mode
         self._it = None
-        self._stash = None  # a batch of the next epoch, seen early
+        self._stash = None  # a shared job's batch of the next epoch, seen early
         self._skipped = []
         self._wait = 0.0
         self._samples = 0
@@ -110,26 +156,44 @@ class Loader(torch.utils.data.IterableDataset):
         self._len = None
         self._last = None
 
+    @property
+    def ranked(self):
+        """Whether this loader is a rank (of world_size >= 1), not a shared job's consumer."""
+        return not self.consumer_id
+
     # -- the C++ iterator, created lazily (after load_state_dict, at the right place) --
 
     def _last_batch(self):
-        return "drop" if self.drop_last else "keep"
+        if self.drop_last:
+            return "drop"
+        return "pad" if self.world_size > 1 else "keep"
+
+    def _job_options(self):
+        o = {"data": self.data, "pipeline": self.pipeline, "batch_size": self.batch_size, "seed": self.seed,
+             "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
+             "deterministic": self.deterministic}
+        if self.ranked:
+            o.update(rank=self.rank, world_size=self.world_size)
+        return o
 
     def _open(self):
         if self._it is not None:
             return self._it
         remaining = 0 if self.epochs is None else self.epochs - self._epoch
+        o = self._job_options()
         if self.mode == "local":
-            self._it = _ferry.open_local(self.data, self.pipeline, self.batch_size, self.seed, self.shuffle,
-                                         self._last_batch(), remaining, self._epoch, self._batches_done, self.threads,
-                                         self.prefetch)
+            del o["deterministic"], o["batches_per_split"]
+            o.update(epochs=remaining, first_epoch=self._epoch, resume_batches=self._batches_done,
+                     threads=self.threads, prefetch=self.prefetch)
+            self._it = _ferry.open_local(o)
         else:
-            epochs = 0 if self.epochs is None else (self.epochs if self.mode == "dispatcher" else remaining)
-            first = 0 if self.mode == "dispatcher" else self._epoch
-            self._it = _ferry.connect(self.workers, self.dispatcher, self.job_name, self.data, self.pipeline,
-                                      self.batch_size, self.seed, self.shuffle, self._last_batch(), epochs, first,
-                                      self.prefetch, self.token_file, self.consumer_id, self.deterministic,
-                                      self._resume_state, self.batches_per_split)
+            # A dispatcher job counts its epochs from 0 (a saved state says where it
+            # stands); point to point, the stream starts at the epoch to read.
+            o.update(epochs=0 if self.epochs is None else (self.epochs if self.mode == "dispatcher" else remaining),
+                     first_epoch=0 if self.mode == "dispatcher" else self._epoch, workers=self.workers,
+                     dispatcher=self.dispatcher, job_name=self.job_name, credits=self.prefetch,
+                     token_file=self.token_file, consumer_id=self.consumer_id, resume_state=self._resume_state)
+            self._it = _ferry.connect(o)
         return self._it
 
     def close(self):
@@ -169,10 +233,11 @@ class Loader(torch.utils.data.IterableDataset):
 
     def _epoch_batches(self):
         epoch = self._epoch
-        # One exact boundary: in local mode and single-stream orders the batch marked
-        # last_in_epoch is the epoch's last. Otherwise the first batch of the next epoch
-        # ends this one (kept for the next pass).
-        exact = self.mode == "local" or (self.mode == "dispatcher" and self.deterministic) or len(self.workers) == 1
+        # A rank (and the local loader) yields its epochs one after the other, and the
+        # batch marked last_in_epoch is its epoch's last: the boundary is exact. A
+        # shared job's consumer knows an epoch ended only from the first batch of the
+        # next one, which it keeps for the next pass (and out of its saved state).
+        exact = self.ranked
         while True:
             if self._stash is not None and self._stash["epoch"] <= epoch:
                 b, self._stash = self._stash, None
@@ -183,9 +248,12 @@ class Loader(torch.utils.data.IterableDataset):
                 if b is None:
                     break
                 if b["epoch"] > epoch:
+                    if exact:
+                        raise FerryError("internal: epoch %d ended early (a batch of epoch %d came)"
+                                         % (epoch, b["epoch"]))
                     self._stash = b
                     break
-            self._batches_done = b["batch_in_epoch"] + 1 if self.mode == "local" else self._batches_done + 1
+            self._batches_done += 1
             last = exact and b["last_in_epoch"]
             if b["valid"] > 0 or b["labels"].shape[0] > 0:
                 self._last = b
@@ -198,7 +266,7 @@ class Loader(torch.utils.data.IterableDataset):
         self._batches_done = 0
 
     def __len__(self):
-        """Batches per epoch (of this consumer, in dispatcher mode with one consumer)."""
+        """Batches per epoch of this rank (the same for every rank)."""
         if self._len is None:
             if self.mode == "local":
                 self._len = self._open().batches_per_epoch()
@@ -209,35 +277,55 @@ class Loader(torch.utils.data.IterableDataset):
                     n = len(list_dataset(self.data)[0])
                 if n < 0:
                     raise TypeError("the job's size is not known yet (the dispatcher did not answer)")
-                per = [n]
-                if self.mode == "workers":
-                    k = len(self.workers)
-                    per = [n // k + (1 if i < n % k else 0) for i in range(k)]
-                self._len = sum(p // self.batch_size + (0 if self.drop_last or p % self.batch_size == 0 else 1)
-                                for p in per)
+                self._len = _ferry.batches_per_rank(n, self.batch_size, self.world_size, self._last_batch())
         return self._len
 
     # -- state -------------------------------------------------------------------------
 
+    _STATE_VERSION = 2
+
     def state_dict(self):
-        """Where the iteration stands, to resume exactly (save it with a checkpoint)."""
-        sd = {"version": 1, "mode": self.mode, "epoch": self._epoch, "batches_done": self._batches_done,
-              "seed": self.seed, "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline}
+        """Where this rank's iteration stands, to resume exactly: save it with the
+        checkpoint (every rank its own)."""
+        sd = {"version": self._STATE_VERSION, "mode": self.mode, "rank": self.rank, "world_size": self.world_size,
+              "ranked": self.ranked, "epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed,
+              "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline,
+              "last_batch": self._last_batch()}
         if self.mode == "dispatcher":
-            sd["iterator_state"] = self._open().state()
+            unyield = []
+            if self._stash is not None:
+                # Counted as yielded by the client, never given to the trainer: the
+                # resumed loader must get it.
+                s = self._stash
+                unyield.append((s["epoch"], s["split"], s["batch_in_split"], s["batches_in_split"]))
+            sd["iterator_state"] = self._open().state(unyield)
             sd["job_name"] = self.job_name
         return sd
 
     def load_state_dict(self, sd):
-        """Continues from a state_dict(): the next batch is the one after the saved point."""
-        if sd.get("version") != 1:
-            raise ValueError("not a ferry.Loader state_dict (version %r)" % sd.get("version"))
-        if sd.get("mode") != self.mode:
-            raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), self.mode))
-        for key in ("seed", "batch_size", "data", "pipeline"):
-            if sd.get(key) != getattr(self, key):
-                raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
-                                                                                        getattr(self, key)))
+        """Continues from a state_dict(): the next batch is the one after the saved point.
+
+        `sd` is this rank's own state, or the list of every rank's states (as gathered
+        with torch.distributed.all_gather_object, or read one file per rank), from
+        which this rank takes its own."""
+        if isinstance(sd, (list, tuple)):
+            states = list(sd)
+            if not states:
+                raise ValueError("an empty list of states")
+            for x in states:
+                self._check_state(x)
+            worlds = {int(x["world_size"]) for x in states}
+            if len(worlds) != 1 or sorted(int(x["rank"]) for x in states) != list(range(worlds.pop())):
+                raise ValueError("the list must hold every rank's state once, of one world size")
+            if len(states) != self.world_size:
+                raise ValueError("states of %d ranks given to a world of %d: resuming with another world size is "
+                                 "not supported in this version" % (len(states), self.world_size))
+            sd = next(x for x in states if int(x["rank"]) == self.rank)
+        self._check_state(sd)
+        if int(sd["world_size"]) != self.world_size or int(sd["rank"]) != self.rank:
+            raise ValueError("this is the state of rank %s of %s, and this loader is rank %d of %d; to resume with "
+                             "another world size give the list of every rank's states"
+                             % (sd["rank"], sd["world_size"], self.rank, self.world_size))
         self.close()
         self._stash = None
         self._epoch = int(sd["epoch"])
@@ -246,6 +334,21 @@ class Loader(torch.utils.data.IterableDataset):
             self._resume_state = sd["iterator_state"]
         elif self.mode == "workers" and self._batches_done:
             raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
+
+    def _check_state(self, sd):
+        if not isinstance(sd, dict) or sd.get("version") != self._STATE_VERSION:
+            raise ValueError("not a ferry.Loader state_dict of this version (version %r)"
+                             % (sd.get("version") if isinstance(sd, dict) else type(sd).__name__))
+        if sd.get("mode") != self.mode:
+            raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), self.mode))
+        if bool(sd.get("ranked")) != self.ranked:
+            raise ValueError("state_dict of a %s given to a %s" % (
+                "rank" if sd.get("ranked") else "shared job's consumer", "rank" if self.ranked else
+                "shared job's consumer"))
+        for key in ("seed", "batch_size", "data", "pipeline"):
+            if sd.get(key) != getattr(self, key):
+                raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
+                                                                                        getattr(self, key)))
 
     # -- observability -------------------------------------------------------------------
 
@@ -258,9 +361,10 @@ class Loader(torch.utils.data.IterableDataset):
                 "wall_s": wall}
 
     def last_batch_info(self):
-        """Of the batch yielded last: its sample indices (a tensor), provenance (epoch,
-        batch_in_epoch, split, batch_in_split), valid rows, and `buffer` = (address, size)
-        of the memory its tensors view."""
+        """Of the batch yielded last: its sample indices (a tensor; -1 for padding rows),
+        provenance (epoch, batch_in_epoch, split, batch_in_split), valid rows (the
+        others are padding), and `buffer` = (address, size) of the memory its tensors
+        view."""
         if self._last is None:
             return None
         info = {k: v for k, v in self._last.items() if k not in ("images", "labels", "indices")}

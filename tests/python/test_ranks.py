@@ -1,0 +1,180 @@
+"""Ranks of a data-parallel trainer from Python (threads of one process here; the
+multi-process DDP runs are in test_ddp.py): every rank gets len(loader) batches every
+epoch and the ranks' batches are the epoch's samples once, in local, point-to-point and
+dispatcher mode; a state saved at an epoch boundary loses nothing; a restarted rank
+without its state gets a clear error."""
+import os
+import signal
+import subprocess
+import threading
+
+import pytest
+import torch
+from torchvision.datasets import ImageFolder
+
+U8 = {"decode": "rgb", "ops": [{"op": "random_resized_crop", "size": 32}],
+      "output": {"dtype": "uint8", "layout": "NHWC"}}
+N = 120  # samples in small_tree
+
+
+def run_ranks(make, world, epochs):
+    """Runs `world` loaders (make(rank)) in threads; per rank and epoch: (steps, valid indices, padding rows)."""
+    out = [None] * world
+    errors = []
+
+    def rank(r):
+        try:
+            loader = make(r)
+            per_epoch = []
+            for _ in range(epochs):
+                steps, seen, pad = 0, [], 0
+                for x, y in loader:
+                    steps += 1
+                    idx = loader.last_batch_info()["indices"]
+                    seen += [int(i) for i in idx if i >= 0]
+                    pad += int((idx < 0).sum())
+                    assert bool(((y < 0) == (idx < 0)).all()), "padding rows have label -1"
+                per_epoch.append((steps, seen, pad))
+            out[r] = (len(loader), per_epoch)
+            loader.close()
+        except Exception as e:  # reported by the main thread
+            errors.append((r, e))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert all(o is not None for o in out), "a rank did not finish"
+    return out
+
+
+def check_equal_steps_and_once(out, world, batch, drop_last, epochs):
+    lengths = {o[0] for o in out}
+    assert len(lengths) == 1, "len(loader) differs between ranks: %s" % lengths
+    want = N // (world * batch) if drop_last else -(-N // (world * batch))
+    assert lengths == {want}
+    for e in range(epochs):
+        steps = [o[1][e][0] for o in out]
+        assert steps == [want] * world, "epoch %d: steps per rank %s" % (e, steps)
+        seen = sorted(i for o in out for i in o[1][e][1])
+        assert len(seen) == len(set(seen)), "a sample twice in epoch %d" % e
+        if drop_last:
+            assert len(seen) == want * world * batch and N - len(seen) < world * batch
+        else:
+            assert seen == list(range(N))
+            assert sum(o[1][e][2] for o in out) == want * world * batch - N
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_local_ranks(ferry, small_tree, drop_last):
+    def make(r):
+        return ferry.Loader(data=small_tree, pipeline=U8, batch_size=7, epochs=2, threads=1, drop_last=drop_last,
+                            rank=r, world_size=4)
+    check_equal_steps_and_once(run_ranks(make, 4, 2), 4, 7, drop_last, 2)
+
+
+class Daemons:
+    """ferry-dispatcher and ferry-worker processes on loopback."""
+
+    def __init__(self, bindir, tmp, workers=2):
+        self.procs = []
+        self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
+                                       "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
+                                       "--heartbeat-timeout-ms", "1000"])
+        self.workers = [self._start([os.path.join(bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads",
+                                     "1", "--dispatcher", self.dispatcher]) for _ in range(workers)]
+
+    def _start(self, argv):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        assert line.startswith("listening on "), line
+        return line.split()[-1]
+
+    def kill_worker(self, i):
+        self.procs[1 + i].kill()
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def daemons(ferry_local, tmp_path):
+    d = Daemons(os.path.dirname(ferry_local), tmp_path)
+    yield d
+    d.close()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_dispatcher_ranks(ferry, small_tree, daemons, deterministic):
+    def make(r):
+        return ferry.Loader(data=small_tree, pipeline=U8, batch_size=7, epochs=2, drop_last=False, rank=r,
+                            world_size=3, dispatcher=daemons.dispatcher, job_name="ranks-%s" % deterministic,
+                            deterministic=deterministic, batches_per_split=2)
+    check_equal_steps_and_once(run_ranks(make, 3, 2), 3, 7, False, 2)
+
+
+def test_point_to_point_ranks(ferry, small_tree, daemons):
+    def make(r):
+        return ferry.Loader(data=small_tree, pipeline=U8, batch_size=5, epochs=2, drop_last=True, rank=r,
+                            world_size=2, workers=daemons.workers)
+    check_equal_steps_and_once(run_ranks(make, 2, 2), 2, 5, True, 2)
+
+
+def test_rank_and_world_size_come_from_the_environment(ferry, small_tree, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    loader = ferry.Loader(data=small_tree, pipeline=U8, batch_size=4)
+    assert (loader.rank, loader.world_size) == (2, 3)
+    assert len(loader) == N // 12
+    with pytest.raises(ValueError, match="both rank and world_size"):
+        ferry.Loader(data=small_tree, pipeline=U8, rank=1)
+    with pytest.raises(ValueError, match="rank must be in"):
+        ferry.Loader(data=small_tree, pipeline=U8, rank=3, world_size=3)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_state_saved_at_an_epoch_boundary_loses_nothing(ferry, small_tree, daemons, shared):
+    # Arrival order with two workers: the next epoch's batches arrive while this one
+    # ends. A rank ends its epoch exactly; a shared job's consumer looks one batch ahead,
+    # and its saved state must give that batch back.
+    kw = dict(data=small_tree, pipeline=U8, batch_size=10, epochs=2, dispatcher=daemons.dispatcher,
+              job_name="boundary-%s" % shared, batches_per_split=1)
+    if shared:
+        kw["consumer_id"] = "trainer"
+    first = ferry.Loader(**kw)
+    epoch0 = [i for _ in first for i in first.last_batch_info()["indices"].tolist()]
+    assert sorted(epoch0) == list(range(N))
+    state = first.state_dict()
+    first.close()
+    second = ferry.Loader(**kw)
+    second.load_state_dict(state)
+    epoch1 = [i for _ in second for i in second.last_batch_info()["indices"].tolist()]
+    assert sorted(epoch1) == list(range(N)), "epoch 1 after a resume at the boundary: %d samples" % len(epoch1)
+    assert list(second) == []
+
+
+def test_a_restarted_rank_without_its_state_is_refused(ferry, small_tree, daemons):
+    kw = dict(data=small_tree, pipeline=U8, batch_size=10, epochs=1, dispatcher=daemons.dispatcher,
+              job_name="restart", rank=0, world_size=2, drop_last=True, batches_per_split=1)
+    first = ferry.Loader(**kw)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    del it
+    first.close()
+    with pytest.raises(ferry.FerryError, match="load_state_dict"):
+        list(ferry.Loader(**kw))
+    resumed = ferry.Loader(**kw)
+    resumed.load_state_dict(state)
+    assert len(list(resumed)) == len(resumed) - 3
