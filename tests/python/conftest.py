@@ -1,5 +1,7 @@
 import os
 import shutil
+import signal
+import subprocess
 
 import pytest
 
@@ -55,3 +57,43 @@ def ferry_local():
     if not os.path.exists(path):
         pytest.fail("FERRY_LOCAL must point to the ferry-local executable")
     return os.path.abspath(path)
+
+
+class Daemons:
+    """ferry-dispatcher and ferry-worker processes on loopback."""
+
+    def __init__(self, bindir, tmp, workers=2):
+        self.procs = []
+        self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
+                                       "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
+                                       "--heartbeat-timeout-ms", "1000"])
+        self.workers = [self._start([os.path.join(bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads",
+                                     "1", "--dispatcher", self.dispatcher]) for _ in range(workers)]
+
+    def _start(self, argv):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        assert line.startswith("listening on "), line
+        return line.split()[-1]
+
+    def kill_worker(self, i):
+        self.procs[1 + i].kill()
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def daemons(ferry_local, tmp_path):
+    """A ferry-dispatcher (1 s heartbeat timeout) and 2 ferry-workers."""
+    d = Daemons(os.path.dirname(ferry_local), tmp_path)
+    yield d
+    d.close()

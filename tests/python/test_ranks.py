@@ -3,14 +3,9 @@ multi-process DDP runs are in test_ddp.py): every rank gets len(loader) batches 
 epoch and the ranks' batches are the epoch's samples once, in local, point-to-point and
 dispatcher mode; a state saved at an epoch boundary loses nothing; a restarted rank
 without its state gets a clear error."""
-import os
-import signal
-import subprocess
 import threading
 
 import pytest
-import torch
-from torchvision.datasets import ImageFolder
 
 U8 = {"decode": "rgb", "ops": [{"op": "random_resized_crop", "size": 32}],
       "output": {"dtype": "uint8", "layout": "NHWC"}}
@@ -73,45 +68,6 @@ def test_local_ranks(ferry, small_tree, drop_last):
         return ferry.Loader(data=small_tree, pipeline=U8, batch_size=7, epochs=2, threads=1, drop_last=drop_last,
                             rank=r, world_size=4)
     check_equal_steps_and_once(run_ranks(make, 4, 2), 4, 7, drop_last, 2)
-
-
-class Daemons:
-    """ferry-dispatcher and ferry-worker processes on loopback."""
-
-    def __init__(self, bindir, tmp, workers=2):
-        self.procs = []
-        self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
-                                       "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
-                                       "--heartbeat-timeout-ms", "1000"])
-        self.workers = [self._start([os.path.join(bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads",
-                                     "1", "--dispatcher", self.dispatcher]) for _ in range(workers)]
-
-    def _start(self, argv):
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.procs.append(p)
-        line = p.stdout.readline()
-        assert line.startswith("listening on "), line
-        return line.split()[-1]
-
-    def kill_worker(self, i):
-        self.procs[1 + i].kill()
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-@pytest.fixture
-def daemons(ferry_local, tmp_path):
-    d = Daemons(os.path.dirname(ferry_local), tmp_path)
-    yield d
-    d.close()
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

@@ -157,6 +157,11 @@ class Loader(torch.utils.data.IterableDataset):
         self._last = None
 
     @property
+    def epoch(self):
+        """The epoch the next pass yields (or goes on with, after load_state_dict)."""
+        return self._epoch
+
+    @property
     def ranked(self):
         """Whether this loader is a rank (of world_size >= 1), not a shared job's consumer."""
         return not self.consumer_id

@@ -1,0 +1,138 @@
+"""DistributedDataParallel on Ferry, as a trainer runs it: 4 rank processes (launched
+with the environment torchrun sets; Debian's torchrun crashes at start on Python 3.11)
+with the gloo backend on CPU, a ferry-dispatcher and 2 ferry-workers, 2 epochs of
+training a small model (tests/python/ddp_rank.py). Every rank makes the same number of
+steps each epoch (else DDP's all-reduce hangs, which the timeout turns into a failure)
+and the ranks' samples are each epoch's samples exactly once (less the drop_last
+remainder): plain, with a worker killed mid-epoch, and in deterministic order."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLASSES, PER_CLASS = 4, 55
+N = CLASSES * PER_CLASS  # 220: 4 ranks x 4 = 16 a round; drop leaves 12 out, pad adds 4 rows
+WORLD, BATCH = 4, 4
+
+
+@pytest.fixture(scope="module")
+def ddp_tree(sample_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp") / "tree"
+    classes = sorted(c for c in os.listdir(sample_data) if os.path.isdir(os.path.join(sample_data, c)))[:CLASSES]
+    for c in classes:
+        os.makedirs(root / c)
+        for f in sorted(os.listdir(os.path.join(sample_data, c)))[:PER_CLASS]:
+            shutil.copy(os.path.join(sample_data, c, f), root / c / f)
+    return str(root)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Ranks:
+    """`world` rank processes of ddp_rank.py, with torchrun's environment."""
+
+    def __init__(self, ferry, world, args, tmp, tag):
+        port = free_port()
+        self.reports = [str(tmp / ("%s-report-%d.json" % (tag, r))) for r in range(world)]
+        self.logs = [str(tmp / ("%s-log-%d.txt" % (tag, r))) for r in range(world)]
+        pythonpath = os.path.dirname(os.path.dirname(ferry.__file__))
+        self.procs = []
+        for r in range(world):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), LOCAL_RANK=str(r),
+                       WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), PYTHONPATH=pythonpath)
+            with open(self.logs[r], "w") as log:
+                self.procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_rank.py"), *args,
+                                                    "--report", self.reports[r]], env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT))
+
+    def wait(self, timeout=240):
+        deadline = time.time() + timeout
+        for r, p in enumerate(self.procs):
+            try:
+                rc = p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                for q in self.procs:
+                    q.kill()
+                pytest.fail("rank %d did not finish in %d s (a hang?); its log:\n%s" % (r, timeout, self.log(r)))
+            assert rc == 0, "rank %d exited with %d; its log:\n%s" % (r, rc, self.log(r))
+        out = []
+        for path in self.reports:
+            with open(path) as f:
+                out.append(json.load(f))
+        return out
+
+    def log(self, r):
+        with open(self.logs[r]) as f:
+            return f.read()[-4000:]
+
+
+def check(reports, epochs, drop_last, n=N, world=WORLD):
+    per_rank = n // (world * BATCH) if drop_last else -(-n // (world * BATCH))
+    assert [r["len"] for r in reports] == [per_rank] * world
+    for e in epochs:
+        steps = [r["epochs"][str(e)]["steps"] for r in reports]
+        assert steps == [per_rank] * world, "epoch %d: steps per rank %s" % (e, steps)
+        seen = sorted(i for r in reports for i in r["epochs"][str(e)]["indices"])
+        assert len(seen) == len(set(seen)), "epoch %d: a sample twice" % e
+        if drop_last:
+            assert len(seen) == per_rank * world * BATCH and n - len(seen) < world * BATCH
+        else:
+            assert seen == list(range(n)), "epoch %d: %d of %d samples" % (e, len(seen), n)
+
+
+def args(ddp_tree, daemons, job, *extra):
+    return ["--data", ddp_tree, "--dispatcher", daemons.dispatcher, "--job", job, *extra]
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_four_ranks_two_epochs(ferry, ddp_tree, daemons, tmp_path, drop_last):
+    job = "ddp-%s" % ("drop" if drop_last else "pad")
+    ranks = Ranks(ferry, WORLD, args(ddp_tree, daemons, job, *([] if drop_last else ["--pad"])), tmp_path, job)
+    check(ranks.wait(), [0, 1], drop_last)
+
+
+def test_a_worker_killed_mid_epoch(ferry, ddp_tree, daemons, tmp_path):
+    progress = str(tmp_path / "progress")
+    ranks = Ranks(ferry, WORLD, args(ddp_tree, daemons, "ddp-kill", "--step-delay", "0.1", "--progress", progress),
+                  tmp_path, "kill")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with open(progress) as f:
+                if int(f.read() or 0) >= 4:
+                    break
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    else:
+        pytest.fail("rank 0 made no progress")
+    daemons.kill_worker(0)
+    reports = ranks.wait()
+    check(reports, [0, 1], True)
+    assert reports[0]["epochs"]["0"]["steps"] > 4, "the kill came mid-epoch"
+
+
+def test_deterministic_order(ferry, ddp_tree, daemons, tmp_path):
+    ranks = Ranks(ferry, WORLD, args(ddp_tree, daemons, "ddp-det", "--deterministic", "--pad"), tmp_path, "det")
+    reports = ranks.wait()
+    check(reports, [0, 1], False)
+    # Deterministic order is the job's order, whatever the workers: each rank's batches
+    # are those of an in-process loader of the same rank, in the same order.
+    sys.path.insert(0, HERE)
+    from ddp_rank import PIPELINE
+    for r in range(WORLD):
+        local = ferry.Loader(data=ddp_tree, pipeline=PIPELINE, batch_size=BATCH, epochs=2, drop_last=False, rank=r,
+                             world_size=WORLD, threads=1)
+        for e in range(2):
+            want = [i for _ in local for i in local.last_batch_info()["indices"].tolist() if i >= 0]
+            assert reports[r]["epochs"][str(e)]["indices"] == want, "rank %d epoch %d" % (r, e)
