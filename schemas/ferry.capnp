@@ -100,6 +100,9 @@ struct Job {
   numSamples @10 :Int64;     # of the listing; 0 = not known yet
   fingerprint @11 :UInt64;   # of (listing, pipeline); 0 = not known (not checked)
   numConsumers @12 :Int32;   # 0: consumers join freely; W > 0: W ranks with equal steps
+  firstEpoch @13 :UInt64;    # a dispatcher job's first epoch
+  takenBegin @14 :List(Int64);  # a remainder job: positions [takenBegin[i], takenEnd[i])
+  takenEnd @15 :List(Int64);    # of the epoch's order already yielded
 }
 
 struct ResumeState {

@@ -107,6 +107,10 @@ struct IteratorState {
   // closed. InvalidArgument if it was not yielded per this state.
   Status Unyield(const BatchProvenance& p, int64_t splits_per_epoch);
 
+  // Rank `rank` of ranked `job`: the batch indices j of `epoch` this state says it
+  // yielded (all of them for an epoch before first_open), for TakenPositions().
+  Result<std::vector<int64_t>> YieldedBatches(const JobSpec& job, int64_t rank, uint64_t epoch) const;
+
   // A small line-oriented text form (names hold no whitespace).
   std::string Serialize() const;
   static Result<IteratorState> Parse(const std::string& text);

@@ -21,6 +21,10 @@
 //              index -1). Drop: R = floor(N / (W*B)), so fewer than W*B samples are
 //              left out; pad: R = ceil(N / (W*B)). Split s belongs to rank s % W and
 //              holds that rank's batches j in [(s/W)*k, min((s/W+1)*k, R)).
+//   remainder  the rest of one epoch of an earlier run, after its ranks stopped mid-
+//              epoch (elastic resume with another world size): the epoch's order less
+//              the positions that run yielded (`taken`). Its geometry is that of a
+//              dataset of epoch_samples() = N - |taken| samples in that order.
 //   listing    what the dataset's source lists (paths and labels); its fingerprint
 //              and size are facts whoever lists it fills in (num_samples,
 //              fingerprint), so that every process can check it means the same
@@ -32,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ferry/pipeline_spec.h"
 #include "ferry/status.h"
@@ -91,6 +96,12 @@ struct JobSpec {
   // RankConsumer(0..W-1). With W > 1 the last-batch policy must be drop or pad (a short
   // batch would differ between ranks).
   int32_t num_consumers = 0;
+  // Dispatcher jobs: the job's first epoch (its epochs are [first_epoch, epochs)); a
+  // job that goes on from an earlier run's epoch starts there.
+  uint64_t first_epoch = 0;
+  // A remainder job (see "remainder" above; ranked, one epoch): the positions of the
+  // epoch's order [first, second) already yielded, sorted and disjoint.
+  std::vector<std::pair<int64_t, int64_t>> taken;
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a
@@ -107,15 +118,18 @@ struct JobSpec {
 
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
   bool ranked() const { return num_consumers > 0; }
+  bool remainder() const { return !taken.empty(); }
+  // Samples an epoch has: num_samples, less what a remainder job's `taken` holds.
+  int64_t epoch_samples() const;
 
-  // Geometry, from num_samples.
+  // Geometry, from epoch_samples().
   // Batches of an epoch, over all ranks (padding batches included).
   int64_t BatchesPerEpoch() const;
   // Batches every rank gets an epoch. REQUIRES: ranked().
   int64_t RankBatches() const;
-  // Once listed (num_samples known): an error if the ranks would get no batch at all
-  // (fewer samples than ranks x batch_size under drop), which a trainer would take for
-  // an empty dataset.
+  // Once listed (num_samples known): an error if `taken` is not within the dataset, or
+  // if the ranks would get no batch at all (fewer samples than ranks x batch_size
+  // under drop), which a trainer would take for an empty dataset.
   Status CheckListed() const;
   int64_t SplitsPerEpoch() const;
   // The rank split `s` belongs to; -1 when not ranked().
@@ -126,11 +140,20 @@ struct JobSpec {
   // The epoch's batch index of rank `rank`'s j-th batch (j itself when not ranked()).
   int64_t GlobalBatch(int64_t rank, int64_t j) const { return ranked() ? j * num_consumers + rank : j; }
   // The positions [begin, end) of the epoch's order that global batch `g` covers
-  // (clipped to num_samples: a padding batch may cover none).
+  // (clipped to epoch_samples(): a padding batch may cover none).
   std::pair<int64_t, int64_t> BatchPositions(int64_t g) const;
   // Bytes of one batch's tensors (images, labels, indices).
   int64_t BatchBytes() const;
 };
+
+// Elastic resume: the positions of one epoch's order that the ranks of `job` yielded,
+// as sorted disjoint ranges of the epoch's full order (through a remainder job's own
+// `taken`, whose positions count too), given yielded[r] = the batch indices j of that
+// epoch rank r yielded. A remainder job with these as `taken` is the rest of the
+// epoch. InvalidArgument if a rank or a batch is out of the job's range.
+// REQUIRES: job.ranked(), job.num_samples is the listing's.
+Result<std::vector<std::pair<int64_t, int64_t>>> TakenPositions(const JobSpec& job,
+                                                                 const std::vector<std::vector<int64_t>>& yielded);
 
 }  // namespace ferry
 

@@ -5,6 +5,7 @@
 //   first_open E
 //   done E S            (one line per done split)
 //   partial E S B...    (one line per partly yielded split: its yielded batches)
+#include <algorithm>
 #include <sstream>
 
 #include "ferry/client.h"
@@ -46,6 +47,39 @@ Status IteratorState::Unyield(const BatchProvenance& p, int64_t splits_per_epoch
     return Status::InvalidArgument("unyield: the batch was not yielded");
   if (it->second.empty()) partial.erase(it);
   return Status::OK();
+}
+
+Result<std::vector<int64_t>> IteratorState::YieldedBatches(const JobSpec& job, int64_t rank, uint64_t epoch) const {
+  if (!job.ranked() || rank < 0 || rank >= job.num_consumers)
+    return Status::InvalidArgument("yielded batches: not a rank of a ranked job");
+  std::vector<int64_t> out;
+  if (epoch < first_open) {
+    for (int64_t j = 0; j < job.RankBatches(); ++j) out.push_back(j);
+    return out;
+  }
+  auto check = [&](int64_t s) -> Status {
+    if (s < 0 || s >= job.SplitsPerEpoch() || job.SplitRank(s) != rank)
+      return Status::InvalidArgument("yielded batches: split " + std::to_string(s) + " is not rank " +
+                                     std::to_string(rank) + "'s (a state of another job or rank?)");
+    return Status::OK();
+  };
+  for (const auto& [e, s] : done) {
+    if (e != epoch) continue;
+    FERRY_RETURN_IF_ERROR(check(s));
+    const auto [first, end] = job.SplitBatches(s);
+    for (int64_t j = first; j < end; ++j) out.push_back(j);
+  }
+  for (const auto& [k, batches] : partial) {
+    if (k.first != epoch) continue;
+    FERRY_RETURN_IF_ERROR(check(k.second));
+    const auto [first, end] = job.SplitBatches(k.second);
+    for (int64_t b : batches) {
+      if (first + b >= end) return Status::InvalidArgument("yielded batches: no batch " + std::to_string(b));
+      out.push_back(first + b);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Result<IteratorState> IteratorState::Parse(const std::string& text) {

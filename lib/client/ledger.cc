@@ -24,6 +24,7 @@ IteratorState Ledger::Save() const {
 
 void Ledger::SetRanked(const JobSpec* job, int64_t rank, uint64_t first_epoch) {
   rank_ = rank;
+  if (job != nullptr) first_open_ = std::max(first_open_, job->first_epoch);  // the job starts there
   cursor_ = std::max(first_epoch, first_open_);
   if (job == nullptr) return;
   job_ = *job;

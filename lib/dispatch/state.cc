@@ -7,7 +7,7 @@ namespace ferry::dispatch {
 bool JobState::finished() const { return spec.epochs > 0 && first_open >= uint64_t(spec.epochs); }
 
 bool JobState::ConsumerStarted(const std::string& c) const {
-  if (first_open > 0) return true;
+  if (first_open > spec.first_epoch) return true;
   for (const auto& [epoch, e] : epochs) {
     for (size_t s = 0; s < e.status.size(); ++s) {
       if (e.status[s] == SplitStatus::kDone && e.consumer[s] == c) return true;
@@ -205,6 +205,7 @@ Status DispatcherState::Apply(const Update& u) {
           JobState j;
           j.name = x.name;
           j.spec = c;
+          j.first_open = c.first_epoch;
           jobs_.emplace(x.name, std::move(j));
           return Status::OK();
         } else if constexpr (std::is_same_v<T, AddConsumer>) {

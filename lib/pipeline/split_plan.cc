@@ -6,6 +6,20 @@
 
 namespace ferry {
 
+std::vector<int64_t> EpochOrder(const JobSpec& job, uint64_t epoch) {
+  std::vector<int64_t> perm = EpochPermutation(job.num_samples, job.seed, epoch, job.shuffle);
+  if (!job.remainder()) return perm;
+  std::vector<int64_t> rest;
+  rest.reserve(size_t(std::max<int64_t>(0, job.epoch_samples())));
+  auto t = job.taken.begin();
+  for (int64_t p = 0; p < int64_t(perm.size()); ++p) {
+    while (t != job.taken.end() && t->second <= p) ++t;
+    if (t != job.taken.end() && t->first <= p) continue;
+    rest.push_back(perm[size_t(p)]);
+  }
+  return rest;
+}
+
 BatchPlan BatchPlanOf(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t rank, int64_t j) {
   const int64_t per_epoch = job.ranked() ? job.RankBatches() : job.BatchesPerEpoch();
   const auto [lo, hi] = job.BatchPositions(job.GlobalBatch(rank, j));
@@ -43,7 +57,7 @@ std::optional<BatchPlan> RankPlan::Next() {
     if (job_.epochs > 0 && epoch_offset_ >= uint64_t(job_.epochs)) return std::nullopt;
     const uint64_t epoch = shard_.first_epoch + epoch_offset_;
     if (next_ < 0) {
-      perm_ = EpochPermutation(job_.num_samples, job_.seed, epoch, job_.shuffle);
+      perm_ = EpochOrder(job_, epoch);
       next_ = shard_.shard_index;
     }
     if (next_ < per_epoch) {
@@ -106,7 +120,7 @@ std::optional<BatchPlan> SplitPlan::Next() {
     if (!k) return std::nullopt;
     auto it = perms_.find(k->epoch);
     if (it == perms_.end()) {
-      it = perms_.emplace(k->epoch, EpochPermutation(job_.num_samples, job_.seed, k->epoch, job_.shuffle)).first;
+      it = perms_.emplace(k->epoch, EpochOrder(job_, k->epoch)).first;
       if (perms_.size() > 2) perms_.erase(perms_.begin() == it ? std::next(perms_.begin()) : perms_.begin());
     }
     pending_ = SplitPlans(job_, it->second, k->epoch, k->split);

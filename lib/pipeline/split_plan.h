@@ -41,9 +41,14 @@ struct SplitKey {
   bool operator==(const SplitKey& o) const { return epoch == o.epoch && split == o.split; }
 };
 
+// The order of `epoch`'s samples: the epoch's permutation of [0, num_samples), less a
+// remainder job's taken positions (in the permutation's order).
+// REQUIRES: job.num_samples is the listing's.
+std::vector<int64_t> EpochOrder(const JobSpec& job, uint64_t epoch);
+
 // The plan of rank `rank`'s j-th batch of `epoch` (j-th batch of the epoch when the
 // job is not ranked; `rank` is then ignored), given the epoch's permutation: its
-// samples, rows and provenance (batch_in_epoch = j; no split).
+// samples, rows and provenance (batch_in_epoch = j; no split). `perm`: EpochOrder().
 // REQUIRES: job.num_samples is the listing's.
 BatchPlan BatchPlanOf(const JobSpec& job, const std::vector<int64_t>& perm, uint64_t epoch, int64_t rank, int64_t j);
 

@@ -53,18 +53,94 @@ Status JobSpec::Validate() const {
   if (batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
   if (num_samples < 0) return Status::InvalidArgument("num_samples must be >= 0");
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
+  if (epochs > 0 && first_epoch >= uint64_t(epochs))
+    return Status::InvalidArgument("first_epoch must be before epochs (the run's epoch count)");
+  if (remainder()) {
+    if (!ranked()) return Status::InvalidArgument("a remainder job is a job of ranks");
+    if (epochs != int64_t(first_epoch) + 1) return Status::InvalidArgument("a remainder job has one epoch");
+    int64_t prev = 0;
+    for (const auto& [lo, hi] : taken) {
+      if (lo < prev || hi <= lo) return Status::InvalidArgument("taken: ranges must be sorted, disjoint, non-empty");
+      prev = hi;
+    }
+  }
   if (num_consumers > 1 && last_batch == LastBatch::kKeep)
     return Status::InvalidArgument(
         "a job of several ranks needs last_batch drop or pad: a short last batch would differ between ranks");
   return pipeline.Validate();
 }
 
+int64_t JobSpec::epoch_samples() const {
+  int64_t n = num_samples;
+  for (const auto& [lo, hi] : taken) n -= hi - lo;
+  return n;
+}
+
 Status JobSpec::CheckListed() const {
+  if (remainder() && taken.back().second > num_samples)
+    return Status::InvalidArgument("taken: positions past the dataset's " + std::to_string(num_samples) + " samples");
+  if (remainder() && epoch_samples() <= 0) return Status::InvalidArgument("a remainder job with no sample left");
   if (ranked() && RankBatches() == 0)
-    return Status::InvalidArgument(std::to_string(num_samples) + " samples make no batch for each of " +
+    return Status::InvalidArgument(std::to_string(epoch_samples()) + " samples make no batch for each of " +
                                    std::to_string(num_consumers) + " ranks of " + std::to_string(batch_size) +
                                    " (drop_last): use fewer ranks, a smaller batch_size, or pad");
   return Status::OK();
+}
+
+Result<std::vector<std::pair<int64_t, int64_t>>> TakenPositions(const JobSpec& job,
+                                                                 const std::vector<std::vector<int64_t>>& yielded) {
+  if (!job.ranked() || int64_t(yielded.size()) != job.num_consumers)
+    return Status::InvalidArgument("taken positions: one list of batches per rank of the job");
+  // Positions of this job's order yielded, then mapped through its own taken ranges.
+  std::vector<std::pair<int64_t, int64_t>> mine;
+  const int64_t per_rank = job.RankBatches();
+  for (size_t r = 0; r < yielded.size(); ++r) {
+    for (int64_t j : yielded[r]) {
+      if (j < 0 || j >= per_rank)
+        return Status::InvalidArgument("taken positions: rank " + std::to_string(r) + " has no batch " +
+                                       std::to_string(j));
+      const auto [lo, hi] = job.BatchPositions(job.GlobalBatch(int64_t(r), j));
+      if (lo < hi) mine.emplace_back(lo, hi);
+    }
+  }
+  // A remainder job's order is the full order's segments between its taken ranges,
+  // one after the other: segment i covers full positions [begin, end) and starts at
+  // position `at` of the job's order.
+  struct Segment {
+    int64_t at, begin, end;
+  };
+  std::vector<Segment> segments;
+  int64_t at = 0, prev = 0;
+  for (const auto& [lo, hi] : job.taken) {
+    if (lo > prev) segments.push_back({at, prev, lo});
+    at += lo - prev;
+    prev = hi;
+  }
+  if (job.num_samples > prev) segments.push_back({at, prev, job.num_samples});
+  std::vector<std::pair<int64_t, int64_t>> out = job.taken;
+  for (const auto& [lo, hi] : mine) {
+    // The first segment holding `lo`, then on through the segments `hi` reaches.
+    auto s = std::upper_bound(segments.begin(), segments.end(), lo,
+                              [](int64_t p, const Segment& x) { return p < x.at; });
+    if (s == segments.begin()) return Status::Internal("taken positions: no segment");
+    --s;
+    for (int64_t p = lo; p < hi && s != segments.end(); ++s) {
+      const int64_t len = std::min(hi, s->at + (s->end - s->begin)) - p;
+      out.emplace_back(s->begin + (p - s->at), s->begin + (p - s->at) + len);
+      p += len;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& r : out) {
+    if (!merged.empty() && r.first <= merged.back().second) {
+      if (r.first < merged.back().second) return Status::InvalidArgument("taken positions: a batch twice");
+      merged.back().second = std::max(merged.back().second, r.second);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
 }
 
 bool JobSpec::SameJobAs(const JobSpec& other) const {
@@ -75,15 +151,16 @@ bool JobSpec::SameJobAs(const JobSpec& other) const {
 }
 
 int64_t JobSpec::RankBatches() const {
-  if (!ranked() || batch_size <= 0 || num_samples <= 0) return 0;
+  const int64_t n = epoch_samples();
+  if (!ranked() || batch_size <= 0 || n <= 0) return 0;
   const int64_t per_round = int64_t(num_consumers) * batch_size;  // one batch for every rank
-  if (num_consumers == 1) return BatchesIn(num_samples, batch_size, last_batch);
-  return last_batch == LastBatch::kDrop ? num_samples / per_round : (num_samples + per_round - 1) / per_round;
+  if (num_consumers == 1) return BatchesIn(n, batch_size, last_batch);
+  return last_batch == LastBatch::kDrop ? n / per_round : (n + per_round - 1) / per_round;
 }
 
 int64_t JobSpec::BatchesPerEpoch() const {
   if (ranked()) return RankBatches() * num_consumers;
-  return BatchesIn(num_samples, batch_size, last_batch);
+  return BatchesIn(epoch_samples(), batch_size, last_batch);
 }
 
 int64_t JobSpec::SplitsPerEpoch() const {
@@ -102,8 +179,9 @@ std::pair<int64_t, int64_t> JobSpec::SplitBatches(int64_t s) const {
 }
 
 std::pair<int64_t, int64_t> JobSpec::BatchPositions(int64_t g) const {
-  const int64_t begin = std::min(g * int64_t(batch_size), num_samples);
-  return {begin, std::min(begin + int64_t(batch_size), num_samples)};
+  const int64_t n = epoch_samples();
+  const int64_t begin = std::min(g * int64_t(batch_size), n);
+  return {begin, std::min(begin + int64_t(batch_size), n)};
 }
 
 int64_t JobSpec::BatchBytes() const {

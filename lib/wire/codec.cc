@@ -324,6 +324,15 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setNumSamples(job.num_samples);
   b.setFingerprint(job.fingerprint);
   b.setNumConsumers(job.num_consumers);
+  b.setFirstEpoch(job.first_epoch);
+  if (!job.taken.empty()) {
+    auto begin = b.initTakenBegin(unsigned(job.taken.size()));
+    auto end = b.initTakenEnd(unsigned(job.taken.size()));
+    for (size_t i = 0; i < job.taken.size(); ++i) {
+      begin.set(unsigned(i), job.taken[i].first);
+      end.set(unsigned(i), job.taken[i].second);
+    }
+  }
 }
 
 Result<JobSpec> GetJob(schema::Job::Reader r) {
@@ -347,6 +356,11 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   job.num_samples = r.getNumSamples();
   job.fingerprint = r.getFingerprint();
   job.num_consumers = r.getNumConsumers();
+  job.first_epoch = r.getFirstEpoch();
+  const auto begin = r.getTakenBegin();
+  const auto end = r.getTakenEnd();
+  if (begin.size() != end.size()) return Status::InvalidArgument("job: taken ranges malformed");
+  for (unsigned i = 0; i < begin.size(); ++i) job.taken.emplace_back(begin[i], end[i]);
   return job;
 }
 

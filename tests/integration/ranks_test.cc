@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,7 +114,7 @@ class RanksTest : public ::testing::Test {
     JobSpec listed = job;
     listed.num_samples = kSamples;
     const int64_t per_rank = listed.RankBatches();
-    for (uint64_t epoch = 0; epoch < uint64_t(job.epochs); ++epoch) {
+    for (uint64_t epoch = job.first_epoch; epoch < uint64_t(job.epochs); ++epoch) {
       std::vector<int64_t> all;
       for (size_t r = 0; r < runs.size(); ++r) {
         EXPECT_EQ(runs[r].end.code(), StatusCode::kOutOfRange) << "rank " << r << ": " << runs[r].end.ToString();
@@ -135,6 +136,83 @@ class RanksTest : public ::testing::Test {
         EXPECT_EQ(int64_t(all.size()), kSamples) << "pad: every sample of epoch " << epoch;
       }
     }
+  }
+
+  // Elastic resume through a dispatcher: `from` ranks read `steps` batches each of
+  // epoch 0 and stop with their saved states; `to` ranks read the rest of epoch 0 as a
+  // remainder job, then epoch 1 as a job from epoch 1. Epoch 0 is each sample once
+  // (before + after, less the drop remainder) with equal steps after; epoch 1 as ever.
+  static void ElasticResume(TestCluster& cluster, const JobSpec& base, int from, int to, int64_t steps) {
+    const std::string name = "elastic-" + std::to_string(from) + "-" + std::to_string(to) + "-" +
+                             std::string(LastBatchName(base.last_batch));
+    JobSpec old_job = base;
+    old_job.num_consumers = from;
+    std::vector<std::vector<int64_t>> before(static_cast<size_t>(from));
+    std::vector<IteratorState> states(static_cast<size_t>(from));
+    std::vector<std::optional<JobSpec>> listed(static_cast<size_t>(from));
+    {
+      std::vector<std::unique_ptr<Client>> clients(static_cast<size_t>(from));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < from; ++r) {
+        threads.emplace_back([&, r] {
+          ClientOptions o = cluster.ClientFor(name, old_job);
+          o.rank = r;
+          auto c = Client::Connect(o);
+          if (!c.ok()) return;
+          for (int64_t i = 0; i < steps; ++i) {
+            auto b = (*c)->Next();
+            if (!b.ok() || b->provenance.epoch != 0) return;
+            const int64_t* idx = b->indices.as<int64_t>();
+            for (int64_t k = 0; k < b->valid_rows(); ++k) before[size_t(r)].push_back(idx[k]);
+          }
+          states[size_t(r)] = (*c)->SaveState();
+          listed[size_t(r)] = (*c)->JobInfo(10);
+          clients[size_t(r)] = std::move(*c);  // stopped together, once all have saved
+        });
+      }
+      for (auto& t : threads) t.join();
+    }
+    std::vector<std::vector<int64_t>> yielded;
+    for (int r = 0; r < from; ++r) {
+      ASSERT_TRUE(listed[size_t(r)].has_value()) << "rank " << r << " did not read its " << steps << " batches";
+      auto y = states[size_t(r)].YieldedBatches(*listed[size_t(r)], r, 0);
+      ASSERT_TRUE(y.ok()) << y.status().ToString();
+      EXPECT_EQ(int64_t(y->size()), steps) << "rank " << r;
+      yielded.push_back(*y);
+    }
+    auto taken = TakenPositions(*listed[0], yielded);
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+
+    JobSpec rest = base;
+    rest.num_consumers = to;
+    rest.taken = *taken;
+    rest.first_epoch = 0;
+    rest.epochs = 1;
+    const auto after = RunRanks(cluster, name + ".rest", rest);
+    JobSpec rest_listed = rest;
+    rest_listed.num_samples = kSamples;
+    std::vector<int64_t> epoch0;
+    for (const auto& b : before) epoch0.insert(epoch0.end(), b.begin(), b.end());
+    for (int r = 0; r < to; ++r) {
+      const RankRun& run = after[size_t(r)];
+      EXPECT_EQ(run.end.code(), StatusCode::kOutOfRange) << run.end.ToString();
+      EXPECT_EQ(run.steps.size(), 1u);
+      EXPECT_EQ(run.steps.count(0) ? run.steps.at(0) : 0, rest_listed.RankBatches()) << "equal steps after, rank " << r;
+      if (run.seen.count(0)) epoch0.insert(epoch0.end(), run.seen.at(0).begin(), run.seen.at(0).end());
+    }
+    std::sort(epoch0.begin(), epoch0.end());
+    EXPECT_EQ(std::adjacent_find(epoch0.begin(), epoch0.end()), epoch0.end()) << "a sample twice in epoch 0";
+    if (base.last_batch == LastBatch::kPad) {
+      EXPECT_EQ(int64_t(epoch0.size()), kSamples);
+    } else {
+      EXPECT_LT(kSamples - int64_t(epoch0.size()), to * kBatch) << "drop: less than the new ranks x batch left out";
+    }
+
+    JobSpec next = base;
+    next.num_consumers = to;
+    next.first_epoch = 1;
+    next.epochs = 2;
+    ExpectEqualStepsAndExactlyOnce(RunRanks(cluster, name + ".from1", next), next);
   }
 
   static TempDir* data_;
@@ -219,6 +297,27 @@ TEST_F(RanksTest, TooFewSamplesForTheRanksIsAClearError) {
   auto l = Loader::Open(o);
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find("no batch for each of 8 ranks"), std::string::npos) << l.status().ToString();
+}
+
+}  // namespace
+}  // namespace ferry::testing
+
+namespace ferry::testing {
+namespace {
+
+TEST_F(RanksTest, ElasticFourRanksToTwoMidEpoch) {
+  auto cluster = TestCluster::Start();
+  ASSERT_TRUE(cluster.ok());
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    SCOPED_TRACE(LastBatchName(last));
+    ElasticResume(**cluster, Job(4, last), 4, 2, /*steps=*/3);
+  }
+}
+
+TEST_F(RanksTest, ElasticTwoRanksToFourMidEpoch) {
+  auto cluster = TestCluster::Start();
+  ASSERT_TRUE(cluster.ok());
+  ElasticResume(**cluster, Job(2, LastBatch::kPad), 2, 4, /*steps=*/5);
 }
 
 }  // namespace

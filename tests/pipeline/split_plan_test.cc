@@ -49,6 +49,20 @@ TEST(SplitGeometryTest, TheSplitsOfAnEpochCoverItExactlyOnce) {
   }
 }
 
+TEST(SplitGeometryTest, ARemainderJobsOrderIsTheEpochsLessWhatWasTaken) {
+  JobSpec g = Geometry(40, 4, 1, LastBatch::kPad);
+  g.num_consumers = 2;
+  g.first_epoch = 2;
+  g.epochs = 3;
+  g.taken = {{0, 8}, {12, 16}, {39, 40}};
+  const std::vector<int64_t> perm = EpochPermutation(40, 3, 2, true);
+  std::vector<int64_t> want(perm.begin() + 8, perm.begin() + 12);
+  want.insert(want.end(), perm.begin() + 16, perm.begin() + 39);
+  EXPECT_EQ(EpochOrder(g, 2), want);
+  EXPECT_EQ(g.epoch_samples(), 27);
+  EXPECT_EQ(g.RankBatches(), 4) << "27 samples, rounds of 8: 4 under pad";
+}
+
 TEST(SplitFeedTest, HeldSetsTodoAndTakeover) {
   auto feed = std::make_shared<SplitFeed>();
   std::atomic<bool> cancelled{false};

@@ -191,5 +191,102 @@ TEST(JobSpecRanksTest, ConsumerIdsOfRanks) {
   }
 }
 
+// Elastic resume: 4 ranks yield part of an epoch, 2 ranks take the rest as a remainder
+// job, then 3 ranks the rest of that: each position of the epoch is yielded once.
+TEST(JobSpecRemainderTest, TheRestOfAnEpochAcrossWorldSizes) {
+  for (LastBatch last : {LastBatch::kDrop, LastBatch::kPad}) {
+    const JobSpec four = Ranked(103, 5, 2, 4, last);
+    // Arrival order: each rank has yielded some batches, not only a prefix.
+    const std::vector<std::vector<int64_t>> yielded4 = {{0, 1, 3}, {0, 1, 2}, {1, 2}, {0, 4}};
+    auto taken = TakenPositions(four, yielded4);
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    std::vector<int64_t> by4;  // positions the 4 ranks yielded
+    for (size_t r = 0; r < 4; ++r)
+      for (int64_t j : yielded4[r]) {
+        const auto [lo, hi] = four.BatchPositions(four.GlobalBatch(int64_t(r), j));
+        for (int64_t p = lo; p < hi; ++p) by4.push_back(p);
+      }
+    int64_t covered = 0;
+    for (const auto& [lo, hi] : *taken) covered += hi - lo;
+    EXPECT_EQ(covered, int64_t(by4.size()));
+
+    JobSpec two = Ranked(103, 5, 2, 2, last);
+    two.taken = *taken;
+    two.first_epoch = 3;
+    two.epochs = 4;
+    ASSERT_TRUE(two.Validate().ok()) << two.Validate().ToString();
+    ASSERT_TRUE(two.CheckListed().ok());
+    EXPECT_EQ(two.epoch_samples(), 103 - covered);
+    // The 2 ranks yield their first two batches each, then 3 ranks take what is left.
+    taken = TakenPositions(two, {{0, 1}, {0, 1}});
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    JobSpec three = Ranked(103, 5, 2, 3, last);
+    three.taken = *taken;
+    three.first_epoch = 3;
+    three.epochs = 4;
+    ASSERT_TRUE(three.Validate().ok());
+    // Everything, in positions of the full order: 4 ranks', 2 ranks', 3 ranks' batches.
+    auto positions_of = [](const JobSpec& j) {
+      // Map each position of j's order back to the full order (its segments).
+      std::vector<int64_t> full;
+      int64_t p = 0;
+      for (const auto& [lo, hi] : j.taken) {
+        for (; p < lo; ++p) full.push_back(p);
+        p = hi;
+      }
+      for (; p < j.num_samples; ++p) full.push_back(p);
+      std::vector<int64_t> out;
+      for (const auto& r : RankPositions(j))
+        for (int64_t q : r)
+          if (q >= 0) out.push_back(full[size_t(q)]);
+      return out;
+    };
+    std::vector<int64_t> all = by4;
+    // The 2 ranks' first two batches each.
+    {
+      std::vector<int64_t> full;
+      int64_t p = 0;
+      for (const auto& [lo, hi] : two.taken) {
+        for (; p < lo; ++p) full.push_back(p);
+        p = hi;
+      }
+      for (; p < 103; ++p) full.push_back(p);
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t j : {0, 1}) {
+          const auto [lo, hi] = two.BatchPositions(two.GlobalBatch(r, j));
+          for (int64_t q = lo; q < hi; ++q) all.push_back(full[size_t(q)]);
+        }
+    }
+    const std::vector<int64_t> rest = positions_of(three);
+    all.insert(all.end(), rest.begin(), rest.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a position twice";
+    if (last == LastBatch::kPad) {
+      EXPECT_EQ(all.size(), 103u) << "pad: the whole epoch";
+    } else {
+      EXPECT_LT(103 - int64_t(all.size()), 3 * 5) << "drop: fewer than the last world's ranks x batch left out";
+    }
+  }
+}
+
+TEST(JobSpecRemainderTest, BadTakenRangesAndBatchesAreRefused) {
+  JobSpec j = Ranked(50, 5, 1, 2, LastBatch::kPad);
+  j.epochs = 1;
+  j.taken = {{10, 20}, {15, 30}};
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "overlapping";
+  j.taken = {{10, 60}};
+  EXPECT_TRUE(j.Validate().ok());
+  EXPECT_EQ(j.CheckListed().code(), StatusCode::kInvalidArgument) << "past the dataset";
+  j.taken = {{0, 50}};
+  EXPECT_EQ(j.CheckListed().code(), StatusCode::kInvalidArgument) << "nothing left";
+  j.taken = {{0, 10}};
+  j.epochs = 2;
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "a remainder job has one epoch";
+  const JobSpec k = Ranked(50, 5, 1, 2, LastBatch::kPad);
+  EXPECT_EQ(TakenPositions(k, {{0}}).status().code(), StatusCode::kInvalidArgument) << "one list per rank";
+  EXPECT_EQ(TakenPositions(k, {{0}, {5}}).status().code(), StatusCode::kInvalidArgument) << "rank 1 has 5 batches";
+  EXPECT_EQ(TakenPositions(k, {{0, 0}, {}}).status().code(), StatusCode::kInvalidArgument) << "a batch twice";
+}
+
 }  // namespace
 }  // namespace ferry
