@@ -145,6 +145,11 @@ class PyIterator {
     return -1;
   }
 
+  int64_t DatasetSize() const {
+    if (auto* l = dynamic_cast<Loader*>(it_.get())) return l->dataset_size();
+    return -1;
+  }
+
   // Dispatcher mode: the job's sample count (waits up to `seconds` for the dispatcher).
   int64_t JobSamples(double seconds) const {
     auto* c = dynamic_cast<Client*>(it_.get());
@@ -197,7 +202,8 @@ class Options {
 };
 
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, epochs,
-// world_size (num_consumers), deterministic, batches_per_split.
+// world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
+// taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known).
 JobSpec JobFrom(Options& o) {
   JobSpec job;
   std::string pipeline = "imagenet-train", last_batch = "drop";
@@ -212,6 +218,9 @@ JobSpec JobFrom(Options& o) {
   o.Get("world_size", &job.num_consumers);
   o.Get("deterministic", &deterministic);
   o.Get("batches_per_split", &job.batches_per_split);
+  o.Get("job_first_epoch", &job.first_epoch);
+  o.Get("taken", &job.taken);
+  o.Get("num_samples", &job.num_samples);
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
@@ -262,6 +271,25 @@ std::unique_ptr<PyIterator> Connect(const py::dict& options) {
   return std::make_unique<PyIterator>(std::move(c));
 }
 
+// Elastic resume: the batches j of `epoch` that rank `rank` of `job` yielded, per its
+// serialized dispatcher state.
+std::vector<int64_t> YieldedBatches(const py::dict& job, const std::string& state, int64_t rank, uint64_t epoch) {
+  Options in(job);
+  const JobSpec spec = JobFrom(in);
+  in.CheckAllUsed();
+  const IteratorState st = Check(IteratorState::Parse(state));
+  return Check(st.YieldedBatches(spec, rank, epoch));
+}
+
+// Elastic resume: the positions of an epoch's order the ranks of `job` yielded
+// (yielded[r]: rank r's batches j), as the `taken` of the remainder job.
+std::vector<std::pair<int64_t, int64_t>> Taken(const py::dict& job, const std::vector<std::vector<int64_t>>& yielded) {
+  Options in(job);
+  const JobSpec spec = JobFrom(in);
+  in.CheckAllUsed();
+  return Check(TakenPositions(spec, yielded));
+}
+
 // Batches each of `world_size` ranks gets an epoch of `num_samples` (world_size 1: the
 // one consumer's batches), as the job's geometry has it.
 int64_t BatchesPerRank(int64_t num_samples, int batch_size, int world_size, const std::string& last_batch) {
@@ -302,10 +330,13 @@ PYBIND11_MODULE(_ferry, m) {
       .def("stats", &PyIterator::Stats)
       .def("state", &PyIterator::State, py::arg("unyield") = std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>>{})
       .def("batches_per_epoch", &PyIterator::BatchesPerEpoch)
+      .def("dataset_size", &PyIterator::DatasetSize)
       .def("job_samples", &PyIterator::JobSamples, py::arg("seconds") = 30.0)
       .def("close", &PyIterator::Close);
   m.def("open_local", &OpenLocal, py::arg("options"), "the in-process pipeline (options: a dict)");
   m.def("connect", &Connect, py::arg("options"), "a remote client (options: a dict)");
+  m.def("yielded_batches", &YieldedBatches, py::arg("job"), py::arg("state"), py::arg("rank"), py::arg("epoch"));
+  m.def("taken_positions", &Taken, py::arg("job"), py::arg("yielded"));
   m.def("batches_per_rank", &BatchesPerRank, py::arg("num_samples"), py::arg("batch_size"), py::arg("world_size"),
         py::arg("last_batch"));
   m.def("list_dataset", &ListDataset, py::arg("data"));

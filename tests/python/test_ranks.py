@@ -134,3 +134,68 @@ def test_a_restarted_rank_without_its_state_is_refused(ferry, small_tree, daemon
     resumed = ferry.Loader(**kw)
     resumed.load_state_dict(state)
     assert len(list(resumed)) == len(resumed) - 3
+
+
+def run_then_stop(make, world, steps):
+    """Each of `world` ranks reads `steps` batches and saves its state: (states, indices seen)."""
+    states, seen, errors = [None] * world, [], []
+
+    def rank(r):
+        try:
+            loader = make(r)
+            it = iter(loader)
+            mine = []
+            for _ in range(steps):
+                next(it)
+                mine += [i for i in loader.last_batch_info()["indices"].tolist() if i >= 0]
+            states[r] = loader.state_dict()
+            seen.extend(mine)
+            del it
+            loader.close()
+        except Exception as e:
+            errors.append((r, e))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    return states, seen
+
+
+@pytest.mark.parametrize("mode", ["local", "dispatcher"])
+@pytest.mark.parametrize("old_world,new_world", [(4, 2), (2, 4)])
+def test_elastic_resume(ferry, small_tree, daemons, mode, old_world, new_world):
+    kw = dict(data=small_tree, pipeline=U8, batch_size=5, epochs=2, drop_last=False, batches_per_split=2)
+    if mode == "local":
+        kw["threads"] = 1
+    else:
+        kw.update(dispatcher=daemons.dispatcher, job_name="elastic-%d-%d" % (old_world, new_world))
+    states, before = run_then_stop(lambda r: ferry.Loader(rank=r, world_size=old_world, **kw), old_world, 3)
+    assert len(before) == old_world * 3 * 5
+
+    def make(r):
+        loader = ferry.Loader(rank=r, world_size=new_world, **kw)
+        loader.load_state_dict(states)  # every old rank's state
+        assert loader.epoch == 0
+        return loader
+    out = run_ranks(make, new_world, 2)
+    rest = N - len(before)
+    want = -(-rest // (new_world * 5))
+    assert [o[1][0][0] for o in out] == [want] * new_world, "equal steps for the rest of epoch 0"
+    epoch0 = sorted(before + [i for o in out for i in o[1][0][1]])
+    assert epoch0 == list(range(N)), "before + after: epoch 0 exactly once"
+    full = -(-N // (new_world * 5))
+    assert [o[1][1][0] for o in out] == [full] * new_world
+    assert sorted(i for o in out for i in o[1][1][1]) == list(range(N)), "epoch 1 whole"
+
+
+def test_elastic_resume_refuses_an_incomplete_list(ferry, small_tree):
+    kw = dict(data=small_tree, pipeline=U8, batch_size=5, threads=1, drop_last=False)
+    states, _ = run_then_stop(lambda r: ferry.Loader(rank=r, world_size=3, **kw), 3, 1)
+    loader = ferry.Loader(rank=0, world_size=2, **kw)
+    with pytest.raises(ValueError, match="every rank's state once"):
+        loader.load_state_dict(states[:2])
+    with pytest.raises(ValueError, match="give the list of every rank's states"):
+        loader.load_state_dict(states[0])

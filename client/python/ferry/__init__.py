@@ -17,6 +17,7 @@ buffer alive for as long as it lives.
 yields the same batches, bit for bit, as one that was not (local mode, and
 deterministic remote mode).
 """
+import hashlib
 import json
 import os
 import time
@@ -145,7 +146,14 @@ class Loader(torch.utils.data.IterableDataset):
         # batches were yielded.
         self._epoch = 0
         self._batches_done = 0
-        self._resume_state = ""  # dispatcher mode
+        self._resume_state = ""  # dispatcher mode: where the next client starts
+        # The job being read (elastic resume reads the rest of an epoch as a job of its
+        # own, then goes on from the next epoch as another): its name at the
+        # dispatcher, its first epoch, and what an earlier world yielded of this epoch.
+        self._segment_name = self.job_name
+        self._job_first_epoch = 0
+        self._taken = []
+        self._num_samples = -1
         self._it = None
         self._stash = None  # a shared job's batch of the next epoch, seen early
         self._skipped = []
@@ -179,6 +187,8 @@ class Loader(torch.utils.data.IterableDataset):
              "deterministic": self.deterministic}
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
+        if self._taken:
+            o["taken"] = [tuple(t) for t in self._taken]
         return o
 
     def _open(self):
@@ -188,22 +198,34 @@ class Loader(torch.utils.data.IterableDataset):
         o = self._job_options()
         if self.mode == "local":
             del o["deterministic"], o["batches_per_split"]
-            o.update(epochs=remaining, first_epoch=self._epoch, resume_batches=self._batches_done,
-                     threads=self.threads, prefetch=self.prefetch)
+            o.update(epochs=1 if self._taken else remaining, first_epoch=self._epoch,
+                     resume_batches=self._batches_done, threads=self.threads, prefetch=self.prefetch)
             self._it = _ferry.open_local(o)
+            self._num_samples = self._it.dataset_size()
+        elif self.mode == "dispatcher":
+            # The job counts the run's epochs (from its first; a saved state says where
+            # it stands); a remainder job is the one epoch it finishes.
+            epochs = self._epoch + 1 if self._taken else (0 if self.epochs is None else self.epochs)
+            o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
+                     job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
+                     consumer_id=self.consumer_id, resume_state=self._resume_state)
+            self._it = _ferry.connect(o)
         else:
-            # A dispatcher job counts its epochs from 0 (a saved state says where it
-            # stands); point to point, the stream starts at the epoch to read.
-            o.update(epochs=0 if self.epochs is None else (self.epochs if self.mode == "dispatcher" else remaining),
-                     first_epoch=0 if self.mode == "dispatcher" else self._epoch, workers=self.workers,
-                     dispatcher=self.dispatcher, job_name=self.job_name, credits=self.prefetch,
-                     token_file=self.token_file, consumer_id=self.consumer_id, resume_state=self._resume_state)
+            # Point to point, the streams start at the epoch to read.
+            o.update(epochs=remaining, first_epoch=self._epoch, workers=self.workers, credits=self.prefetch,
+                     token_file=self.token_file)
             self._it = _ferry.connect(o)
         return self._it
 
     def close(self):
-        """Stops the pipeline (or the streams) now; a later iteration starts it again."""
+        """Stops the pipeline (or the streams) now; a later iteration starts it again,
+        where this one stopped."""
         if self._it is not None:
+            if self.mode == "dispatcher":
+                try:
+                    self._resume_state = self._it.state(self._unyield())
+                except Exception:
+                    pass  # the dispatcher is gone: a reopen starts from the last state known
             self._it.close()
             self._it = None
 
@@ -269,21 +291,50 @@ class Loader(torch.utils.data.IterableDataset):
                 break
         self._epoch = epoch + 1
         self._batches_done = 0
+        if self._taken:
+            # The rest of an epoch is read: the run goes on from the next epoch, as a
+            # job of its own at a dispatcher.
+            self._it.close()
+            self._it = None
+            self._taken = []
+            self._resume_state = ""
+            self._len = None
+            if self.mode == "dispatcher":
+                self._job_first_epoch = self._epoch
+                self._segment_name = "%s.w%d.e%d" % (self.job_name, self.world_size, self._epoch)
 
     def __len__(self):
-        """Batches per epoch of this rank (the same for every rank)."""
+        """Batches per epoch of this rank (the same for every rank); after an elastic
+        resume, of the epoch being finished, then of the next."""
         if self._len is None:
             if self.mode == "local":
                 self._len = self._open().batches_per_epoch()
             else:
-                if self.mode == "dispatcher":
-                    n = self._open().job_samples()
-                else:
-                    n = len(list_dataset(self.data)[0])
+                n = self._samples_listed()
                 if n < 0:
                     raise TypeError("the job's size is not known yet (the dispatcher did not answer)")
+                n -= sum(hi - lo for lo, hi in self._taken)
                 self._len = _ferry.batches_per_rank(n, self.batch_size, self.world_size, self._last_batch())
         return self._len
+
+    def _samples_listed(self):
+        """The dataset's sample count as the job lists it."""
+        if self._num_samples < 0:
+            if self.mode == "local":
+                self._open()
+            elif self.mode == "dispatcher":
+                self._num_samples = self._open().job_samples()
+            else:
+                self._num_samples = len(list_dataset(self.data)[0])
+        return self._num_samples
+
+    def _unyield(self):
+        if self._stash is None:
+            return []
+        # Counted as yielded by the client, never given to the trainer: the resumed
+        # loader must get it.
+        s = self._stash
+        return [(s["epoch"], s["split"], s["batch_in_split"], s["batches_in_split"])]
 
     # -- state -------------------------------------------------------------------------
 
@@ -296,37 +347,39 @@ class Loader(torch.utils.data.IterableDataset):
               "ranked": self.ranked, "epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed,
               "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline,
               "last_batch": self._last_batch()}
+        sd["job_name"] = self.job_name
+        # The job being read, as elastic resume needs it to work out what was yielded.
+        sd["job"] = {"name": self._segment_name, "first_epoch": self._job_first_epoch,
+                     "taken": [list(t) for t in self._taken], "batches_per_split": self.batches_per_split,
+                     "num_samples": self._samples_listed() if self.mode != "workers" else -1}
         if self.mode == "dispatcher":
-            unyield = []
-            if self._stash is not None:
-                # Counted as yielded by the client, never given to the trainer: the
-                # resumed loader must get it.
-                s = self._stash
-                unyield.append((s["epoch"], s["split"], s["batch_in_split"], s["batches_in_split"]))
-            sd["iterator_state"] = self._open().state(unyield)
-            sd["job_name"] = self.job_name
+            sd["iterator_state"] = self._open().state(self._unyield())
         return sd
 
     def load_state_dict(self, sd):
         """Continues from a state_dict(): the next batch is the one after the saved point.
 
         `sd` is this rank's own state, or the list of every rank's states (as gathered
-        with torch.distributed.all_gather_object, or read one file per rank), from
-        which this rank takes its own."""
+        with torch.distributed.all_gather_object, or read one file per rank). Given the
+        list of a different world size (elastic resume), the rest of the epoch the old
+        ranks stopped in, and only the rest, is spread over this world's ranks with
+        equal steps (its last batches padded, or fewer than world_size x batch_size
+        samples dropped), then the run goes on from the next epoch."""
         if isinstance(sd, (list, tuple)):
             states = list(sd)
             if not states:
                 raise ValueError("an empty list of states")
+            worlds = {int(x["world_size"]) if isinstance(x, dict) and "world_size" in x else -1 for x in states}
+            old_world = worlds.pop() if len(worlds) == 1 else -1
+            if old_world < 1 or sorted(int(x["rank"]) for x in states) != list(range(old_world)):
+                raise ValueError("the list must hold every rank's state once, all of one world size")
             for x in states:
-                self._check_state(x)
-            worlds = {int(x["world_size"]) for x in states}
-            if len(worlds) != 1 or sorted(int(x["rank"]) for x in states) != list(range(worlds.pop())):
-                raise ValueError("the list must hold every rank's state once, of one world size")
-            if len(states) != self.world_size:
-                raise ValueError("states of %d ranks given to a world of %d: resuming with another world size is "
-                                 "not supported in this version" % (len(states), self.world_size))
-            sd = next(x for x in states if int(x["rank"]) == self.rank)
-        self._check_state(sd)
+                self._check_state(x, same_world=old_world == self.world_size)
+            if old_world != self.world_size:
+                self._load_elastic(sorted(states, key=lambda x: int(x["rank"])))
+                return
+            sd = states[self.rank]
+        self._check_state(sd, same_world=True)
         if int(sd["world_size"]) != self.world_size or int(sd["rank"]) != self.rank:
             raise ValueError("this is the state of rank %s of %s, and this loader is rank %d of %d; to resume with "
                              "another world size give the list of every rank's states"
@@ -335,12 +388,68 @@ class Loader(torch.utils.data.IterableDataset):
         self._stash = None
         self._epoch = int(sd["epoch"])
         self._batches_done = int(sd["batches_done"])
+        job = sd["job"]
+        self._segment_name = job["name"]
+        self._job_first_epoch = int(job["first_epoch"])
+        self._taken = [tuple(t) for t in job["taken"]]
+        self._num_samples = int(job["num_samples"])
+        self._len = None
         if self.mode == "dispatcher":
             self._resume_state = sd["iterator_state"]
         elif self.mode == "workers" and self._batches_done:
             raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
 
-    def _check_state(self, sd):
+    def _load_elastic(self, states):
+        """Elastic resume from the old ranks' states (sorted by rank)."""
+        epochs = {int(x["epoch"]) for x in states}
+        if len(epochs) != 1:
+            raise ValueError("the old ranks' states are at different epochs %s (not saved at the same step?)"
+                             % sorted(epochs))
+        epoch = epochs.pop()
+        old = states[0]
+        job = old["job"]
+        if any(x["job"] != job for x in states):
+            raise ValueError("the old ranks' states are of different jobs")
+        mid_epoch = any(int(x["batches_done"]) > 0 for x in states)
+        if self.mode == "workers" and mid_epoch:
+            raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
+        taken = [tuple(t) for t in job["taken"]]  # the old world's own remainder of this epoch
+        n = int(job["num_samples"])
+        if mid_epoch:
+            old_job = {"data": self.data, "pipeline": self.pipeline, "batch_size": int(old["batch_size"]),
+                       "seed": self.seed, "shuffle": self.shuffle, "last_batch": old["last_batch"],
+                       "batches_per_split": int(job["batches_per_split"]), "world_size": int(old["world_size"]),
+                       "num_samples": n, "taken": taken}
+            yielded = []
+            for r, x in enumerate(states):
+                if int(x["batches_done"]) == 0:
+                    yielded.append([])
+                elif self.mode == "local":
+                    yielded.append(list(range(int(x["batches_done"]))))
+                else:
+                    yielded.append(_ferry.yielded_batches(old_job, x["iterator_state"], r, epoch))
+            taken = [tuple(t) for t in _ferry.taken_positions(old_job, yielded)]
+        rest = n - sum(hi - lo for lo, hi in taken)
+        if taken and self.drop_last and rest < self.world_size * self.batch_size:
+            taken, epoch = [], epoch + 1  # what is left of the epoch makes no batch for every rank: dropped
+        self.close()
+        self._stash = None
+        self._epoch = epoch
+        self._batches_done = 0
+        self._taken = taken
+        self._num_samples = n
+        self._resume_state = ""
+        self._len = None
+        if self.mode == "dispatcher":
+            # A job of this world for the rest of the epoch (named after what it holds,
+            # so that every new rank names the same), then one from the next epoch.
+            self._job_first_epoch = epoch
+            self._segment_name = "%s.w%d.e%d" % (self.job_name, self.world_size, epoch)
+            if taken:
+                digest = hashlib.sha1(json.dumps(taken).encode()).hexdigest()[:12]
+                self._segment_name += ".rest-" + digest
+
+    def _check_state(self, sd, same_world):
         if not isinstance(sd, dict) or sd.get("version") != self._STATE_VERSION:
             raise ValueError("not a ferry.Loader state_dict of this version (version %r)"
                              % (sd.get("version") if isinstance(sd, dict) else type(sd).__name__))
@@ -350,7 +459,9 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("state_dict of a %s given to a %s" % (
                 "rank" if sd.get("ranked") else "shared job's consumer", "rank" if self.ranked else
                 "shared job's consumer"))
-        for key in ("seed", "batch_size", "data", "pipeline"):
+        # Another world may change the batch size (keeping the global batch, say).
+        keys = ("seed", "data", "pipeline", "job_name") + (("batch_size",) if same_world else ())
+        for key in keys:
             if sd.get(key) != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
                                                                                         getattr(self, key)))
