@@ -4,7 +4,8 @@ with the gloo backend on CPU, a ferry-dispatcher and 2 ferry-workers, 2 epochs o
 training a small model (tests/python/ddp_rank.py). Every rank makes the same number of
 steps each epoch (else DDP's all-reduce hangs, which the timeout turns into a failure)
 and the ranks' samples are each epoch's samples exactly once (less the drop_last
-remainder): plain, with a worker killed mid-epoch, and in deterministic order."""
+remainder): plain, with a worker killed mid-epoch, and in deterministic order. Elastic
+resume: 4 ranks stop mid-epoch, 2 new ranks finish the epoch from all 4 states (and 2 -> 4)."""
 import json
 import os
 import shutil
@@ -136,3 +137,40 @@ def test_deterministic_order(ferry, ddp_tree, daemons, tmp_path):
         for e in range(2):
             want = [i for _ in local for i in local.last_batch_info()["indices"].tolist() if i >= 0]
             assert reports[r]["epochs"][str(e)]["indices"] == want, "rank %d epoch %d" % (r, e)
+
+
+@pytest.mark.parametrize("old,new,drop_last", [(4, 2, False), (2, 4, True)])
+def test_elastic_resume_on_another_world_size(ferry, ddp_tree, daemons, tmp_path, old, new, drop_last):
+    """`old` ranks stop mid-epoch and save their states (one file per rank, as a
+    checkpoint); `new` ranks load all of them: the rest of the epoch, and only the rest,
+    is spread over the new ranks with equal steps, then the next epoch is a whole one."""
+    job, stop = "ddp-elastic-%d-%d" % (old, new), 5
+    state_dir = tmp_path / "states"
+    state_dir.mkdir()
+    common = args(ddp_tree, daemons, job, "--state-dir", str(state_dir), *([] if drop_last else ["--pad"]))
+    before = Ranks(ferry, old, common + ["--stop-after", str(stop)], tmp_path, "before").wait()
+    assert [r["epochs"]["0"]["steps"] for r in before] == [stop] * old
+    assert len(os.listdir(state_dir)) == old
+    after = Ranks(ferry, new, common + ["--resume"], tmp_path, "after").wait()
+    assert [r["first_epoch"] for r in after] == [0] * new
+
+    taken = [i for r in before for i in r["epochs"]["0"]["indices"]]
+    rest = [i for r in after for i in r["epochs"]["0"]["indices"]]
+    steps = [r["epochs"]["0"]["steps"] for r in after]
+    left = N - old * stop * BATCH
+    want_steps = left // (new * BATCH) if drop_last else -(-left // (new * BATCH))
+    assert steps == [want_steps] * new, "steps per new rank after the resume: %s" % steps
+    union = sorted(taken + rest)
+    assert len(union) == len(set(union)), "a sample twice across the resume"
+    if drop_last:
+        assert len(rest) == want_steps * new * BATCH and N - len(union) < new * BATCH
+    else:
+        assert union == list(range(N)), "epoch 0 before + after: %d of %d samples" % (len(union), N)
+    per_rank = N // (new * BATCH) if drop_last else -(-N // (new * BATCH))
+    assert [r["epochs"]["1"]["steps"] for r in after] == [per_rank] * new
+    seen = sorted(i for r in after for i in r["epochs"]["1"]["indices"])
+    assert len(seen) == len(set(seen))
+    if drop_last:
+        assert N - len(seen) < new * BATCH
+    else:
+        assert seen == list(range(N))
