@@ -87,21 +87,6 @@ void BM_JpegDecoder(benchmark::State& state) {
 }
 BENCHMARK(BM_JpegDecoder)->Arg(0)->Arg(1)->Arg(2);
 
-// The fused resize the pipeline uses: window -> 224x224 float32 CHW, normalized.
-void BM_ResizeToFloatCHW(benchmark::State& state) {
-  cv::Mat src(int(state.range(0)), int(state.range(0)) * 4 / 3, CV_8UC3);
-  cv::randu(src, 0, 255);
-  std::vector<float> out(3 * 224 * 224);
-  const float scale[3] = {0.017f, 0.017f, 0.017f}, bias[3] = {-2.f, -2.f, -1.8f};
-  int64_t i = 0;
-  for (auto _ : state) {
-    ResizeToFloatCHW(src, 224, (i++ & 1) != 0, scale, bias, out.data());
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetItemsProcessed(state.iterations());
-}
-BENCHMARK(BM_ResizeToFloatCHW)->Arg(240)->Arg(440);
-
 void BM_ResizeToUint8HWC(benchmark::State& state) {
   cv::Mat src(int(state.range(0)), int(state.range(0)) * 4 / 3, CV_8UC3);
   cv::randu(src, 0, 255);

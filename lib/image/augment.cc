@@ -30,12 +30,6 @@ Scratch& ThreadScratch() {
 
 SampleProcessor::SampleProcessor(const PipelineSpec& spec) : spec_(spec) {
   FERRY_CHECK(spec_.Validate().ok());
-  for (int k = 0; k < 3; ++k) {
-    const float mean = spec_.normalize ? spec_.mean[k] : 0.f;
-    const float sd = spec_.normalize ? spec_.std[k] : 1.f;
-    scale_[k] = 1.f / (255.f * sd);
-    bias_[k] = -mean / sd;
-  }
 }
 
 Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index,
@@ -89,14 +83,14 @@ Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_
     // long side). Up to 3x the 2-tap bilinear skips few enough pixels for training
     // crops; beyond that (other formats, roi_decode off) area averaging is used.
     const bool near = region.cols <= 3 * size && region.rows <= 3 * size;
-    if (near && !jitter) {
-      // The common path: one fused pass from the decoded window to the batch row.
-      if (to_uint8) ResizeToUint8HWC(region, size, flip, static_cast<uint8_t*>(out));
-      else ResizeToFloatCHW(region, size, flip, scale_.data(), bias_.data(), static_cast<float*>(out));
+    if (near && !jitter && to_uint8) {
+      // The common path: one pass from the decoded window to the batch row.
+      ResizeToUint8HWC(region, size, flip, static_cast<uint8_t*>(out));
       return Status::OK();
     }
-    // General path: resize to uint8 (area averaging when shrinking more than 2x), then
-    // jitter, then mirror / convert into the batch row.
+    // Otherwise resize to uint8 (area averaging when shrinking more than 3x), then
+    // jitter, then mirror / convert into the batch row. Float32 goes through uint8 as
+    // torchvision's does, so it is exactly the normalize of the uint8 output.
     const int type = channels == 1 ? CV_8UC1 : CV_8UC3;
     cv::Mat direct_view;
     if (to_uint8) direct_view = cv::Mat(size, size, type, out);

@@ -40,8 +40,6 @@ class SampleProcessor {
 
  private:
   PipelineSpec spec_;
-  // Output value = uint8 value * scale_[c] + bias_[c] (folds ToTensor's /255 and Normalize).
-  std::array<float, 3> scale_{}, bias_{};
 };
 
 }  // namespace ferry

@@ -88,6 +88,36 @@ TEST(SampleProcessorTest, JitterAndGrayPaths) {
   }
 }
 
+// Float32 output is the normalize of the uint8 output of the same spec, exactly (the
+// arithmetic of WriteFloatCHW: v * 1/(255 std) + -mean/std): a trainer that receives
+// uint8 and normalizes gets what a worker's float32 would have been.
+TEST(SampleProcessorTest, Float32IsTheNormalizeOfUint8) {
+  for (const bool jitter : {false, true}) {
+    PipelineSpec f32 = PipelineSpec::ImagenetTrain();
+    f32.size = 64;
+    if (jitter) f32.brightness = f32.contrast = 0.3;
+    PipelineSpec u8 = f32;
+    u8.normalize = false;
+    u8.output = PipelineSpec::Output::kUint8NHWC;
+    const SampleProcessor pf(f32), pu(u8);
+    for (int64_t index = 0; index < 8; ++index) {  // flips drawn and not
+      const std::string jpeg = EncodeJpeg(300 + int(index) * 40, 200, uint64_t(index));
+      std::vector<float> got(size_t(3) * 64 * 64);
+      std::vector<uint8_t> pixels(u8.sample_bytes());
+      ASSERT_TRUE(pf.Process(jpeg, 9, 1, index, got.data()).ok());
+      ASSERT_TRUE(pu.Process(jpeg, 9, 1, index, pixels.data()).ok());
+      for (int c = 0; c < 3; ++c) {
+        const float scale = 1.f / (255.f * f32.std[size_t(c)]), bias = -f32.mean[size_t(c)] / f32.std[size_t(c)];
+        for (int p = 0; p < 64 * 64; ++p) {
+          const float want = float(pixels[size_t(p) * 3 + size_t(c)]) * scale + bias;
+          ASSERT_NEAR(got[size_t(c) * 64 * 64 + size_t(p)], want, 1e-5f)
+              << "index " << index << " channel " << c << " pixel " << p << (jitter ? " jitter" : "");
+        }
+      }
+    }
+  }
+}
+
 // ================================================================ hostile bytes
 
 TEST(HostileBytesTest, TruncatedEmptyRandomAndGif) {

@@ -151,42 +151,6 @@ TEST(OpsTest, OrientedToStoredRoundTripsWithApplyOrientation) {
   }
 }
 
-TEST(OpsTest, ResizeToFloatCHWMatchesOpenCVBilinear) {
-  const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
-  float scale[3], bias[3];
-  for (int c = 0; c < 3; ++c) {
-    scale[c] = 1.f / (255.f * sd[c]);
-    bias[c] = -mean[c] / sd[c];
-  }
-  const int size = 32;
-  for (const cv::Size& sz : {cv::Size(50, 40), cv::Size(64, 64), cv::Size(20, 30), cv::Size(37, 91),
-                             cv::Size(32, 32), cv::Size(1, 1), cv::Size(64, 33)}) {
-    for (int channels : {3, 1}) {
-      auto px = testing::SyntheticPixels(sz.width, sz.height, uint64_t(sz.area()), channels);
-      const cv::Mat src(sz.height, sz.width, channels == 3 ? CV_8UC3 : CV_8UC1, px.data());
-      std::vector<float> out(size_t(size) * size * channels), flipped(out.size());
-      ResizeToFloatCHW(src, size, false, scale, bias, out.data());
-      ResizeToFloatCHW(src, size, true, scale, bias, flipped.data());
-      cv::Mat srcf, ref;
-      src.convertTo(srcf, CV_32F);
-      cv::resize(srcf, ref, {size, size}, 0, 0, cv::INTER_LINEAR);
-      double max_diff = 0;
-      for (int c = 0; c < channels; ++c) {
-        for (int y = 0; y < size; ++y) {
-          for (int x = 0; x < size; ++x) {
-            const float v = ref.ptr<float>(y)[x * channels + c];
-            const float expected = (v / 255.f - mean[c]) / sd[c];
-            const size_t at = (size_t(c) * size + y) * size + x;
-            max_diff = std::max(max_diff, double(std::abs(out[at] - expected)));
-            ASSERT_EQ(flipped[at], out[(size_t(c) * size + y) * size + (size - 1 - x)]);
-          }
-        }
-      }
-      EXPECT_LT(max_diff, 2e-3) << sz << " channels " << channels;
-    }
-  }
-}
-
 TEST(OpsTest, ResizeToUint8HWCMatchesOpenCVBilinear) {
   const int size = 32;
   for (const cv::Size& sz : {cv::Size(50, 40), cv::Size(64, 64), cv::Size(20, 30), cv::Size(37, 91),

@@ -27,7 +27,8 @@ import torch
 
 from . import _ferry
 
-__all__ = ["Loader", "DataLoader", "FerryError", "list_dataset", "pipeline_from_transform"]
+__all__ = ["Loader", "DataLoader", "FerryError", "list_dataset", "pipeline_from_transform", "available_cpus",
+           "default_threads"]
 
 FerryError = RuntimeError
 
@@ -495,77 +496,358 @@ class Loader(torch.utils.data.IterableDataset):
 # ---------------------------------------------------------------------------------------
 # The drop-in wrapper
 
+def available_cpus():
+    """CPUs this process may use: its CPU affinity, capped by the cgroup's CPU quota
+    (a container's limit), at least 1."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" or "<quota> <period>"
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        try:  # cgroup v1
+            with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+                quota = int(f.read())
+            with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+                period = int(f.read())
+            if quota > 0 and period > 0:
+                n = min(n, max(1, quota // period))
+        except (OSError, ValueError):
+            pass
+    return max(1, n)
+
+
+def default_threads(num_workers=0):
+    """Decode threads for one rank: this host's CPUs (affinity and cgroup limit) split
+    across its local ranks (LOCAL_WORLD_SIZE, as torchrun sets it), capped by
+    num_workers when that is given (> 0)."""
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    share = max(1, available_cpus() // local)
+    return min(int(num_workers), share) if num_workers and num_workers > 0 else share
+
+
+def _square(size, what):
+    if isinstance(size, int):
+        return size
+    if isinstance(size, (tuple, list)) and len(size) == 1:
+        return int(size[0])
+    if isinstance(size, (tuple, list)) and len(size) == 2 and size[0] == size[1]:
+        return int(size[0])
+    raise ValueError("ferry cannot run %s with the non-square size %r (its outputs are square)" % (what, size))
+
+
+def _check_interpolation(t, what):
+    mode = getattr(t, "interpolation", None)
+    if mode is None:
+        return
+    name = getattr(mode, "value", str(mode))
+    if str(name).lower() not in ("bilinear", "2"):  # InterpolationMode.BILINEAR, or PIL's BILINEAR (2)
+        raise ValueError("ferry cannot run %s with interpolation=%s: it resizes bilinearly (area-averaging "
+                         "large reductions, as antialiasing does)" % (what, name))
+    if getattr(t, "antialias", None) is False:
+        raise ValueError("ferry cannot run %s with antialias=False: it always antialiases large reductions" % what)
+
+
+def _jitter_amount(value, name, centre=1.0):
+    """ColorJitter keeps (lo, hi); ferry draws from [max(0, c - v), c + v]: v, or raise."""
+    if value is None:
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    lo, hi = float(value[0]), float(value[1])
+    v = round(hi - centre, 12)  # (0.6, 1.4) is 0.4, not 0.3999999999999999
+    if v < 0 or abs(lo - max(0.0, centre - v)) > 1e-9:
+        raise ValueError("ferry cannot run ColorJitter with the asymmetric %s range (%g, %g); it draws from "
+                         "[max(0, 1 - v), 1 + v]" % (name, lo, hi))
+    return v
+
+
 def _transform_to_pipeline(transform):
-    """A Ferry pipeline spec (dict) equivalent to a torchvision transform, or ValueError."""
+    """(A Ferry pipeline spec (dict) equivalent to a torchvision transform, whether the
+    output is CHW uint8 as PILToTensor gives it), or ValueError naming what Ferry
+    cannot honour. Nothing is dropped silently."""
     import torchvision.transforms as T
     ops = []
-    output = {"dtype": "uint8", "layout": "NHWC"}
     steps = list(transform.transforms) if isinstance(transform, T.Compose) else [transform]
-    size = None
-    saw_tensor = False
-    i = 0
-    while i < len(steps):
-        t = steps[i]
+    geometry = None
+    tensor = None  # "ToTensor" (float32 in [0, 1]) or "PILToTensor" (uint8)
+    normalized = False
+    for t in steps:
         name = type(t).__name__
+        if tensor is None and name not in ("ToTensor", "PILToTensor") and geometry is None and name in (
+                "RandomHorizontalFlip", "ColorJitter"):
+            raise ValueError("ferry runs %s after the crop; put RandomResizedCrop or Resize+CenterCrop first" % name)
+        if tensor is not None and name not in ("Normalize", "ConvertImageDtype"):
+            raise ValueError("ferry cannot run %s after %s (only Normalize and ConvertImageDtype may follow it)"
+                             % (name, tensor))
         if name == "RandomResizedCrop":
-            sz = t.size[0] if isinstance(t.size, (tuple, list)) else t.size
-            ops.append({"op": "random_resized_crop", "size": int(sz), "scale": list(t.scale), "ratio": list(t.ratio)})
+            _check_interpolation(t, name)
+            ops.append({"op": "random_resized_crop", "size": _square(t.size, name), "scale": list(t.scale),
+                        "ratio": list(t.ratio)})
+            geometry = name
         elif name == "Resize":
-            if not isinstance(t.size, int) and not (isinstance(t.size, (tuple, list)) and len(t.size) == 1):
-                raise ValueError("ferry supports Resize(int) (the shorter side), not %r" % (t.size,))
-            size = t.size if isinstance(t.size, int) else t.size[0]
-            ops.append({"op": "resize_shorter", "size": int(size)})
+            _check_interpolation(t, name)
+            if getattr(t, "max_size", None) is not None:
+                raise ValueError("ferry cannot run Resize with max_size=%r" % t.max_size)
+            size = t.size
+            if not isinstance(size, int) and not (isinstance(size, (tuple, list)) and len(size) == 1):
+                raise ValueError("ferry runs Resize(int) (the shorter side to int), not Resize(%r) (a fixed "
+                                 "size)" % (size,))
+            ops.append({"op": "resize_shorter", "size": int(size if isinstance(size, int) else size[0])})
         elif name == "CenterCrop":
-            sz = t.size[0] if isinstance(t.size, (tuple, list)) else t.size
-            ops.append({"op": "center_crop", "size": int(sz)})
+            ops.append({"op": "center_crop", "size": _square(t.size, name)})
+            geometry = name
         elif name == "RandomHorizontalFlip":
             ops.append({"op": "hflip", "p": float(t.p)})
         elif name == "ColorJitter":
-            def amount(v):
-                return 0.0 if v is None else float(v[1] - 1.0) if isinstance(v, (tuple, list)) else float(v)
-            ops.append({"op": "color_jitter", "brightness": amount(t.brightness), "contrast": amount(t.contrast),
-                        "saturation": amount(t.saturation)})
+            hue = t.hue
+            if hue is not None and (not isinstance(hue, (tuple, list)) or any(float(h) != 0 for h in hue)) and \
+                    hue != 0:
+                raise ValueError("ferry cannot run ColorJitter with hue=%r (brightness, contrast and saturation "
+                                 "only)" % (hue,))
+            ops.append({"op": "color_jitter", "brightness": _jitter_amount(t.brightness, "brightness"),
+                        "contrast": _jitter_amount(t.contrast, "contrast"),
+                        "saturation": _jitter_amount(t.saturation, "saturation")})
         elif name in ("ToTensor", "PILToTensor"):
-            saw_tensor = True
-            output = {"dtype": "float32", "layout": "NCHW"} if name == "ToTensor" else output
+            tensor = name
+        elif name == "ConvertImageDtype":
+            if tensor != "PILToTensor" or t.dtype != torch.float32:
+                raise ValueError("ferry runs ConvertImageDtype(torch.float32) after PILToTensor only")
+            tensor = "ToTensor"  # the same values as ToTensor's
         elif name == "Normalize":
-            if not saw_tensor:
-                raise ValueError("Normalize must follow ToTensor")
-            ops.append({"op": "normalize", "mean": [float(x) for x in t.mean], "std": [float(x) for x in t.std]})
+            if tensor != "ToTensor":
+                raise ValueError("Normalize must follow ToTensor (or PILToTensor + ConvertImageDtype(float32))")
+            if getattr(t, "inplace", False):
+                pass  # the same values
+            mean, std = [float(x) for x in t.mean], [float(x) for x in t.std]
+            if len(mean) != 3 or len(std) != 3:
+                raise ValueError("ferry runs Normalize with 3 means and 3 stds, not %r / %r" % (t.mean, t.std))
+            ops.append({"op": "normalize", "mean": mean, "std": std})
+            normalized = True
         else:
-            raise ValueError("ferry.DataLoader cannot run torchvision's %s; supported: RandomResizedCrop, Resize, "
-                             "CenterCrop, RandomHorizontalFlip, ColorJitter, ToTensor, Normalize" % name)
-        i += 1
-    if not saw_tensor:
-        raise ValueError("the transform must end in ToTensor (Ferry yields tensors)")
-    return {"decode": "rgb", "ops": ops, "output": output}
+            raise ValueError("ferry cannot run torchvision's %s; it runs RandomResizedCrop, Resize(int), CenterCrop, "
+                             "RandomHorizontalFlip, ColorJitter (no hue), ToTensor, PILToTensor, "
+                             "ConvertImageDtype(float32) and Normalize" % name)
+    if geometry is None:
+        raise ValueError("ferry needs RandomResizedCrop or CenterCrop in the transform: a batch holds images of one "
+                         "size")
+    if tensor is None:
+        raise ValueError("the transform must end in ToTensor or PILToTensor (ferry yields tensors)")
+    if tensor == "ToTensor":
+        output = {"dtype": "float32", "layout": "NCHW"}
+        if not normalized:
+            ops.append({"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]})  # ToTensor's x / 255
+    else:
+        output = {"dtype": "uint8", "layout": "NHWC"}
+    return {"decode": "rgb", "ops": ops, "output": output}, tensor == "PILToTensor"
 
 
 def pipeline_from_transform(transform):
     """The Ferry pipeline spec (a dict) that does what a torchvision transform does."""
-    return _transform_to_pipeline(transform)
+    return _transform_to_pipeline(transform)[0]
+
+
+def _dataset_listing(dataset):
+    """(root or list file, transform) of a torchvision dataset, or of a Subset of one:
+    Ferry reads the samples `dataset.samples` names, in its order."""
+    indices = None
+    inner = dataset
+    while isinstance(inner, torch.utils.data.Subset):
+        indices = [int(i) for i in inner.indices] if indices is None else [int(inner.indices[i]) for i in indices]
+        inner = inner.dataset
+    if not hasattr(inner, "samples"):
+        raise ValueError("ferry.DataLoader reads a torchvision ImageFolder-like dataset (one with .samples), a "
+                         "Subset of one, or a path; not a %s" % type(inner).__name__)
+    if getattr(inner, "target_transform", None) is not None:
+        raise ValueError("ferry cannot run the dataset's target_transform")
+    loader = getattr(inner, "loader", None)
+    if loader is not None:
+        import torchvision.datasets.folder as folder
+        if loader not in (folder.default_loader, folder.pil_loader, getattr(folder, "accimage_loader", None)):
+            raise ValueError("the dataset has a custom loader (%s); ferry decodes the files itself"
+                             % getattr(loader, "__name__", loader))
+    samples = list(inner.samples)
+    if indices is not None:
+        samples = [samples[i] for i in indices]
+    root = getattr(inner, "root", None)
+    if indices is None and root is not None:
+        try:
+            paths, labels, _ = list_dataset(os.fspath(root))
+            if len(paths) == len(samples) and all(
+                    os.path.abspath(p) == os.path.abspath(q) and int(l) == int(m)
+                    for p, l, (q, m) in zip(paths, labels, samples)):
+                return os.fspath(root), getattr(inner, "transform", None)
+        except RuntimeError:
+            pass
+    return _write_list(samples), getattr(inner, "transform", None)
+
+
+def _write_list(samples):
+    """A .tsv file list of (path, label): named by its content, so that every rank (and
+    every run) names the same file; written once, atomically. It lives in
+    FERRY_LIST_DIR (default ~/.cache/ferry/lists): remote workers must see it at the
+    same path, as they see the images."""
+    body = "".join("%s\t%d\n" % (os.path.abspath(p), int(l)) for p, l in samples)
+    if any("\n" in p or "\t" in p for p, _ in samples):
+        raise ValueError("a sample path holds a tab or a newline; ferry's file lists cannot name it")
+    d = os.environ.get("FERRY_LIST_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ferry", "lists")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, hashlib.sha1(body.encode()).hexdigest()[:20] + ".tsv")
+    if not os.path.exists(path):
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(body)
+        os.replace(tmp, path)
+    return path
+
+
+def _broadcast_seed(seed, world_size):
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        box = [int(seed)]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+    if world_size > 1:
+        raise ValueError("seed=None with world_size > 1 and no torch.distributed group: the ranks would shuffle "
+                         "differently; give seed=")
+    return seed
 
 
 class DataLoader(Loader):
     """torch.utils.data.DataLoader's signature over Ferry, for an existing script:
 
         dataset = torchvision.datasets.ImageFolder(root, transform=train_transform)
-    -   loader = torch.utils.data.DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8)
-    +   loader = ferry.DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8)
+        sampler = DistributedSampler(dataset)
+    -   loader = torch.utils.data.DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=8)
+    +   loader = ferry.DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=8)
 
-    `dataset` is a torchvision ImageFolder (its root and transform are used; Ferry
-    lists the same samples in the same order) or a path. num_workers becomes decode
-    threads. Iterating yields (images, labels) per batch, one epoch per pass.
-    Remote modes take dispatcher=/job_name= or workers= as in Loader.
+    `dataset`: a torchvision ImageFolder-like dataset (ImageNet, DatasetFolder), a
+    Subset of one, or a path (then give pipeline=). Ferry reads the samples
+    `dataset.samples` names, in its order, and runs the dataset's transform, translated
+    faithfully: what it cannot honour (hue, asymmetric jitter ranges, non-square sizes,
+    other interpolation modes, other transforms) raises ValueError naming it. No
+    transform is an error (the images would differ in size), unless pipeline= is given.
+
+    sampler: DistributedSampler (its rank, num_replicas, seed and shuffle are taken;
+      set_epoch() on it, or on this loader, picks the epoch), RandomSampler or
+      SequentialSampler, or None (then shuffle=). drop_last=False pads the ranks' last
+      batches with rows labelled -1 instead of repeating samples.
+    num_workers: decode threads, capped by this rank's share of the host's CPUs
+      (affinity and cgroup limit, split across LOCAL_WORLD_SIZE ranks); 0 = the share.
+    seed: None = torch.initial_seed() (rank 0's, broadcast over torch.distributed).
+    epochs: None (no limit): each pass is one epoch, as a DataLoader's.
+    persistent_workers, prefetch_factor (batches prefetched), pin_memory: accepted.
+    Remote modes take dispatcher=/job_name= or workers= as in Loader; with neither,
+    FERRY_DISPATCHER and FERRY_JOB_NAME in the environment name a dispatcher job.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, num_workers=0, drop_last=False, pin_memory=False,
-                 seed=0, epochs=None, **kwargs):
-        root = getattr(dataset, "root", dataset)
-        transform = getattr(dataset, "transform", None)
-        pipeline = kwargs.pop("pipeline", None)
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device="", seed=None, epochs=None, pipeline=None, rank=None, world_size=None,
+                 threads=None, **kwargs):
+        for name, value in (("batch_sampler", batch_sampler), ("collate_fn", collate_fn),
+                            ("worker_init_fn", worker_init_fn), ("multiprocessing_context", multiprocessing_context)):
+            if value is not None:
+                raise ValueError("ferry.DataLoader cannot take %s: Ferry batches and collates itself" % name)
+        if timeout:
+            raise ValueError("ferry.DataLoader has no timeout: remote workers that fail are replaced, and a "
+                             "dispatcher that cannot be reached raises")
+        if pin_memory_device:
+            raise ValueError("pin_memory_device is not supported; use device= to get batches on a GPU")
+        if batch_size is None or batch_size <= 0:
+            raise ValueError("batch_size must be > 0 (Ferry batches)")
+        import torch.utils.data as tud
+        self.sampler = sampler
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")  # as torch says
+        if isinstance(sampler, tud.distributed.DistributedSampler):
+            if sampler.dataset is not dataset:
+                raise ValueError("the DistributedSampler is of another dataset")
+            if rank is not None or world_size is not None:
+                raise ValueError("give rank/world_size or a DistributedSampler, not both")
+            rank, world_size, seed, shuffle = sampler.rank, sampler.num_replicas, sampler.seed, sampler.shuffle
+        elif isinstance(sampler, tud.RandomSampler):
+            if sampler.replacement or sampler._num_samples is not None:
+                raise ValueError("ferry reads every sample once an epoch: RandomSampler(replacement=True) or "
+                                 "num_samples= cannot be honoured")
+            shuffle = True
+            if sampler.generator is not None and seed is None:
+                seed = sampler.generator.initial_seed()
+        elif isinstance(sampler, tud.SequentialSampler):
+            shuffle = False
+        elif sampler is not None:
+            raise ValueError("ferry.DataLoader takes DistributedSampler, RandomSampler or SequentialSampler, not %s"
+                             % type(sampler).__name__)
+        if generator is not None and seed is None:
+            seed = generator.initial_seed()
+        if isinstance(dataset, (str, os.PathLike)):
+            data, transform = os.fspath(dataset), None
+        else:
+            data, transform = _dataset_listing(dataset)
+        self._chw = False
         if pipeline is None:
-            pipeline = _transform_to_pipeline(transform) if transform is not None else "imagenet-train"
+            if transform is None:
+                raise ValueError("the dataset has no transform: ferry would batch images of different sizes. Give "
+                                 "the dataset a transform (with RandomResizedCrop or CenterCrop) or pipeline=")
+            pipeline, self._chw = _transform_to_pipeline(transform)
         self.dataset = dataset
-        super().__init__(data=os.fspath(root), pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=shuffle,
-                         drop_last=drop_last, epochs=epochs, threads=num_workers, pin_memory=pin_memory, **kwargs)
+        rank, world_size = _resolve_rank(rank, world_size) if not kwargs.get("consumer_id") else (rank, world_size)
+        if seed is None:
+            seed = _broadcast_seed(torch.initial_seed() & ((1 << 63) - 1), world_size or 1)
+        if threads is None:
+            threads = default_threads(num_workers)
+        if prefetch_factor is not None:
+            kwargs.setdefault("prefetch", max(1, int(prefetch_factor)))
+        if not kwargs.get("dispatcher") and not kwargs.get("workers") and os.environ.get("FERRY_DISPATCHER"):
+            # The operator points an unchanged script at a dispatcher job.
+            if not os.environ.get("FERRY_JOB_NAME"):
+                raise ValueError("FERRY_DISPATCHER is set: set FERRY_JOB_NAME too (every rank the same)")
+            kwargs["dispatcher"], kwargs["job_name"] = os.environ["FERRY_DISPATCHER"], os.environ["FERRY_JOB_NAME"]
+        self.persistent_workers = bool(persistent_workers)  # Ferry's pipeline lives across epochs anyway
+        # The sampler's epoch as last seen: a set_epoch() on it since then moves this
+        # loader. (A script that never calls it still gets a new order every epoch,
+        # where torch would repeat the first.)
+        self._sampler_epoch = getattr(sampler, "epoch", None)
+        super().__init__(data=data, pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+                         drop_last=drop_last, epochs=epochs, threads=threads, pin_memory=pin_memory, rank=rank,
+                         world_size=world_size, **kwargs)
+
+    def set_epoch(self, epoch):
+        """The epoch the next pass yields: at an epoch boundary, a later epoch skips
+        ahead (as DistributedSampler.set_epoch picks the shuffle of an epoch). Going
+        back, or moving mid-epoch, raises."""
+        epoch = int(epoch)
+        if epoch == self._epoch:
+            return
+        if epoch < self._epoch or self._batches_done or self._taken:
+            raise ValueError("set_epoch(%d), but the loader is at epoch %d%s: it goes forward from an epoch's "
+                             "boundary only (load_state_dict() puts it back)"
+                             % (epoch, self._epoch, " mid-epoch" if self._batches_done else ""))
+        if self.epochs is not None and epoch >= self.epochs:
+            raise ValueError("set_epoch(%d) is past epochs=%d" % (epoch, self.epochs))
+        self.close()
+        self._stash = None
+        self._resume_state = ""
+        self._epoch = epoch
+        if self.mode == "dispatcher":
+            # The job's epochs start here: a job of its own (every rank names the same).
+            self._job_first_epoch = epoch
+            self._segment_name = "%s.e%d" % (self.job_name, epoch)
+
+    def __iter__(self):
+        epoch = getattr(self.sampler, "epoch", None)
+        if epoch is not None and epoch != self._sampler_epoch:
+            self._sampler_epoch = epoch
+            self.set_epoch(epoch)
+        return super().__iter__()
+
+    def _to_torch(self, b):
+        images, labels = super()._to_torch(b)
+        if self._chw:
+            images = images.permute(0, 3, 1, 2)  # PILToTensor's CHW, a view of the NHWC rows
+        return images, labels

@@ -1,0 +1,178 @@
+"""ferry.DataLoader as a drop-in for torch.utils.data.DataLoader: it reads what
+dataset.samples names (ImageFolder, Subset), takes a DistributedSampler's rank, world
+size, seed and shuffle and follows its set_epoch(), translates the transform faithfully
+or raises naming what it cannot honour, and sizes its threads to the rank's CPUs."""
+import os
+
+import pytest
+import torch
+import torchvision.transforms as T
+from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler, Subset, WeightedRandomSampler
+from torchvision.datasets import ImageFolder
+
+SMALL = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+
+
+def labels_and_indices(loader):
+    out = []
+    for _, y in loader:
+        out.append((y.tolist(), loader.last_batch_info()["indices"].tolist()))
+    return out
+
+
+def test_an_image_folder_is_read_from_its_root(ferry, small_tree):
+    ds = ImageFolder(small_tree, transform=SMALL)
+    loader = ferry.DataLoader(ds, batch_size=8, threads=1)
+    assert loader.data == small_tree and len(loader) == 15
+
+
+def test_a_subset_reads_its_samples_in_its_order(ferry, small_tree, tmp_path, monkeypatch):
+    monkeypatch.setenv("FERRY_LIST_DIR", str(tmp_path))
+    ds = ImageFolder(small_tree, transform=SMALL)
+    picks = list(range(119, 0, -3))  # 40 samples, backwards
+    sub = Subset(ds, picks)
+    loader = ferry.DataLoader(sub, batch_size=8, threads=1)
+    assert loader.data.endswith(".tsv") and os.path.dirname(loader.data) == str(tmp_path)
+    assert len(loader) == 5
+    got = [(y, i) for ys, ids in labels_and_indices(loader) for y, i in zip(ys, ids)]
+    assert [i for _, i in got] == list(range(40))  # indices into the Subset, as Subset[i] counts
+    assert [y for y, _ in got] == [ds.samples[p][1] for p in picks]
+    # The same images as torchvision's pipeline would give for those samples (the
+    # resize is Ferry's: close, not bit-equal).
+    x, _ = next(iter(ferry.DataLoader(sub, batch_size=4, threads=1)))
+    want = torch.stack([sub[i][0] for i in range(4)])
+    assert x.shape == want.shape == (4, 3, 32, 32) and (x - want).abs().mean() < 0.03
+    # A Subset of a Subset, and the same listing again: the same file.
+    again = ferry.DataLoader(Subset(Subset(ds, list(range(120))), picks), batch_size=8, threads=1)
+    assert again.data == loader.data
+
+
+def test_a_distributed_sampler_gives_rank_world_seed_and_shuffle(ferry, small_tree):
+    ds = ImageFolder(small_tree, transform=SMALL)
+    seen = []
+    for r in range(3):
+        sampler = DistributedSampler(ds, num_replicas=3, rank=r, shuffle=True, seed=7)
+        loader = ferry.DataLoader(ds, batch_size=8, sampler=sampler, drop_last=True, threads=1, epochs=2)
+        assert (loader.rank, loader.world_size, loader.seed, loader.shuffle) == (r, 3, 7, True)
+        assert len(loader) == 5  # 120 // (3 x 8)
+        epochs = []
+        for e in range(2):
+            sampler.set_epoch(e)
+            epochs.append([i for _, ids in labels_and_indices(loader) for i in ids])
+            assert len(epochs[-1]) == 40
+        seen.append(epochs)
+    for e in range(2):
+        union = sorted(i for r in range(3) for i in seen[r][e])
+        assert union == list(range(120)), "epoch %d: the ranks' shares are the epoch once" % e
+    assert seen[0][0] != seen[0][1], "set_epoch gives another order"
+
+
+def test_set_epoch_skips_ahead_at_a_boundary_and_refuses_to_go_back(ferry, small_tree):
+    ds = ImageFolder(small_tree, transform=SMALL)
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=3)
+    a = ferry.DataLoader(ds, batch_size=8, sampler=sampler, threads=1)
+    sampler.set_epoch(2)
+    first = labels_and_indices(a)
+    assert a.epoch == 3
+    b = ferry.DataLoader(ds, batch_size=8, shuffle=True, seed=3, threads=1, epochs=3)
+    want = [labels_and_indices(b) for _ in range(3)][2]
+    assert first == want, "set_epoch(2) then a pass is the third epoch of the same run"
+    sampler.set_epoch(1)
+    with pytest.raises(ValueError, match="set_epoch"):
+        iter(a)
+
+
+def test_samplers_and_refusals(ferry, small_tree):
+    ds = ImageFolder(small_tree, transform=SMALL)
+    assert ferry.DataLoader(ds, batch_size=8, sampler=RandomSampler(ds), threads=1).shuffle
+    assert not ferry.DataLoader(ds, batch_size=8, sampler=SequentialSampler(ds), threads=1).shuffle
+    assert not ferry.DataLoader(ds, batch_size=8, threads=1).shuffle  # as torch: shuffle defaults to False
+    with pytest.raises(ValueError, match="WeightedRandomSampler"):
+        ferry.DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler([1.0] * 120, 120))
+    with pytest.raises(ValueError, match="replacement"):
+        ferry.DataLoader(ds, batch_size=8, sampler=RandomSampler(ds, replacement=True))
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        ferry.DataLoader(ds, batch_size=8, sampler=SequentialSampler(ds), shuffle=True)
+    for kw in ({"collate_fn": lambda b: b}, {"batch_sampler": object()}, {"worker_init_fn": print}, {"timeout": 5}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            ferry.DataLoader(ds, batch_size=8, **kw)
+    other = ImageFolder(small_tree, transform=SMALL)
+    with pytest.raises(ValueError, match="another dataset"):
+        ferry.DataLoader(ds, batch_size=8, sampler=DistributedSampler(other, num_replicas=2, rank=0))
+    # Accepted, as a DataLoader's.
+    ferry.DataLoader(ds, batch_size=8, persistent_workers=True, prefetch_factor=4, pin_memory=False,
+                     collate_fn=None, threads=1)
+
+
+@pytest.mark.parametrize("transform,named", [
+    (T.Compose([T.RandomResizedCrop(32), T.ColorJitter(hue=0.1), T.ToTensor()]), "hue"),
+    (T.Compose([T.RandomResizedCrop(32), T.ColorJitter(brightness=(0.5, 1.2)), T.ToTensor()]), "asymmetric"),
+    (T.Compose([T.RandomResizedCrop((32, 48)), T.ToTensor()]), "non-square"),
+    (T.Compose([T.Resize(40), T.CenterCrop((32, 24)), T.ToTensor()]), "non-square"),
+    (T.Compose([T.Resize((40, 40)), T.CenterCrop(32), T.ToTensor()]), "Resize"),
+    (T.Compose([T.RandomResizedCrop(32, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()]),
+     "interpolation=nearest"),
+    (T.Compose([T.Resize(40, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(32), T.ToTensor()]),
+     "interpolation=bicubic"),
+    (T.Compose([T.Resize(40, max_size=50), T.CenterCrop(32), T.ToTensor()]), "max_size"),
+    (T.Compose([T.RandomResizedCrop(32), T.GaussianBlur(3), T.ToTensor()]), "GaussianBlur"),
+    (T.Compose([T.RandomResizedCrop(32)]), "ToTensor"),
+    (T.Compose([T.ToTensor()]), "CenterCrop"),
+    (T.Compose([T.RandomResizedCrop(32), T.PILToTensor(), T.Normalize([0.5] * 3, [0.5] * 3)]), "Normalize"),
+])
+def test_a_transform_it_cannot_honour_is_an_error_naming_it(ferry, small_tree, transform, named):
+    with pytest.raises(ValueError, match=named):
+        ferry.DataLoader(ImageFolder(small_tree, transform=transform), batch_size=8, threads=1)
+
+
+def test_no_transform_is_an_error_unless_a_pipeline_is_given(ferry, small_tree):
+    with pytest.raises(ValueError, match="no transform"):
+        ferry.DataLoader(ImageFolder(small_tree), batch_size=8)
+    pipeline = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 32}]}
+    x, _ = next(iter(ferry.DataLoader(ImageFolder(small_tree), batch_size=8, pipeline=pipeline, threads=1)))
+    assert x.dtype == torch.uint8 and x.shape == (8, 32, 32, 3)
+
+
+def test_symmetric_jitter_and_what_it_becomes(ferry):
+    spec = ferry.pipeline_from_transform(T.Compose([
+        T.RandomResizedCrop(32, scale=(0.5, 1.0)), T.RandomHorizontalFlip(0.3),
+        T.ColorJitter(brightness=0.4, contrast=(0.6, 1.4), saturation=0.2, hue=0), T.ToTensor(),
+        T.Normalize([0.5, 0.4, 0.3], [0.2, 0.2, 0.2])]))
+    assert spec["ops"] == [
+        {"op": "random_resized_crop", "size": 32, "scale": [0.5, 1.0], "ratio": [3 / 4, 4 / 3]},
+        {"op": "hflip", "p": 0.3},
+        {"op": "color_jitter", "brightness": 0.4, "contrast": pytest.approx(0.4), "saturation": 0.2},
+        {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.2, 0.2]}]
+    assert spec["output"] == {"dtype": "float32", "layout": "NCHW"}
+
+
+def test_pil_to_tensor_gives_uint8_chw_as_torchvision(ferry, small_tree):
+    u8 = ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([T.Resize(40), T.CenterCrop(32),
+                                                                       T.PILToTensor()])), batch_size=8, threads=1)
+    f32 = ferry.DataLoader(ImageFolder(small_tree, transform=SMALL), batch_size=8, threads=1)
+    x, _ = next(iter(u8))
+    y, _ = next(iter(f32))
+    assert x.dtype == torch.uint8 and x.shape == (8, 3, 32, 32)
+    assert torch.allclose(x.float() / 255, y, atol=1e-6)
+    conv = ferry.pipeline_from_transform(T.Compose([T.CenterCrop(32), T.PILToTensor(),
+                                                    T.ConvertImageDtype(torch.float32)]))
+    assert conv["output"]["dtype"] == "float32"
+
+
+def test_threads_follow_the_cpus_and_local_ranks(ferry, monkeypatch):
+    cpus = ferry.available_cpus()
+    assert 1 <= cpus <= len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert ferry.default_threads() == max(1, cpus // 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert ferry.default_threads(num_workers=1) == 1
+    assert ferry.default_threads(num_workers=10 * cpus) == cpus
+
+
+def test_seed_none_follows_torch_and_epochs_have_no_limit(ferry, small_tree):
+    torch.manual_seed(1234)
+    loader = ferry.DataLoader(ImageFolder(small_tree, transform=SMALL), batch_size=40, shuffle=True)
+    assert loader.seed == 1234 and loader.epochs is None
+    orders = [[i for _, ids in labels_and_indices(loader) for i in ids] for _ in range(3)]
+    assert loader.epoch == 3 and all(sorted(o) == list(range(120)) for o in orders)
+    assert orders[0] != orders[1] != orders[2]
