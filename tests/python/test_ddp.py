@@ -42,7 +42,7 @@ def free_port():
 class Ranks:
     """`world` rank processes of ddp_rank.py, with torchrun's environment."""
 
-    def __init__(self, ferry, world, args, tmp, tag):
+    def __init__(self, ferry, world, args, tmp, tag, script=os.path.join(HERE, "ddp_rank.py"), extra_env=None):
         port = free_port()
         self.reports = [str(tmp / ("%s-report-%d.json" % (tag, r))) for r in range(world)]
         self.logs = [str(tmp / ("%s-log-%d.txt" % (tag, r))) for r in range(world)]
@@ -50,9 +50,9 @@ class Ranks:
         self.procs = []
         for r in range(world):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), LOCAL_RANK=str(r),
-                       WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), PYTHONPATH=pythonpath)
+                       WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), PYTHONPATH=pythonpath, **(extra_env or {}))
             with open(self.logs[r], "w") as log:
-                self.procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_rank.py"), *args,
+                self.procs.append(subprocess.Popen([sys.executable, script, *args,
                                                     "--report", self.reports[r]], env=env, stdout=log,
                                                    stderr=subprocess.STDOUT))
 
@@ -174,3 +174,49 @@ def test_elastic_resume_on_another_world_size(ferry, ddp_tree, daemons, tmp_path
         assert N - len(seen) < new * BATCH
     else:
         assert seen == list(range(N))
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "examples", "ddp_imagefolder.py")
+TORCH_LINE = "    loader = torch.utils.data.DataLoader(dataset, batch_size=a.batch_size, sampler=sampler, " \
+             "num_workers=a.workers, drop_last=True)\n"
+
+
+@pytest.fixture(scope="module")
+def one_per_class(sample_data, tmp_path_factory):
+    """100 real JPEGs, each its own class: a target names its sample."""
+    root = tmp_path_factory.mktemp("example") / "tree"
+    files = sorted(os.path.join(c, f) for c in os.listdir(sample_data) if os.path.isdir(os.path.join(sample_data, c))
+                   for f in os.listdir(os.path.join(sample_data, c)))[:100]
+    for i, f in enumerate(files):
+        os.makedirs(root / ("c%03d" % i))
+        shutil.copy(os.path.join(sample_data, f), root / ("c%03d" % i) / os.path.basename(f))
+    return str(root)
+
+
+def test_the_example_script_switched_with_one_line(ferry, one_per_class, daemons, tmp_path):
+    """client/examples/ddp_imagefolder.py is a DistributedSampler + set_epoch script whose
+    only changes from torch's DataLoader are the import and the DataLoader line. Its 4
+    ranks, on a dispatcher job named in the environment, take equal steps and see each
+    epoch's samples once (less the drop_last remainder)."""
+    with open(EXAMPLE) as f:
+        lines = f.readlines()
+    ferry_lines = [l for l in lines if "ferry.DataLoader(" in l]
+    assert len(ferry_lines) == 1 and lines.count("import ferry\n") == 1
+    torch_version = [TORCH_LINE if l in ferry_lines else l for l in lines if l != "import ferry\n"]
+    assert len(torch_version) == len(lines) - 1
+    n, world, batch = 100, 4, 4
+    env = {"FERRY_DISPATCHER": daemons.dispatcher, "FERRY_JOB_NAME": "example"}
+    reports = Ranks(ferry, world, ["--data", one_per_class, "--batch-size", str(batch), "--size", "16"], tmp_path,
+                    "example", script=EXAMPLE, extra_env=env).wait()
+    per_rank = n // (world * batch)
+    assert [r["len"] for r in reports] == [per_rank] * world
+    for e in ("0", "1"):
+        assert [r["epochs"][e]["steps"] for r in reports] == [per_rank] * world
+        seen = sorted(t for r in reports for t in r["epochs"][e]["targets"])
+        assert len(seen) == len(set(seen)) == per_rank * world * batch and set(seen) <= set(range(n))
+    # The torch version runs too (2 ranks, 1 epoch): the diff is the import and one line.
+    script = tmp_path / "torch_version.py"
+    script.write_text("".join(torch_version))
+    reports = Ranks(ferry, 2, ["--data", one_per_class, "--batch-size", str(batch), "--size", "16", "--epochs", "1",
+                               "--workers", "1"], tmp_path, "torch", script=str(script)).wait()
+    assert [r["epochs"]["0"]["steps"] for r in reports] == [n // 2 // batch] * 2
