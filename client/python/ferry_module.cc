@@ -21,6 +21,8 @@
 #include "data/dataset.h"
 #include "ferry/client.h"
 #include "ferry/loader.h"
+#include "ferry/pipeline_spec.h"
+#include "image/ops.h"
 
 namespace py = pybind11;
 
@@ -201,6 +203,24 @@ class Options {
   std::map<std::string, py::object> keys_;
 };
 
+// A BufferAllocator over cudaHostAlloc(void**, size_t, unsigned) -> int and
+// cudaFreeHost(void*) -> int, given as addresses. cudaHostAlloc's memory is
+// page-aligned (the 64 bytes a frame needs, and more).
+std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t free_fn) {
+  if (alloc_fn == 0 || free_fn == 0) throw py::value_error("host_alloc needs two function addresses");
+  using AllocFn = int (*)(void**, size_t, unsigned);
+  using FreeFn = int (*)(void*);
+  const auto alloc = reinterpret_cast<AllocFn>(alloc_fn);
+  const auto release = reinterpret_cast<FreeFn>(free_fn);
+  return FunctionBufferAllocator(
+      [alloc](size_t bytes) -> void* {
+        void* p = nullptr;
+        if (alloc(&p, bytes, 0) != 0 || p == nullptr || reinterpret_cast<uintptr_t>(p) % 64 != 0) return nullptr;
+        return p;
+      },
+      [release](void* p, size_t) { release(p); });
+}
+
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, epochs,
 // world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known).
@@ -262,6 +282,12 @@ std::unique_ptr<PyIterator> Connect(const py::dict& options) {
   in.Get("token_file", &o.token_file);
   in.Get("consumer_id", &o.consumer_id);
   in.Get("resume_state", &o.resume_state);
+  // Receive buffers from C functions with cudaHostAlloc's and cudaFreeHost's
+  // signatures (addresses, as ctypes gives them): pinned memory, so that a batch is
+  // copied to the GPU straight from where it was received.
+  std::optional<std::pair<uintptr_t, uintptr_t>> host_alloc;
+  in.Get("host_alloc", &host_alloc);
+  if (host_alloc) o.buffers = HostAllocator(host_alloc->first, host_alloc->second);
   in.CheckAllUsed();
   std::unique_ptr<Client> c;
   {
@@ -318,6 +344,38 @@ py::tuple ListDataset(const std::string& data) {
   return py::make_tuple(paths, labels, ds->classes());
 }
 
+// A pipeline (preset name, JSON, or .json file) in its canonical JSON form.
+std::string PipelineJson(const std::string& pipeline) { return Check(PipelineSpec::Parse(pipeline)).ToJson(); }
+
+// The trainer's half of a normalizing pipeline whose uint8 NHWC batch crossed the
+// wire: float32 NCHW (x/255 - mean)/std, by the very code (and arithmetic) a worker's
+// float32 output uses, so the result is the same, bit for bit; the GIL is released.
+py::array_t<float> NormalizeNHWC(py::array_t<uint8_t, py::array::c_style> images, std::vector<float> mean,
+                                 std::vector<float> std) {
+  if (images.ndim() != 4 || (images.shape(3) != 3 && images.shape(3) != 1))
+    throw py::value_error("normalize wants uint8 N x H x W x C (C = 1 or 3)");
+  if (mean.size() != size_t(images.shape(3)) || std.size() != mean.size())
+    throw py::value_error("normalize wants one mean and one std per channel");
+  const py::ssize_t n = images.shape(0), h = images.shape(1), w = images.shape(2), c = images.shape(3);
+  PipelineSpec spec;
+  spec.normalize = true;
+  for (size_t k = 0; k < mean.size(); ++k) {
+    spec.mean[k] = mean[k];
+    spec.std[k] = std[k];
+    if (!(std[k] > 0)) throw py::value_error("normalize std must be > 0");
+  }
+  py::array_t<float> out({n, c, h, w});
+  const uint8_t* in = images.data();
+  float* o = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    const size_t pixels = size_t(h) * size_t(w) * size_t(c);
+    for (py::ssize_t i = 0; i < n; ++i)
+      WriteFloatCHW(in + size_t(i) * pixels, int(h), int(w), int(c), false, spec, o + size_t(i) * pixels);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace ferry
 
@@ -340,4 +398,7 @@ PYBIND11_MODULE(_ferry, m) {
   m.def("batches_per_rank", &BatchesPerRank, py::arg("num_samples"), py::arg("batch_size"), py::arg("world_size"),
         py::arg("last_batch"));
   m.def("list_dataset", &ListDataset, py::arg("data"));
+  m.def("pipeline_json", &PipelineJson, py::arg("pipeline"), "a pipeline in its canonical JSON form");
+  m.def("normalize_nhwc", &NormalizeNHWC, py::arg("images"), py::arg("mean"), py::arg("std"),
+        "uint8 NHWC -> float32 NCHW (x/255 - mean)/std, as a worker's float32 output");
 }

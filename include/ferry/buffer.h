@@ -34,8 +34,10 @@ class BufferAllocator {
 // streaming allocates nothing.
 std::shared_ptr<BufferAllocator> DefaultBufferAllocator();
 
-// Buffers from user functions, e.g. cudaHostAlloc / cudaFreeHost. `alloc` must return
-// 64-byte-aligned memory or nullptr; `free` gets the pointer and size back.
+// Buffers from user functions, e.g. cudaHostAlloc / cudaFreeHost, recycled as the
+// default ones are (a few kept per size class). `alloc` gets a capacity (a power of
+// two >= the frame) and must return 64-byte-aligned memory or nullptr; `free` gets
+// the pointer and that capacity back, possibly after the allocator is gone.
 std::shared_ptr<BufferAllocator> FunctionBufferAllocator(std::function<void*(size_t)> alloc,
                                                          std::function<void(void*, size_t)> free);
 

@@ -2,7 +2,10 @@
 #include "ferry/buffer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -13,10 +16,16 @@ namespace ferry {
 
 namespace {
 
-class HeapBuffer : public InBuffer {
+using AllocFn = std::function<void*(size_t)>;
+using FreeFn = std::function<void(void*, size_t)>;
+
+class PooledBuffer : public InBuffer {
  public:
-  HeapBuffer(void* p, size_t n, size_t cap) : p_(p), n_(n), cap_(cap) {}
-  ~HeapBuffer() override;
+  PooledBuffer(void* p, size_t n, size_t cap, std::shared_ptr<const FreeFn> free)
+      : p_(p), n_(n), cap_(cap), free_(std::move(free)) {}
+  ~PooledBuffer() override {
+    if (p_ != nullptr) (*free_)(p_, cap_);
+  }
   uint8_t* data() override { return static_cast<uint8_t*>(p_); }
   size_t size() const override { return n_; }
   size_t capacity() const { return cap_; }
@@ -29,40 +38,50 @@ class HeapBuffer : public InBuffer {
  private:
   void* p_;
   size_t n_, cap_;
+  std::shared_ptr<const FreeFn> free_;  // a buffer may outlive its allocator
 };
 
-HeapBuffer::~HeapBuffer() { std::free(p_); }
-
-// Recycles a few buffers by size class so that steady streaming allocates nothing.
-class DefaultAllocator : public BufferAllocator, public std::enable_shared_from_this<DefaultAllocator> {
+// Recycles a few buffers by size class (powers of two from 4 KiB) so that steady
+// streaming allocates nothing: with plain heap memory, and with a user's (pinned
+// memory costs milliseconds to allocate, and must not be had per frame).
+class RecyclingAllocator : public BufferAllocator, public std::enable_shared_from_this<RecyclingAllocator> {
  public:
+  RecyclingAllocator(AllocFn alloc, FreeFn free)
+      : alloc_(std::move(alloc)), free_(std::make_shared<const FreeFn>(std::move(free))) {}
+
   std::shared_ptr<InBuffer> Allocate(size_t bytes) override {
     const size_t cap = RoundUp(std::max<size_t>(bytes, 64));
     void* p = nullptr;
     {
       MutexLock lock(&mu_);
-      for (size_t i = 0; i < free_.size(); ++i) {
-        if (free_[i].second == cap) {
-          p = free_[i].first;
-          free_.erase(free_.begin() + long(i));
+      for (size_t i = 0; i < free_list_.size(); ++i) {
+        if (free_list_[i].second == cap) {
+          p = free_list_[i].first;
+          free_list_.erase(free_list_.begin() + long(i));
           break;
         }
       }
     }
-    if (p == nullptr) p = std::aligned_alloc(64, cap);
-    if (p == nullptr) return nullptr;
-    std::weak_ptr<DefaultAllocator> weak = weak_from_this();
-    auto* raw = new HeapBuffer(p, bytes, cap);
+    if (p == nullptr) {
+      p = alloc_(cap);
+      if (p == nullptr) return nullptr;
+      if ((reinterpret_cast<uintptr_t>(p) & 63) != 0) {  // a user allocator's misaligned memory
+        (*free_)(p, cap);
+        return nullptr;
+      }
+    }
+    std::weak_ptr<RecyclingAllocator> weak = weak_from_this();
+    auto* raw = new PooledBuffer(p, bytes, cap, free_);
     return std::shared_ptr<InBuffer>(raw, [weak](InBuffer* b) {
-      auto* hb = static_cast<HeapBuffer*>(b);
-      if (auto self = weak.lock()) self->Recycle(hb->release(), hb->capacity());
-      delete hb;
+      auto* pb = static_cast<PooledBuffer*>(b);
+      if (auto self = weak.lock()) self->Recycle(pb->release(), pb->capacity());
+      delete pb;
     });
   }
 
-  ~DefaultAllocator() override {
+  ~RecyclingAllocator() override {
     MutexLock lock(&mu_);
-    for (auto& f : free_) std::free(f.first);
+    for (auto& f : free_list_) (*free_)(f.first, f.second);
   }
 
  private:
@@ -73,54 +92,28 @@ class DefaultAllocator : public BufferAllocator, public std::enable_shared_from_
   }
   void Recycle(void* p, size_t cap) {
     MutexLock lock(&mu_);
-    if (free_.size() < 16) {
-      free_.push_back({p, cap});
+    if (free_list_.size() < 16) {
+      free_list_.push_back({p, cap});
     } else {
-      std::free(p);
+      (*free_)(p, cap);
     }
   }
+  const AllocFn alloc_;
+  const std::shared_ptr<const FreeFn> free_;
   Mutex mu_;
-  std::vector<std::pair<void*, size_t>> free_ GUARDED_BY(mu_);
-};
-
-class UserBuffer : public InBuffer {
- public:
-  UserBuffer(void* p, size_t n, std::function<void(void*, size_t)> free) : p_(p), n_(n), free_(std::move(free)) {}
-  ~UserBuffer() override { free_(p_, n_); }
-  uint8_t* data() override { return static_cast<uint8_t*>(p_); }
-  size_t size() const override { return n_; }
-
- private:
-  void* p_;
-  size_t n_;
-  std::function<void(void*, size_t)> free_;
-};
-
-class FunctionAllocator : public BufferAllocator {
- public:
-  FunctionAllocator(std::function<void*(size_t)> a, std::function<void(void*, size_t)> f)
-      : alloc_(std::move(a)), free_(std::move(f)) {}
-  std::shared_ptr<InBuffer> Allocate(size_t bytes) override {
-    void* p = alloc_(bytes);
-    if (p == nullptr || (reinterpret_cast<uintptr_t>(p) & 63) != 0) {
-      if (p) free_(p, bytes);
-      return nullptr;
-    }
-    return std::make_shared<UserBuffer>(p, bytes, free_);
-  }
-
- private:
-  std::function<void*(size_t)> alloc_;
-  std::function<void(void*, size_t)> free_;
+  std::vector<std::pair<void*, size_t>> free_list_ GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::shared_ptr<BufferAllocator> DefaultBufferAllocator() { return std::make_shared<DefaultAllocator>(); }
+std::shared_ptr<BufferAllocator> DefaultBufferAllocator() {
+  return std::make_shared<RecyclingAllocator>([](size_t cap) { return std::aligned_alloc(64, cap); },
+                                              [](void* p, size_t) { std::free(p); });
+}
 
 std::shared_ptr<BufferAllocator> FunctionBufferAllocator(std::function<void*(size_t)> alloc,
                                                          std::function<void(void*, size_t)> free) {
-  return std::make_shared<FunctionAllocator>(std::move(alloc), std::move(free));
+  return std::make_shared<RecyclingAllocator>(std::move(alloc), std::move(free));
 }
 
 }  // namespace ferry

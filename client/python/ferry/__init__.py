@@ -11,7 +11,8 @@ ferry-dispatcher job).
 
 Tensors are views of Ferry's batch buffers (no copy): images float32 NCHW for the
 normalizing presets, uint8 NHWC when the spec says so; labels int64. A tensor keeps its
-buffer alive for as long as it lives.
+buffer alive for as long as it lives. From remote workers a normalizing pipeline travels
+as uint8 and is normalized here (device="cuda": on the GPU).
 
 `state_dict()` / `load_state_dict()` give exact resume: a run interrupted and resumed
 yields the same batches, bit for bit, as one that was not (local mode, and
@@ -95,12 +96,22 @@ class Loader(torch.utils.data.IterableDataset):
       is the same whatever the number of workers.
     consumer_id: a dispatcher job shared by independent consumers (not ranks): each
       takes whichever batches come first, with no promise of equal counts.
+    device: where the images go: None or "cpu" (host tensors), or "cuda[:n]": batches
+      are received into pinned memory (cudaHostAlloc, through the CUDA runtime torch
+      loaded) and copied to the GPU asynchronously from there.
+    trainer_normalize: a pipeline that normalizes to float32 NCHW has remote workers
+      send uint8 NHWC (a quarter of the bytes) and normalizes on the trainer: on the
+      GPU with device="cuda", else on the CPU by the code a worker runs (the same
+      values, bit for bit). None (default): when remote or on CUDA; True/False forces.
+
+    Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
+    `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
     """
 
     def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
-                 world_size=None):
+                 world_size=None, device=None, trainer_normalize=None):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
         if dispatcher and workers:
@@ -132,6 +143,12 @@ class Loader(torch.utils.data.IterableDataset):
             warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
             self.pin_memory = False
         self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        self.device = torch.device(device) if device is not None else None
+        if self.device is not None and self.device.type not in ("cpu", "cuda"):
+            raise ValueError("device must be cpu or cuda, not %s" % self.device)
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device=%s, but CUDA is not available" % self.device)
+        self._setup_wire(trainer_normalize)
         if self.consumer_id:
             if self.mode != "dispatcher":
                 raise ValueError("consumer_id names a consumer of a shared dispatcher job")
@@ -175,6 +192,82 @@ class Loader(torch.utils.data.IterableDataset):
         """Whether this loader is a rank (of world_size >= 1), not a shared job's consumer."""
         return not self.consumer_id
 
+    # -- uint8 on the wire, float32 made on the trainer ----------------------------------
+
+    def _setup_wire(self, trainer_normalize):
+        """A pipeline that normalizes to float32 NCHW sends uint8 NHWC from remote workers
+        (a quarter of the bytes) and normalizes here: on the GPU with a CUDA device, else
+        on the CPU by the same code a worker runs (equal to the worker's float32, bit for
+        bit). trainer_normalize: None = when remote or on CUDA; True/False to force."""
+        spec = json.loads(_ferry.pipeline_json(self.pipeline))
+        self._wire_pipeline = self.pipeline
+        self._post = None
+        normalizing = spec["output"] == {"dtype": "float32", "layout": "NCHW"}
+        cuda = self.device is not None and self.device.type == "cuda"
+        if trainer_normalize is None:
+            trainer_normalize = normalizing and (self.mode != "local" or cuda)
+        if not trainer_normalize:
+            return
+        if not normalizing:
+            raise ValueError("trainer_normalize=True, but the pipeline outputs uint8 (nothing to normalize)")
+        norm = [op for op in spec["ops"] if op["op"] == "normalize"]
+        channels = 1 if spec.get("decode") == "gray" else 3
+        mean = norm[0]["mean"][:channels] if norm else [0.0] * channels
+        std = norm[0]["std"][:channels] if norm else [1.0] * channels
+        wire = dict(spec, ops=[op for op in spec["ops"] if op["op"] != "normalize"],
+                    output={"dtype": "uint8", "layout": "NHWC"})
+        self._wire_pipeline = json.dumps(wire, sort_keys=True)
+        self._post = (mean, std)
+        self._post_device = {}  # device -> (scale, bias) tensors of shape [1, C, 1, 1]
+
+    def _normalize(self, images):
+        """uint8 NHWC (numpy) -> float32 NCHW torch tensor, on self.device."""
+        mean, std = self._post
+        if self.device is None or self.device.type == "cpu":
+            return torch.from_numpy(_ferry.normalize_nhwc(images, mean, std))
+        x = self._to_cuda(torch.from_numpy(images))
+        if self.device not in self._post_device:
+            # The worker's arithmetic: x * (1 / (255 std)) + (-mean / std), in float32.
+            m = torch.tensor(mean, dtype=torch.float32)
+            sd = torch.tensor(std, dtype=torch.float32)
+            scale = (1.0 / (255.0 * sd)).view(1, -1, 1, 1).to(self.device)
+            bias = (-m / sd).view(1, -1, 1, 1).to(self.device)
+            self._post_device[self.device] = (scale, bias)
+        scale, bias = self._post_device[self.device]
+        return torch.addcmul(bias, x.permute(0, 3, 1, 2).float(), scale).contiguous()
+
+    def _to_cuda(self, host):
+        """A host tensor (a view of a receive buffer; pinned when the client allocated
+        it with cudaHostAlloc) copied to the device asynchronously; the host tensor is
+        kept until the copy is done, so its buffer is not recycled under the copy."""
+        out = host.to(self.device, non_blocking=host.is_pinned())
+        event = torch.cuda.Event()
+        event.record()
+        self._inflight = [(h, e) for h, e in getattr(self, "_inflight", []) if not e.query()] + [(host, event)]
+        return out
+
+    def _host_alloc(self):
+        """(cudaHostAlloc, cudaFreeHost) addresses from the CUDA runtime torch loaded,
+        for pinned receive buffers; None when there is no CUDA device to copy to."""
+        if self.device is None or self.device.type != "cuda":
+            return None
+        import ctypes
+        import glob
+        torch.cuda.init()
+        names = ["libcudart.so", "libcudart.so.12", "libcudart.so.11.0"]
+        here = os.path.dirname(torch.__file__)
+        names += sorted(glob.glob(os.path.join(here, "lib", "libcudart*.so*")))
+        names += sorted(glob.glob(os.path.join(os.path.dirname(here), "nvidia", "cuda_runtime", "lib", "libcudart*")))
+        for name in names:
+            try:
+                lib = ctypes.CDLL(name)
+                return (ctypes.cast(lib.cudaHostAlloc, ctypes.c_void_p).value,
+                        ctypes.cast(lib.cudaFreeHost, ctypes.c_void_p).value)
+            except (OSError, AttributeError):
+                continue
+        warnings.warn("no CUDA runtime library found: batches are copied to the GPU from unpinned memory")
+        return None
+
     # -- the C++ iterator, created lazily (after load_state_dict, at the right place) --
 
     def _last_batch(self):
@@ -183,7 +276,7 @@ class Loader(torch.utils.data.IterableDataset):
         return "pad" if self.world_size > 1 else "keep"
 
     def _job_options(self):
-        o = {"data": self.data, "pipeline": self.pipeline, "batch_size": self.batch_size, "seed": self.seed,
+        o = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": self.batch_size, "seed": self.seed,
              "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
              "deterministic": self.deterministic}
         if self.ranked:
@@ -209,12 +302,12 @@ class Loader(torch.utils.data.IterableDataset):
             epochs = self._epoch + 1 if self._taken else (0 if self.epochs is None else self.epochs)
             o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
                      job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
-                     consumer_id=self.consumer_id, resume_state=self._resume_state)
+                     consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc())
             self._it = _ferry.connect(o)
         else:
             # Point to point, the streams start at the epoch to read.
             o.update(epochs=remaining, first_epoch=self._epoch, workers=self.workers, credits=self.prefetch,
-                     token_file=self.token_file)
+                     token_file=self.token_file, host_alloc=self._host_alloc())
             self._it = _ferry.connect(o)
         return self._it
 
@@ -244,9 +337,16 @@ class Loader(torch.utils.data.IterableDataset):
         return self._epoch_batches()
 
     def _to_torch(self, b):
-        images = torch.from_numpy(b["images"])
         labels = torch.from_numpy(b["labels"])
-        if self.pin_memory:
+        if self._post is not None:
+            images = self._normalize(b["images"])
+        else:
+            images = torch.from_numpy(b["images"])
+            if self.device is not None and self.device.type == "cuda":
+                images = self._to_cuda(images)
+        if self.device is not None and self.device.type == "cuda":
+            labels = labels.to(self.device)
+        elif self.pin_memory:
             images, labels = images.pin_memory(), labels.pin_memory()
         return images, labels
 
@@ -417,7 +517,7 @@ class Loader(torch.utils.data.IterableDataset):
         taken = [tuple(t) for t in job["taken"]]  # the old world's own remainder of this epoch
         n = int(job["num_samples"])
         if mid_epoch:
-            old_job = {"data": self.data, "pipeline": self.pipeline, "batch_size": int(old["batch_size"]),
+            old_job = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": int(old["batch_size"]),
                        "seed": self.seed, "shuffle": self.shuffle, "last_batch": old["last_batch"],
                        "batches_per_split": int(job["batches_per_split"]), "world_size": int(old["world_size"]),
                        "num_samples": n, "taken": taken}

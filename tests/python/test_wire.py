@@ -1,0 +1,97 @@
+"""The trainer side of the wire: a normalizing pipeline crosses the wire as uint8 NHWC
+(a quarter of float32's bytes) and is normalized on the trainer, equal to what a worker's
+float32 output is; device= puts batches on a GPU (tested when one is present); batches
+export DLPack."""
+import numpy as np
+import pytest
+import torch
+
+from test_binding import LocalCluster
+
+TRAIN = {"decode": "rgb", "ops": [{"op": "random_resized_crop", "size": 48}, {"op": "hflip", "p": 0.5},
+                                  {"op": "color_jitter", "brightness": 0.3, "contrast": 0.3, "saturation": 0.2},
+                                  {"op": "normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}],
+         "output": {"dtype": "float32", "layout": "NCHW"}}
+
+
+@pytest.fixture(scope="module")
+def cluster(ferry_local):
+    c = LocalCluster(ferry_local, workers=2)
+    yield c
+    c.close()
+
+
+def by_index(loader):
+    """{sample index: (image, label)} over one epoch, and the receive buffer sizes."""
+    out, frame_bytes = {}, []
+    for x, y in loader:
+        info = loader.last_batch_info()
+        frame_bytes.append(info["buffer"][1])
+        for row, i in enumerate(info["indices"].tolist()):
+            out[i] = (x[row].clone(), int(y[row]))
+    return out, frame_bytes
+
+
+def test_uint8_crosses_the_wire_and_the_trainer_normalizes(ferry, small_tree, cluster):
+    local = ferry.Loader(data=small_tree, pipeline=TRAIN, batch_size=10, seed=3, threads=2)
+    want, _ = by_index(local)
+
+    def remote(job, **kw):
+        return ferry.Loader(data=small_tree, pipeline=TRAIN, batch_size=10, seed=3, dispatcher=cluster.dispatcher,
+                            job_name=job, **kw)
+    got, wire_bytes = by_index(remote("wire-u8"))
+    assert sorted(got) == sorted(want) == list(range(120))
+    for i in want:
+        x, y = got[i]
+        assert x.dtype == torch.float32 and x.shape == (3, 48, 48)
+        # The same code and arithmetic as the worker's float32: bit-equal.
+        assert torch.equal(x, want[i][0]) and y == want[i][1], "sample %d" % i
+    # Forced float32 on the wire: the same values, four times the image bytes.
+    f32, f32_bytes = by_index(remote("wire-f32", trainer_normalize=False))
+    assert all(torch.equal(f32[i][0], want[i][0]) for i in want)
+    image_bytes = 10 * 48 * 48 * 3
+    assert min(wire_bytes) >= image_bytes and max(wire_bytes) < 2 * image_bytes
+    assert min(f32_bytes) >= 4 * image_bytes
+
+
+def test_trainer_normalize_in_process_and_its_refusals(ferry, small_tree):
+    worker_side = ferry.Loader(data=small_tree, pipeline="imagenet-eval", batch_size=8, shuffle=False, threads=1)
+    trainer_side = ferry.Loader(data=small_tree, pipeline="imagenet-eval", batch_size=8, shuffle=False, threads=1,
+                                device="cpu", trainer_normalize=True)
+    for (a, ya), (b, yb) in zip(worker_side, trainer_side):
+        assert torch.equal(a, b) and torch.equal(ya, yb)
+    u8 = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 32}]}
+    with pytest.raises(ValueError, match="nothing to normalize"):
+        ferry.Loader(data=small_tree, pipeline=u8, trainer_normalize=True)
+    with pytest.raises(ValueError, match="device"):
+        ferry.Loader(data=small_tree, pipeline=u8, device="meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            ferry.Loader(data=small_tree, pipeline=u8, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (CI has none)")
+def test_cuda_device_equals_the_cpu_result(ferry, small_tree, cluster):
+    def remote(job, device):
+        return ferry.Loader(data=small_tree, pipeline=TRAIN, batch_size=10, seed=3, dispatcher=cluster.dispatcher,
+                            job_name=job, device=device)
+    cpu, _ = by_index(remote("cuda-ref", None))
+    gpu, _ = by_index(remote("cuda", "cuda"))
+    for i in cpu:
+        assert gpu[i][0].is_cuda
+        assert torch.allclose(gpu[i][0].cpu(), cpu[i][0], atol=1e-5)
+
+
+def test_batches_export_dlpack(ferry, small_tree):
+    u8 = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 32}]}
+    loader = ferry.Loader(data=small_tree, pipeline=u8, batch_size=8, threads=1)
+    x, y = next(iter(loader))
+    assert hasattr(x, "__dlpack__") and x.__dlpack_device__() == (1, 0)  # kDLCPU
+    a = np.from_dlpack(x)  # zero copy: the receive buffer itself
+    assert a.shape == (8, 32, 32, 3) and a.dtype == np.uint8
+    assert a.ctypes.data == x.data_ptr()
+    lo, size = loader.last_batch_info()["buffer"]
+    assert lo <= a.ctypes.data < lo + size
+    assert np.array_equal(np.from_dlpack(y), y.numpy())
+    back = torch.from_dlpack(x.__dlpack__())
+    assert back.data_ptr() == x.data_ptr()
