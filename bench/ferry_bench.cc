@@ -9,9 +9,10 @@
 //       a bare full-size tjDecompress2 loop over the same files (one thread)
 //       last line: decode img/s=<x> img_per_cpu_s=<y>
 //   ferry-bench list --data DIR      prints `index<TAB>label<TAB>path` per sample
-//   ferry-bench transport [--seconds S] [--batch-bytes N]
-//       raw loopback TCP against a ferry-worker serving ready-made batches
-//       last line: transport ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s>
+//   ferry-bench transport [--seconds S] [--batch-bytes N] [--workers K] [--pin]
+//       K raw loopback TCP streams into one thread against K ferry-workers serving
+//       ready-made batches to one client (fan-in)
+//       last line: transport workers=<K> pinned=<0|1> ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s> ...
 //   ferry-bench consume (--workers HOST:PORT[,...] | --dispatcher HOST:PORT --job NAME)
 //       --data DIR [--pipeline P] [--epochs E] [--batch-size B] [--last-batch keep|drop|pad]
 //       [--dump-indices FILE] [--token-file F] [--stop-after K --save-state F] [--resume F]
@@ -258,6 +259,9 @@ int main(int argc, char** argv) {
   transport->add_option("--seconds", t.seconds, "timed window of each measurement")->check(CLI::PositiveNumber);
   transport->add_option("--batch-bytes", t.batch_bytes, "bytes per batch")->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 31));
   transport->add_option("--credits", t.credits, "client credits (prefetch depth)")->check(CLI::PositiveNumber);
+  transport->add_option("--workers", t.workers, "workers (and raw TCP streams) feeding the one client")
+      ->check(CLI::Range(1, 64));
+  transport->add_flag("--pin", t.pin, "receiver on one CPU, every sender on another (as between hosts)");
   transport->add_option("--worker-bin", t.worker_bin, "the ferry-worker executable");
 
   ferry::tools::ConsumeArgs c;

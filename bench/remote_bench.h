@@ -13,6 +13,8 @@ struct TransportArgs {
   double seconds = 5;
   uint64_t batch_bytes = 16ull << 20;
   int credits = 4;
+  int workers = 1;         // ferry-worker processes (and raw TCP streams) into one client
+  bool pin = false;        // receiver on one CPU, senders on another (see remote_bench.cc)
   std::string worker_bin;  // ferry-worker; default: next to ferry-bench
 };
 int RunTransport(const TransportArgs& a, const char* argv0);

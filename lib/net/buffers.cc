@@ -54,7 +54,8 @@ class RecyclingAllocator : public BufferAllocator, public std::enable_shared_fro
     void* p = nullptr;
     {
       MutexLock lock(&mu_);
-      for (size_t i = 0; i < free_list_.size(); ++i) {
+      // The most recently freed first: its lines are likeliest still in cache.
+      for (size_t i = free_list_.size(); i-- > 0;) {
         if (free_list_[i].second == cap) {
           p = free_list_[i].first;
           free_list_.erase(free_list_.begin() + long(i));
