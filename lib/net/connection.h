@@ -22,6 +22,7 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -156,12 +157,33 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
                      });
   }
 
+  // A frame body arriving slower than it is read (a worker decoding as it sends)
+  // would wake the reader for every few segments; SO_RCVLOWAT makes the kernel report
+  // the socket readable only once a good piece of the rest is there (never more than
+  // the rest, or the frame's end would never be reported). Fewer wake-ups of a
+  // trainer's thread for the same bytes.
+  struct AllOfItInPieces {
+    tcp::socket* socket;
+    size_t length;
+    size_t operator()(const boost::system::error_code& ec, size_t done) const {
+      if (ec || done >= length) return 0;
+      const size_t rest = length - done;
+      boost::system::error_code ignored;
+      socket->set_option(asio::socket_base::receive_low_watermark(int(std::min<size_t>(rest, kLowWatermark))),
+                         ignored);
+      return size_t(1) << 30;
+    }
+  };
+  static constexpr size_t kLowWatermark = 1 << 20;
+
   void ReadBody(FrameHeader h) {
     std::shared_ptr<InBuffer> body = buffers_->Allocate(size_t(h.length));
     if (!body) return Fail(Status::ResourceExhausted("cannot allocate a receive buffer of " + std::to_string(h.length) + " bytes"));
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)), AllOfIt(),
+    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)), AllOfItInPieces{&socket_, size_t(h.length)},
                      [self, h, body](const boost::system::error_code& ec, size_t) {
+                       boost::system::error_code ignored;
+                       if (!ec) self->socket_.set_option(asio::socket_base::receive_low_watermark(1), ignored);
                        if (ec) return self->Fail(self->FromError(ec));
                        if (self->handler_ && !self->lingering_)
                          self->handler_(Status::OK(), InFrame{h, body});
