@@ -45,6 +45,11 @@ struct Lease {
 struct RegisterWorker {
   workerId @0 :Text;
   address @1 :Text;             # where clients reach its data plane
+  # A trainer's own cores joining its job (hybrid): this worker leases only splits of
+  # job `servesJob` for consumer `servesConsumer`, and only that consumer is told of
+  # it. Empty: a worker for every job and consumer.
+  servesJob @2 :Text;
+  servesConsumer @3 :Text;
 }
 
 struct RegisterWorkerOk {
@@ -81,7 +86,11 @@ struct JobInfo {
   job @0 :NamedJob;             # with the listing's numSamples and fingerprint
 }
 
-struct GetWorkers {}
+struct GetWorkers {
+  # Who asks (empty: anyone): workers that serve only another consumer are left out.
+  job @0 :Text;
+  consumerId @1 :Text;
+}
 
 struct WorkerList {
   addresses @0 :List(Text);

@@ -161,8 +161,10 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kGetOrCreateJob:
         return OnGetOrCreateJob(f);
       case MessageType::kGetWorkers:
-        if (Status st = wire::DecodeGetWorkers(f); !st.ok()) return Refuse(st);
-        return svc_->Reply(conn_, wire::EncodeWorkerList(d.Workers()));
+        return Answer(Call(wire::DecodeGetWorkersMsg(f), [&](const auto& m) -> Result<std::vector<std::string>> {
+                        return d.Workers(m.job, m.consumer_id);
+                      }),
+                      wire::EncodeWorkerList);
       case MessageType::kAckSplits:
         return Answer(Call(wire::DecodeAckSplits(f), [&](const auto& m) { return d.AckSplits(m); }),
                       wire::EncodeJobStatus);

@@ -60,6 +60,8 @@ class WorkerService::Impl {
       l.advertise = host + ":" + std::to_string(hp->second);
     }
     l.worker_id = opts_.worker_id.empty() ? l.advertise + "/" + net::RandomHex(4) : opts_.worker_id;
+    l.serves_job = opts_.serves_job;
+    l.serves_consumer = opts_.serves_consumer;
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
     link_ = std::make_unique<DispatcherLink>(std::move(l));
     link_->Start();
@@ -555,6 +557,10 @@ void WorkerService::Impl::DrainStreams() {
 }
 
 Result<std::unique_ptr<WorkerService>> WorkerService::Start(const WorkerOptions& options) {
+  if (options.serves_job.empty() != options.serves_consumer.empty())
+    return Status::InvalidArgument("serves_job and serves_consumer go together");
+  if (!options.serves_job.empty() && options.dispatcher.empty())
+    return Status::InvalidArgument("a worker that serves one consumer (hybrid) needs a dispatcher");
   auto impl = std::make_unique<Impl>(options);
   FERRY_RETURN_IF_ERROR(impl->Bind());
   impl->Run();

@@ -38,6 +38,10 @@ struct WorkerOptions {
   std::string dispatcher;
   std::string advertise;           // the address clients are told; default: the bound one
   std::string worker_id;           // default: advertise + a random suffix
+  // Hybrid (dispatcher mode): a trainer's own worker, which leases only the splits of
+  // job `serves_job` for consumer `serves_consumer`, and which only that consumer is
+  // told of. Both or neither.
+  std::string serves_job, serves_consumer;
   int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
 };
 

@@ -23,6 +23,8 @@
 #include "ferry/loader.h"
 #include "ferry/pipeline_spec.h"
 #include "image/ops.h"
+#include "net/auth.h"
+#include "server/worker_service.h"
 
 namespace py = pybind11;
 
@@ -344,6 +346,38 @@ py::tuple ListDataset(const std::string& data) {
   return py::make_tuple(paths, labels, ds->classes());
 }
 
+// Hybrid: a worker in this process, on `threads` of the trainer's own cores, that
+// joins a dispatcher job and leases only one consumer's splits (see WorkerOptions).
+class PyLocalWorker {
+ public:
+  explicit PyLocalWorker(const py::dict& d) {
+    Options in(d);
+    WorkerOptions o;
+    std::string token_file;
+    in.Get("dispatcher", &o.dispatcher);
+    in.Get("job_name", &o.serves_job);
+    in.Get("consumer_id", &o.serves_consumer);
+    in.Get("threads", &o.threads);
+    in.Get("token_file", &token_file);
+    in.Get("listen", &o.listen);
+    in.CheckAllUsed();
+    if (o.threads <= 0) throw py::value_error("local_threads must be > 0");
+    py::gil_scoped_release release;
+    o.token = Check(net::LoadToken(token_file));
+    o.id = "ferry-local-worker";
+    service_ = Check(WorkerService::Start(o));
+  }
+  std::string Address() const { return service_ ? service_->address() : ""; }
+  int64_t BatchesSent() const { return service_ ? service_->stats().batches_sent : 0; }
+  void Close() {
+    py::gil_scoped_release release;
+    service_.reset();
+  }
+
+ private:
+  std::unique_ptr<WorkerService> service_;
+};
+
 // A pipeline (preset name, JSON, or .json file) in its canonical JSON form.
 std::string PipelineJson(const std::string& pipeline) { return Check(PipelineSpec::Parse(pipeline)).ToJson(); }
 
@@ -398,6 +432,11 @@ PYBIND11_MODULE(_ferry, m) {
   m.def("batches_per_rank", &BatchesPerRank, py::arg("num_samples"), py::arg("batch_size"), py::arg("world_size"),
         py::arg("last_batch"));
   m.def("list_dataset", &ListDataset, py::arg("data"));
+  py::class_<PyLocalWorker>(m, "LocalWorker")
+      .def(py::init<const py::dict&>(), py::arg("options"))
+      .def("address", &PyLocalWorker::Address)
+      .def("batches_sent", &PyLocalWorker::BatchesSent)
+      .def("close", &PyLocalWorker::Close);
   m.def("pipeline_json", &PipelineJson, py::arg("pipeline"), "a pipeline in its canonical JSON form");
   m.def("normalize_nhwc", &NormalizeNHWC, py::arg("images"), py::arg("mean"), py::arg("std"),
         "uint8 NHWC -> float32 NCHW (x/255 - mean)/std, as a worker's float32 output");

@@ -129,7 +129,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
     }
   }
   if (std::chrono::steady_clock::now() >= *next_workers) {
-    FERRY_ASSIGN_OR_RETURN(wire::InFrame r, channel_.Call(wire::EncodeGetWorkers()));
+    FERRY_ASSIGN_OR_RETURN(wire::InFrame r, channel_.Call(wire::EncodeGetWorkers({job.name, config_.consumer_id})));
     FERRY_ASSIGN_OR_RETURN(std::vector<std::string> workers, wire::DecodeWorkerList(r));
     host_->OnWorkers(workers);
     *next_workers = std::chrono::steady_clock::now() +

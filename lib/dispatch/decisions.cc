@@ -10,8 +10,11 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   auto wt = state.workers().find(worker);
   if (wt == state.workers().end() || wt->second.draining) return out;
   const auto held = state.LeasesOf(worker);
+  const WorkerState& self = wt->second;
   for (const auto& [name, j] : state.jobs()) {
     if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
+    // A trainer's own worker (hybrid) leases only its trainer's splits of its job.
+    if (self.ServesOnly() && (self.serves_job != name || !j.HasConsumer(self.serves_consumer))) continue;
     // The worker's leases of this job, in (epoch, split) order. A candidate split is
     // leased while fewer than max_outstanding leases come before it: leases of later
     // splits do not count against an earlier one. Were they to, a split returned by a
@@ -50,7 +53,9 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         for (SplitStatus st : et->second.status) pending += st == SplitStatus::kPending ? 1 : 0;
       }
       int64_t live = 0;
-      for (const auto& [id, w] : state.workers()) live += w.draining ? 0 : 1;
+      for (const auto& [id, w] : state.workers()) {
+        live += !w.draining && (!w.ServesOnly() || w.serves_job == name) ? 1 : 0;  // those that may take them
+      }
       const int64_t share = (pending + std::max<int64_t>(1, live) - 1) / std::max<int64_t>(1, live);
       budget = int(std::min<int64_t>(budget, std::max<int64_t>(1, share)));
     }
@@ -75,6 +80,8 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           // A ranked job's split belongs to its rank, and waits until that rank joins.
           consumer = RankConsumer(j.spec.SplitRank(s));
           if (!j.HasConsumer(consumer)) continue;
+        } else if (consumer.empty() && self.ServesOnly() && j.spec.ordering != Ordering::kDeterministic) {
+          consumer = self.serves_consumer;  // a shared job's free split: for its trainer
         } else if (consumer.empty()) {
           if (j.spec.ordering == Ordering::kDeterministic) {
             consumer = j.consumers[size_t(s) % j.consumers.size()];
@@ -84,6 +91,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
                        })->first;
           }
         }
+        if (self.ServesOnly() && consumer != self.serves_consumer) continue;  // another trainer's
         ++in_flight[consumer];
         lease.splits.push_back({{epoch, s}, consumer});
         ++leased;

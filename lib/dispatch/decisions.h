@@ -25,7 +25,9 @@ struct LeasePolicy {
 // looking at most one epoch ahead of the first open one. A split already assigned to
 // a consumer keeps it; a new one goes to its rank in a ranked job (once that rank has
 // joined), to consumers[split % m] under deterministic ordering, else to the consumer
-// with the fewest splits in flight.
+// with the fewest splits in flight. A worker that serves only one consumer of one job
+// (a trainer's own cores, "hybrid") leases only splits that are, or become, that
+// consumer's.
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
                                       const LeasePolicy& policy);
 

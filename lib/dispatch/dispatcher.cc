@@ -62,9 +62,17 @@ Dispatcher::Stats Dispatcher::stats() const {
 
 Result<uint32_t> Dispatcher::RegisterWorker(const wire::RegisterWorkerMsg& m, int64_t now_ms) {
   auto it = state_.workers().find(m.worker_id);
-  if (it == state_.workers().end() || it->second.address != m.address) {
-    if (it == state_.workers().end()) Log("worker %s registered at %s", m.worker_id.c_str(), m.address.c_str());
-    FERRY_RETURN_IF_ERROR(Commit(dispatch::RegisterWorker{m.worker_id, m.address}));
+  if (it == state_.workers().end() || it->second.address != m.address || it->second.serves_job != m.serves_job ||
+      it->second.serves_consumer != m.serves_consumer) {
+    if (it == state_.workers().end()) {
+      if (m.serves_job.empty())
+        Log("worker %s registered at %s", m.worker_id.c_str(), m.address.c_str());
+      else
+        Log("worker %s registered at %s, serving only %s of job %s", m.worker_id.c_str(), m.address.c_str(),
+            m.serves_consumer.c_str(), m.serves_job.c_str());
+    }
+    FERRY_RETURN_IF_ERROR(
+        Commit(dispatch::RegisterWorker{m.worker_id, m.address, m.serves_job, m.serves_consumer}));
   }
   last_seen_ms_[m.worker_id] = now_ms;
   return uint32_t(config_.heartbeat_interval_ms);
@@ -130,10 +138,14 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   return reply;
 }
 
-std::vector<std::string> Dispatcher::Workers() const {
+std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::string& consumer) const {
   std::vector<std::string> addresses;
   for (const auto& [id, w] : state_.workers()) {
-    if (!w.draining) addresses.push_back(w.address);
+    if (w.draining) continue;
+    // A trainer's own worker (hybrid) is for its trainer: no one else can reach it, or
+    // would get anything from it.
+    if (w.ServesOnly() && (w.serves_job != job || w.serves_consumer != consumer)) continue;
+    addresses.push_back(w.address);
   }
   return addresses;
 }

@@ -86,8 +86,9 @@ class Dispatcher {
   Result<wire::JobStatusMsg> AckSplits(const wire::AckSplitsMsg& m);
   Result<wire::JobStatusMsg> RestoreConsumer(const wire::RestoreConsumerMsg& m);
   Result<wire::JobStatusMsg> GetJobStatus(const wire::GetJobStatusMsg& m) const;
-  // Addresses of the workers that serve (not draining).
-  std::vector<std::string> Workers() const;
+  // Addresses of the workers that serve (not draining), as consumer `consumer` of
+  // `job` sees them: a worker that serves only another consumer (hybrid) is left out.
+  std::vector<std::string> Workers(const std::string& job = "", const std::string& consumer = "") const;
   // A client cannot reach the worker at `address`: see "liveness". Returns Workers().
   std::vector<std::string> ReportWorker(const std::string& address, int64_t now_ms);
 

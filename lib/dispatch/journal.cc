@@ -90,7 +90,7 @@ uint32_t Crc32(const std::string& data) {
 // everywhere): such a journal is refused with a clear error rather than misread.
 enum Tag : uint64_t {
   kCreateJobV1 = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress, kRestoreConsumer, kCreateJob,
+  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker,
 };
 
 constexpr uint64_t kMaxListed = 1 << 24;
@@ -192,9 +192,15 @@ std::string EncodeUpdate(const Update& u) {
           w.Str(x.job);
           w.Str(x.consumer);
         } else if constexpr (std::is_same_v<T, RegisterWorker>) {
-          w.U64(kRegisterWorker);
+          // A worker for everyone keeps the old record (journals stay readable by
+          // either version); a hybrid one has its own.
+          w.U64(x.serves_job.empty() ? kRegisterWorker : kRegisterServingWorker);
           w.Str(x.worker);
           w.Str(x.address);
+          if (!x.serves_job.empty()) {
+            w.Str(x.serves_job);
+            w.Str(x.serves_consumer);
+          }
         } else if constexpr (std::is_same_v<T, RemoveWorker>) {
           w.U64(kRemoveWorker);
           w.Str(x.worker);
@@ -272,6 +278,12 @@ Result<Update> DecodeUpdate(const std::string& bytes) {
     case kRegisterWorker: {
       RegisterWorker x;
       if (!r.Str(&x.worker) || !r.Str(&x.address)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kRegisterServingWorker: {
+      RegisterWorker x;
+      if (!r.Str(&x.worker) || !r.Str(&x.address) || !r.Str(&x.serves_job) || !r.Str(&x.serves_consumer)) return bad();
       u = std::move(x);
       break;
     }

@@ -214,8 +214,12 @@ Status DispatcherState::Apply(const Update& u) {
           if (!it->second.HasConsumer(x.consumer)) it->second.consumers.push_back(x.consumer);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RegisterWorker>) {
+          if (x.serves_job.empty() != x.serves_consumer.empty())
+            return Status::InvalidArgument("a worker serves a job's consumer, or everyone");
           WorkerState& w = workers_[x.worker];
           w.address = x.address;
+          w.serves_job = x.serves_job;
+          w.serves_consumer = x.serves_consumer;
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RemoveWorker>) {
           if (workers_.erase(x.worker) == 0) return Status::NotFound("no worker " + x.worker);
@@ -295,7 +299,7 @@ bool DispatcherState::EpochComplete(const std::string& job, uint64_t epoch) cons
 std::vector<Update> DispatcherState::Snapshot() const {
   std::vector<Update> out;
   for (const auto& [id, w] : workers_) {
-    out.push_back(RegisterWorker{id, w.address});
+    out.push_back(RegisterWorker{id, w.address, w.serves_job, w.serves_consumer});
     if (w.draining) out.push_back(DrainWorker{id});
   }
   for (const auto& [name, j] : jobs_) {

@@ -58,7 +58,13 @@ struct LeasedSplit {
 // --- Updates: the only way the state changes (and what the journal records). ------
 struct CreateJob { std::string name; JobSpec spec; };
 struct AddConsumer { std::string job; std::string consumer; };
-struct RegisterWorker { std::string worker; std::string address; };
+// serves_job/serves_consumer (both or neither): a trainer's own cores (hybrid) that
+// lease only that consumer's splits of that job.
+struct RegisterWorker {
+  std::string worker;
+  std::string address;
+  std::string serves_job = {}, serves_consumer = {};
+};
 struct RemoveWorker { std::string worker; };            // dead or gone: its leases return
 struct DrainWorker { std::string worker; };             // takes no new leases
 struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSplit> splits; };
@@ -108,6 +114,8 @@ struct JobState {
 struct WorkerState {
   std::string address;
   bool draining = false;
+  std::string serves_job, serves_consumer;  // hybrid: only this consumer of this job
+  bool ServesOnly() const { return !serves_job.empty(); }
 };
 
 class DispatcherState {

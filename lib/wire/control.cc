@@ -33,6 +33,8 @@ OutFrame EncodeRegisterWorker(const RegisterWorkerMsg& m) {
     auto r = b.initRoot<ctl::RegisterWorker>();
     r.setWorkerId(m.worker_id);
     r.setAddress(m.address);
+    r.setServesJob(m.serves_job);
+    r.setServesConsumer(m.serves_consumer);
   });
 }
 
@@ -86,8 +88,12 @@ OutFrame EncodeJobInfo(const NamedJob& job) {
                [&](capnp::MessageBuilder& b) { PutNamedJob(b.initRoot<ctl::JobInfo>().initJob(), job); });
 }
 
-OutFrame EncodeGetWorkers() {
-  return Build(MessageType::kGetWorkers, [&](capnp::MessageBuilder& b) { b.initRoot<ctl::GetWorkers>(); });
+OutFrame EncodeGetWorkers(const GetWorkersMsg& m) {
+  return Build(MessageType::kGetWorkers, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::GetWorkers>();
+    r.setJob(m.job);
+    r.setConsumerId(m.consumer_id);
+  });
 }
 
 OutFrame EncodeWorkerList(const std::vector<std::string>& addresses) {
@@ -134,7 +140,12 @@ Result<RegisterWorkerMsg> DecodeRegisterWorker(const InFrame& f) {
   return Decode<ctl::RegisterWorker>(f, MessageType::kRegisterWorker,
                                      [](ctl::RegisterWorker::Reader r) -> Result<RegisterWorkerMsg> {
                                        if (r.getWorkerId().size() == 0) return Status::InvalidArgument("RegisterWorker: empty id");
-                                       return RegisterWorkerMsg{Str(r.getWorkerId()), Str(r.getAddress())};
+                                       RegisterWorkerMsg m{Str(r.getWorkerId()), Str(r.getAddress()),
+                                                           Str(r.getServesJob()), Str(r.getServesConsumer())};
+                                       if (m.serves_job.empty() != m.serves_consumer.empty())
+                                         return Status::InvalidArgument(
+                                             "RegisterWorker: servesJob and servesConsumer go together");
+                                       return m;
                                      });
 }
 
@@ -183,9 +194,12 @@ Result<NamedJob> DecodeJobInfo(const InFrame& f) {
                               [](ctl::JobInfo::Reader r) -> Result<NamedJob> { return GetNamedJob(r.getJob()); });
 }
 
-Status DecodeGetWorkers(const InFrame& f) {
-  return Decode<ctl::GetWorkers>(f, MessageType::kGetWorkers, [](ctl::GetWorkers::Reader) -> Result<bool> { return true; })
-      .status();
+Status DecodeGetWorkers(const InFrame& f) { return DecodeGetWorkersMsg(f).status(); }
+
+Result<GetWorkersMsg> DecodeGetWorkersMsg(const InFrame& f) {
+  return Decode<ctl::GetWorkers>(f, MessageType::kGetWorkers, [](ctl::GetWorkers::Reader r) -> Result<GetWorkersMsg> {
+    return GetWorkersMsg{Str(r.getJob()), Str(r.getConsumerId())};
+  });
 }
 
 Result<std::vector<std::string>> DecodeWorkerList(const InFrame& f) {

@@ -36,6 +36,12 @@ struct LeaseMsg {
 struct RegisterWorkerMsg {
   std::string worker_id;
   std::string address;  // where clients reach its data plane
+  // Hybrid: serves only this consumer of this job (both empty: everyone).
+  std::string serves_job = {}, serves_consumer = {};
+};
+
+struct GetWorkersMsg {
+  std::string job, consumer_id;  // who asks; empty: anyone
 };
 
 struct HeartbeatMsg {
@@ -92,7 +98,7 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m);
 OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m);
 OutFrame EncodeGetOrCreateJob(const GetOrCreateJobMsg& m);
 OutFrame EncodeJobInfo(const NamedJob& job);
-OutFrame EncodeGetWorkers();
+OutFrame EncodeGetWorkers(const GetWorkersMsg& m = {});
 OutFrame EncodeWorkerList(const std::vector<std::string>& addresses);
 OutFrame EncodeAckSplits(const AckSplitsMsg& m);
 OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m);
@@ -107,6 +113,7 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f);
 Result<GetOrCreateJobMsg> DecodeGetOrCreateJob(const InFrame& f);
 Result<NamedJob> DecodeJobInfo(const InFrame& f);
 Status DecodeGetWorkers(const InFrame& f);
+Result<GetWorkersMsg> DecodeGetWorkersMsg(const InFrame& f);
 Result<std::vector<std::string>> DecodeWorkerList(const InFrame& f);
 Result<AckSplitsMsg> DecodeAckSplits(const InFrame& f);
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f);

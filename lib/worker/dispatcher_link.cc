@@ -144,7 +144,7 @@ void DispatcherLink::Run() {
       registered = registered_;
     }
     if (!registered) {
-      auto r = ch.Call(wire::EncodeRegisterWorker({o_.worker_id, o_.advertise}));
+      auto r = ch.Call(wire::EncodeRegisterWorker({o_.worker_id, o_.advertise, o_.serves_job, o_.serves_consumer}));
       auto interval = r.ok() ? wire::DecodeRegisterWorkerOk(*r) : Result<uint32_t>(r.status());
       if (!interval.ok()) {
         if (backoff.failures() % 20 == 0)

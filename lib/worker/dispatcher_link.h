@@ -41,6 +41,8 @@ struct LinkOptions {
   std::string token;
   std::string worker_id;
   std::string advertise;   // where clients reach this worker's data plane
+  // Hybrid: a trainer's own worker, leasing only this consumer's splits of this job.
+  std::string serves_job, serves_consumer;
   std::function<Result<std::shared_ptr<const Dataset>>(const std::string&)> open_dataset;
 };
 

@@ -83,6 +83,52 @@ TEST(DecisionsTest, ARankedJobsSplitsGoToTheirRanksOnceJoined) {
   }
 }
 
+// Hybrid: a trainer's own worker leases only its trainer's splits (of a ranked job,
+// its rank's; of a shared job, free splits become its trainer's), never another
+// job's, and only its trainer is told of it.
+TEST(DecisionsTest, AWorkerServingOneConsumerLeasesOnlyItsSplits) {
+  DispatcherState s;
+  CreateJob ranked = Create("job", 120, 10, 1, 1);  // 3 ranks: 4 splits each
+  ranked.spec.num_consumers = 3;
+  MustApply(s, ranked);
+  MustApply(s, Create("other", 100, 10, 1, 1));
+  for (const char* c : {"rank-0", "rank-1", "rank-2"}) MustApply(s, AddConsumer{"job", c});
+  MustApply(s, AddConsumer{"other", "c1"});
+  MustApply(s, RegisterWorker{"local1", "127.0.0.1:9", "job", "rank-1"});
+  auto l = DecideLeases(s, "local1", LeasePolicy{8});
+  ASSERT_EQ(l.size(), 1u) << "nothing of the other job";
+  EXPECT_EQ(l[0].job, "job");
+  ASSERT_EQ(l[0].splits.size(), 4u) << "all of rank 1's splits, and nothing else";
+  for (const auto& x : l[0].splits) {
+    EXPECT_EQ(x.ref.split % 3, 1);
+    EXPECT_EQ(x.consumer, "rank-1");
+  }
+  // A shared job: free splits go to the worker's own consumer.
+  MustApply(s, Create("shared", 100, 10, 1, 1));
+  MustApply(s, AddConsumer{"shared", "a"});
+  MustApply(s, AddConsumer{"shared", "b"});
+  MustApply(s, RegisterWorker{"local2", "127.0.0.1:8", "shared", "b"});
+  MustApply(s, RegisterWorker{"w", "10.0.0.1:7000"});
+  auto general = DecideLeases(s, "w", LeasePolicy{2});
+  for (const auto& lease : general) MustApply(s, lease);
+  auto mine = DecideLeases(s, "local2", LeasePolicy{4});
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].splits.size(), 4u);
+  for (const auto& x : mine[0].splits) EXPECT_EQ(x.consumer, "b");
+  // A split already another consumer's is left alone.
+  for (const auto& lease : general) {
+    for (const auto& x : lease.splits) {
+      if (lease.job != "shared") continue;
+      for (const auto& m : mine[0].splits) EXPECT_FALSE(m.ref == x.ref);
+    }
+  }
+  // Serving a consumer that has not joined: nothing.
+  MustApply(s, RegisterWorker{"local3", "127.0.0.1:7", "shared", "c"});
+  EXPECT_TRUE(DecideLeases(s, "local3", LeasePolicy{4}).empty());
+  // A worker serves a job's consumer, or everyone: not half of it.
+  EXPECT_FALSE(s.Apply(RegisterWorker{"bad", "x", "shared", ""}).ok());
+}
+
 // A survivor whose lease-ahead is full of the next epoch's splits (held back by its
 // consumers until this epoch is done) still takes this epoch's splits a dead worker
 // returned: otherwise neither would ever be done.

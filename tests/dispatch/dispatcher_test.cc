@@ -212,6 +212,22 @@ TEST_F(DispatcherTest, AReportedWorkerGoesOnlyIfItAlsoMissedAHeartbeat) {
   EXPECT_EQ(d->state().LeasesOf("w1").size(), 0u);
 }
 
+// Hybrid: a trainer's own worker is listed only to its trainer, and survives a restart
+// (the journal keeps whom it serves).
+TEST_F(DispatcherTest, AWorkerServingOneConsumerIsListedOnlyToIt) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"local", "127.0.0.1:9", "job", "c1"}, 0).ok());
+  EXPECT_EQ(d->Workers("job", "c1"), (std::vector<std::string>{"127.0.0.1:9", "a:1"}));
+  EXPECT_EQ(d->Workers("job", "c2"), std::vector<std::string>{"a:1"});
+  EXPECT_EQ(d->Workers(), std::vector<std::string>{"a:1"});
+  ASSERT_TRUE(d->Sync().ok());
+  d.reset();
+  d = Open();
+  EXPECT_EQ(d->Workers("job", "c1"), (std::vector<std::string>{"127.0.0.1:9", "a:1"}));
+  EXPECT_EQ(d->Workers("other", "c1"), std::vector<std::string>{"a:1"});
+}
+
 TEST_F(DispatcherTest, DrainingTakesNoLeasesAndLeavingReturnsTheRest) {
   auto d = Open();
   ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());

@@ -53,7 +53,8 @@ DispatcherState RandomWalk(Journal* journal, DispatcherState s, int steps, uint6
 
 std::string Describe(const DispatcherState& s) {
   std::string out;
-  for (const auto& [id, w] : s.workers()) out += "W " + id + " " + w.address + (w.draining ? " d" : "") + "\n";
+  for (const auto& [id, w] : s.workers())
+    out += "W " + id + " " + w.address + (w.draining ? " d" : "") + " " + w.serves_job + " " + w.serves_consumer + "\n";
   for (const auto& [name, j] : s.jobs()) {
     out += "J " + name + " " + std::to_string(j.first_open) + "\n";
     for (const auto& c : j.consumers) out += " C " + c + "\n";
@@ -129,6 +130,7 @@ TEST(JournalFileTest, TornTailIsDroppedCorruptMiddleIsAnError) {
 
 TEST(UpdateCodecTest, RoundTripAndGarbage) {
   const std::vector<Update> all = {Create(), AddConsumer{"j", "c"}, RegisterWorker{"w", "h:1"},
+                                   RegisterWorker{"w", "h:1", "j", "rank-3"},
                                    RemoveWorker{"w"}, DrainWorker{"w"}, LeaseSplits{"j", "w", {{{3, 4}, "c"}}},
                                    AckSplits{"j", "c", {{1, 2}, {1, 3}}}, RemoveJob{"j"}, JobProgress{"j", 5},
                                    RestoreConsumer{"j", "c", 3, {{3, 1}, {4, 0}}}};

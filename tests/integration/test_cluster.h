@@ -23,7 +23,7 @@ namespace ferry::testing {
 struct TestClusterOptions {
   int workers = 2;
   int threads_per_worker = 1;
-  std::string token;
+  std::string token = {};
   // Fast liveness: a stopped worker's splits move on within about half a second.
   int heartbeat_interval_ms = 50;
   int heartbeat_timeout_ms = 500;

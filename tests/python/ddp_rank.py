@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--state-dir", default="")
     ap.add_argument("--progress", default="")
+    ap.add_argument("--local-threads", type=int, default=0, help="hybrid: this rank's own worker threads")
     ap.add_argument("--report", required=True)
     a = ap.parse_args()
 
@@ -50,7 +51,8 @@ def main():
     torch.manual_seed(0)
     loader = ferry.Loader(data=a.data, pipeline=PIPELINE, batch_size=a.batch_size, epochs=a.epochs,
                           drop_last=not a.pad, dispatcher=a.dispatcher, job_name=a.job,
-                          deterministic=a.deterministic, batches_per_split=2, threads=1)
+                          deterministic=a.deterministic, batches_per_split=2, threads=1,
+                          local_threads=a.local_threads)
     assert (loader.rank, loader.world_size) == (rank, world), "rank and world size come from torch.distributed"
     if a.resume:
         states = [torch.load(f) for f in sorted(glob.glob(os.path.join(a.state_dir, "rank-*.pt")))]
@@ -88,6 +90,7 @@ def main():
     loader.close()
     dist.barrier()
     report["stats"] = loader.stats()
+    report["local_batches"] = loader.local_batches()
     with open(a.report, "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()

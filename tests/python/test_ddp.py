@@ -220,3 +220,42 @@ def test_the_example_script_switched_with_one_line(ferry, one_per_class, daemons
     reports = Ranks(ferry, 2, ["--data", one_per_class, "--batch-size", str(batch), "--size", "16", "--epochs", "1",
                                "--workers", "1"], tmp_path, "torch", script=str(script)).wait()
     assert [r["epochs"]["0"]["steps"] for r in reports] == [n // 2 // batch] * 2
+
+
+def test_hybrid_ranks_join_with_their_own_cores(ferry, ddp_tree, ferry_local, tmp_path):
+    """Each rank's own cores (local_threads=1) join the job as a worker serving only that
+    rank, beside one remote worker: equal steps, each epoch once, and every rank's own
+    worker served part of its batches (and only its: another rank's split left on it
+    would never arrive, and the run would hang)."""
+    from conftest import Daemons
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "daemons", workers=1)
+    try:
+        ranks = Ranks(ferry, 2, args(ddp_tree, d, "ddp-hybrid", "--local-threads", "1"), tmp_path, "hybrid")
+        reports = ranks.wait()
+    finally:
+        d.close()
+    check(reports, [0, 1], True, world=2)
+    per_rank = N // (2 * BATCH) * 2  # batches per rank over both epochs
+    for r in reports:
+        assert 0 < r["local_batches"] <= per_rank, "rank %d: %d of its batches from its own worker" % (
+            r["rank"], r["local_batches"])
+
+
+def test_hybrid_alone_reads_the_whole_job(ferry, ddp_tree, ferry_local, tmp_path):
+    """With no remote worker at all, the trainer's own worker serves the whole job."""
+    from conftest import Daemons
+    from ddp_rank import PIPELINE
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "daemons", workers=0)
+    try:
+        loader = ferry.Loader(data=ddp_tree, pipeline=PIPELINE, batch_size=BATCH, dispatcher=d.dispatcher,
+                              job_name="alone", local_threads=1, rank=0, world_size=1)
+        seen = []
+        for _ in loader:
+            seen += loader.last_batch_info()["indices"].tolist()
+        assert sorted(seen) == list(range(N))
+        assert loader.local_batches() == len(loader) == N // BATCH
+        loader.close()
+        with pytest.raises(ValueError, match="dispatcher"):
+            ferry.Loader(data=ddp_tree, pipeline=PIPELINE, local_threads=1)
+    finally:
+        d.close()

@@ -96,6 +96,9 @@ class Loader(torch.utils.data.IterableDataset):
       is the same whatever the number of workers.
     consumer_id: a dispatcher job shared by independent consumers (not ranks): each
       takes whichever batches come first, with no promise of equal counts.
+    local_threads: hybrid (dispatcher mode): this many of the trainer's own cores join
+      the job as a worker that serves only this loader, leasing splits like any other
+      worker (exactly once and equal steps hold as before).
     device: where the images go: None or "cpu" (host tensors), or "cuda[:n]": batches
       are received into pinned memory (cudaHostAlloc, through the CUDA runtime torch
       loaded) and copied to the GPU asynchronously from there.
@@ -111,7 +114,7 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
-                 world_size=None, device=None, trainer_normalize=None):
+                 world_size=None, device=None, trainer_normalize=None, local_threads=0):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
         if dispatcher and workers:
@@ -143,6 +146,13 @@ class Loader(torch.utils.data.IterableDataset):
             warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
             self.pin_memory = False
         self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        self.local_threads = int(local_threads or 0)
+        if self.local_threads < 0:
+            raise ValueError("local_threads must be >= 0")
+        if self.local_threads and self.mode != "dispatcher":
+            raise ValueError("local_threads joins a dispatcher job (hybrid): give dispatcher= and job_name=")
+        self._local = None  # the in-process worker (hybrid), and the job it serves
+        self._local_job = None
         self.device = torch.device(device) if device is not None else None
         if self.device is not None and self.device.type not in ("cpu", "cuda"):
             raise ValueError("device must be cpu or cuda, not %s" % self.device)
@@ -300,6 +310,7 @@ class Loader(torch.utils.data.IterableDataset):
             # The job counts the run's epochs (from its first; a saved state says where
             # it stands); a remainder job is the one epoch it finishes.
             epochs = self._epoch + 1 if self._taken else (0 if self.epochs is None else self.epochs)
+            self._start_local_worker()
             o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
                      job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
                      consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc())
@@ -310,6 +321,33 @@ class Loader(torch.utils.data.IterableDataset):
                      token_file=self.token_file, host_alloc=self._host_alloc())
             self._it = _ferry.connect(o)
         return self._it
+
+    def _consumer(self):
+        """This loader's consumer id at the dispatcher."""
+        return self.consumer_id if self.consumer_id else "rank-%d" % self.rank
+
+    def _start_local_worker(self):
+        """Hybrid: `local_threads` of this process's cores join the job being read as a
+        worker that serves only this loader, leasing splits like any other (one per job
+        segment: an elastic remainder, then the rest of the run)."""
+        if not self.local_threads or self._local_job == self._segment_name:
+            return
+        self._stop_local_worker()
+        self._local = _ferry.LocalWorker({"dispatcher": self.dispatcher, "job_name": self._segment_name,
+                                          "consumer_id": self._consumer(), "threads": self.local_threads,
+                                          "token_file": self.token_file})
+        self._local_job = self._segment_name
+
+    def _stop_local_worker(self):
+        if self._local is not None:
+            self._local_sent = getattr(self, "_local_sent", 0) + self._local.batches_sent()
+            self._local.close()
+            self._local = None
+            self._local_job = None
+
+    def local_batches(self):
+        """Hybrid: batches this process's own worker has served (all segments)."""
+        return getattr(self, "_local_sent", 0) + (self._local.batches_sent() if self._local is not None else 0)
 
     def close(self):
         """Stops the pipeline (or the streams) now; a later iteration starts it again,
@@ -322,6 +360,7 @@ class Loader(torch.utils.data.IterableDataset):
                     pass  # the dispatcher is gone: a reopen starts from the last state known
             self._it.close()
             self._it = None
+        self._stop_local_worker()
 
     def __del__(self):
         try:
