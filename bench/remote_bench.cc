@@ -36,6 +36,35 @@ std::string SiblingBinary(const char* argv0, const std::string& rel) {
   return (slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/" + rel;
 }
 
+// A timed window after a warm-up: Count() at the end of each whole unit received says
+// whether it counts (the warm-up's do not; the first after it starts the clocks).
+class Window {
+ public:
+  Window(double warmup_s, double seconds) : warm_end_(WallSeconds() + warmup_s), seconds_(seconds) {}
+  bool Count() {
+    const double now = WallSeconds();
+    if (!timing_) {
+      if (now >= warm_end_) {
+        timing_ = true;
+        t0_ = now;
+        c0_ = ProcessCpuSeconds();
+      }
+      return false;
+    }
+    over_ = now - t0_ >= seconds_;
+    return true;
+  }
+  bool over() const { return over_; }
+  bool timing() const { return timing_; }
+  double wall() const { return WallSeconds() - t0_; }
+  double cpu() const { return ProcessCpuSeconds() - c0_; }
+
+ private:
+  const double warm_end_, seconds_;
+  double t0_ = 0, c0_ = 0;
+  bool timing_ = false, over_ = false;
+};
+
 // Pinning (--pin): the receiving process on one CPU, every sender on another. On
 // loopback, a sender and a receiver that share a core copy through that core's
 // caches, a speed-up no network between hosts gives; pinned, both sides pay what they
@@ -111,10 +140,9 @@ double RawTcpGBps(uint64_t bytes, double seconds, int streams, int sender_cpu, d
     bufs.emplace_back(bytes);
   }
   // Warm up briefly, then count whole chunks.
-  const double warm_end = WallSeconds() + 0.5;
+  Window window(0.5, seconds);
   uint64_t total = 0;
-  double t0 = 0, c0 = 0;
-  bool timing = false, done = false;
+  bool done = false;
   while (!done) {
     if (poll(fds.data(), fds.size(), 1000) <= 0) break;
     for (size_t k = 0; k < fds.size() && !done; ++k) {
@@ -125,28 +153,20 @@ double RawTcpGBps(uint64_t bytes, double seconds, int streams, int sender_cpu, d
       offs[k] += size_t(r);
       if (offs[k] < bytes) continue;
       offs[k] = 0;
-      const double now = WallSeconds();
-      if (!timing) {
-        if (now >= warm_end) {
-          timing = true;
-          t0 = now;
-          c0 = ProcessCpuSeconds();
-        }
-        continue;
-      }
+      if (!window.Count()) continue;
       total += bytes;
-      if (now - t0 >= seconds) done = true;
+      done = window.over();
     }
   }
-  const double wall = WallSeconds() - t0;
-  *cpu_per_gb = total > 0 ? (ProcessCpuSeconds() - c0) / (double(total) / 1e9) : 0;
+  const double wall = window.wall();
+  *cpu_per_gb = total > 0 ? window.cpu() / (double(total) / 1e9) : 0;
   for (const pollfd& p : fds) close(p.fd);
   close(lfd);
   for (pid_t c : children) {
     kill(c, SIGKILL);
     waitpid(c, nullptr, 0);
   }
-  return timing && wall > 0 ? double(total) / wall / 1e9 : 0;
+  return window.timing() && wall > 0 ? double(total) / wall / 1e9 : 0;
 }
 
 // A ferry-worker process listening on loopback; its address, or "" on failure.
@@ -231,9 +251,7 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
     std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  const double warm_end = WallSeconds() + 0.5;
-  double t0 = 0, c0 = 0;
-  bool timing = false;
+  Window window(0.5, a.seconds);
   uint64_t total = 0;
   for (;;) {
     Result<Batch> b = (*client)->Next();
@@ -241,19 +259,11 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
       std::fprintf(stderr, "error: %s\n", b.status().ToString().c_str());
       return 1;
     }
-    const double now = WallSeconds();
-    if (!timing) {
-      if (now >= warm_end) {
-        timing = true;
-        t0 = now;
-        c0 = ProcessCpuSeconds();
-      }
-      continue;
-    }
+    if (!window.Count()) continue;
     total += b->images.num_bytes() + b->labels.num_bytes() + b->indices.num_bytes();
-    if (now - t0 >= a.seconds) break;
+    if (window.over()) break;
   }
-  const double wall = WallSeconds() - t0, cpu = ProcessCpuSeconds() - c0;
+  const double wall = window.wall(), cpu = window.cpu();
   client->reset();
   for (auto& p : procs) StopWorker(p);
   sched_setaffinity(0, sizeof before, &before);
