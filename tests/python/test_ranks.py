@@ -12,8 +12,7 @@ U8 = {"decode": "rgb", "ops": [{"op": "random_resized_crop", "size": 32}],
 N = 120  # samples in small_tree
 
 
-
-def run_ranks(rank, world, errors):
+def on_threads(rank, world, errors):
     """Runs rank(r) for every rank on threads of its own; errors the ranks appended fail."""
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
     for t in threads:
@@ -21,6 +20,7 @@ def run_ranks(rank, world, errors):
     for t in threads:
         t.join(timeout=120)
     assert not errors, errors
+
 
 def run_ranks(make, world, epochs):
     """Runs `world` loaders (make(rank)) in threads; per rank and epoch: (steps, valid indices, padding rows)."""
@@ -45,7 +45,7 @@ def run_ranks(make, world, epochs):
         except Exception as e:  # reported by the main thread
             errors.append((r, e))
 
-    run_ranks(rank, world, errors)
+    on_threads(rank, world, errors)
     assert all(o is not None for o in out), "a rank did not finish"
     return out
 
@@ -160,7 +160,7 @@ def run_then_stop(make, world, steps):
         except Exception as e:
             errors.append((r, e))
 
-    run_ranks(rank, world, errors)
+    on_threads(rank, world, errors)
     return states, seen
 
 
