@@ -18,7 +18,8 @@ batch, measured first: a trainer whose input costs about as much as its step, th
 offloading is for (far less, and there is nothing to gain; far more, and one worker
 core cannot keep up). Prints the median step time of each way, the ratios
 offloaded / no loading (the trainer's whole cost of remote input) and in-process /
-offloaded, and the bytes on the wire per sample.
+offloaded (each the median of the rounds' own ratios), and the bytes on the wire per
+sample.
 
   /usr/bin/python3 bench/offload_bench.py --data data/sample --build build
 """
@@ -87,8 +88,8 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--build", default="build", help="the CMake build holding python/ and server/ferry-worker")
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=20, help="timed steps per way per round")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per way per round")
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--work-ratio", type=float, default=1.05, help="step work / one core's time to load a batch")
     ap.add_argument("--json", default="", help="also write the figures here")
     a = ap.parse_args()
@@ -112,11 +113,13 @@ def main():
     it = forever(calib)
     for _ in range(3):
         next(it)
-    t0 = time.perf_counter()
-    n = 20
-    for _ in range(n):
-        next(it)
-    load_s = (time.perf_counter() - t0) / n
+    windows = []
+    for _ in range(5):  # the median of five windows: a shared machine's speed drifts
+        t0 = time.perf_counter()
+        for _ in range(6):
+            next(it)
+        windows.append((time.perf_counter() - t0) / 6)
+    load_s = statistics.median(windows)
     it.close()
     calib.close()
     work.units = max(1, round(a.work_ratio * load_s / unit_s))
@@ -155,8 +158,10 @@ def main():
     worker.wait()
 
     med = {k: statistics.median(v) for k, v in got.items()}
-    offloaded_ratio = med["offloaded"] / med["no_loading"]
-    inproc_ratio = med["in_process"] / med["offloaded"]
+    # Ratios within each round (its three ways run back to back), then their median:
+    # the machine's speed drifts between rounds more than within one.
+    offloaded_ratio = statistics.median(o / n for o, n in zip(got["offloaded"], got["no_loading"]))
+    inproc_ratio = statistics.median(i / o for i, o in zip(got["in_process"], got["offloaded"]))
     print("| way to feed the trainer (CPU %d) | step ms (median of %d rounds x %d steps) |" % (trainer_cpu, a.rounds,
                                                                                             a.steps))
     print("|---|---:|")
