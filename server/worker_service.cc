@@ -573,6 +573,9 @@ std::string WorkerService::address() const { return impl_->address_; }
 void WorkerService::Drain() { impl_->Drain(); }
 void WorkerService::WaitDrained() { impl_->WaitDrained(); }
 bool WorkerService::WaitIdle() { return impl_->link_ ? impl_->link_->WaitIdle() : false; }
+void WorkerService::Leave() {
+  if (impl_->link_) impl_->link_->Leave();
+}
 void WorkerService::StopWaiting() {
   if (impl_->link_) impl_->link_->StopWaitingIdle();
 }

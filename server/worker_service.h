@@ -65,6 +65,11 @@ class WorkerService {
   // dispatcher). Join a thread that waits here before destroying the service.
   bool WaitIdle();
   void StopWaiting();
+  // Dispatcher mode, before a hard stop (destruction) with splits still leased: tells
+  // the dispatcher this worker is gone, so that they return to pending now rather than
+  // at its heartbeat timeout. No new leases come after. (A trainer's own worker, closed
+  // with its trainer mid-epoch, cannot drain: the consumer it waits for is leaving.)
+  void Leave();
 
   struct Stats {
     int64_t connections = 0, streams = 0, batches_sent = 0, bad_frames = 0, auth_failures = 0;

@@ -371,6 +371,7 @@ class PyLocalWorker {
   int64_t BatchesSent() const { return service_ ? service_->stats().batches_sent : 0; }
   void Close() {
     py::gil_scoped_release release;
+    if (service_) service_->Leave();  // its splits go back to the job now
     service_.reset();
   }
 

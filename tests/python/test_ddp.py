@@ -255,6 +255,24 @@ def test_hybrid_alone_reads_the_whole_job(ferry, ddp_tree, ferry_local, tmp_path
         assert sorted(seen) == list(range(N))
         assert loader.local_batches() == len(loader) == N // BATCH
         loader.close()
+        # Stopped mid-epoch: its own worker leaves with leases held (they return to the
+        # job), and a resumed loader, with a new worker of its own, finishes the epoch.
+        first = ferry.Loader(data=ddp_tree, pipeline=PIPELINE, batch_size=BATCH, dispatcher=d.dispatcher,
+                             job_name="alone-resumed", local_threads=1, rank=0, world_size=1)
+        it, part = iter(first), []
+        for _ in range(5):
+            next(it)
+            part += first.last_batch_info()["indices"].tolist()
+        state = first.state_dict()
+        del it
+        first.close()
+        second = ferry.Loader(data=ddp_tree, pipeline=PIPELINE, batch_size=BATCH, dispatcher=d.dispatcher,
+                              job_name="alone-resumed", local_threads=1, rank=0, world_size=1)
+        second.load_state_dict(state)
+        for _ in second:
+            part += second.last_batch_info()["indices"].tolist()
+        assert sorted(part) == list(range(N)), "before + after the restart: each sample once"
+        second.close()
         with pytest.raises(ValueError, match="dispatcher"):
             ferry.Loader(data=ddp_tree, pipeline=PIPELINE, local_threads=1)
     finally:
