@@ -97,6 +97,14 @@ void Ledger::Account(const BatchProvenance& p) {
   }
 }
 
+int64_t Ledger::FirstUnyielded(const SplitId& k) const {
+  int64_t b = 0;
+  if (auto p = partial_.find(k); p != partial_.end()) {
+    while (p->second.count(b)) ++b;
+  }
+  return b;
+}
+
 std::optional<std::pair<SplitId, int64_t>> Ledger::NextInOrder() const {
   for (uint64_t epoch = StatusEpoch();; ++epoch) {
     auto it = my_splits_.find(epoch);
@@ -104,12 +112,7 @@ std::optional<std::pair<SplitId, int64_t>> Ledger::NextInOrder() const {
     for (int64_t s : it->second.first) {
       const SplitId k{epoch, s};
       if (done_.count(k)) continue;
-      int64_t b = 0;
-      auto p = partial_.find(k);
-      if (p != partial_.end()) {
-        while (p->second.count(b)) ++b;
-      }
-      return std::make_pair(k, b);
+      return std::make_pair(k, FirstUnyielded(k));
     }
     if (!it->second.second) return std::nullopt;  // more of my splits may yet be assigned
   }
@@ -120,12 +123,7 @@ std::optional<std::pair<SplitId, int64_t>> Ledger::NextRankedInOrder() const {
   for (int64_t s = rank_; s < job_->SplitsPerEpoch(); s += w) {
     const SplitId k{cursor_, s};
     if (done_.count(k)) continue;
-    int64_t b = 0;
-    auto p = partial_.find(k);
-    if (p != partial_.end()) {
-      while (p->second.count(b)) ++b;
-    }
-    return std::make_pair(k, b);
+    return std::make_pair(k, FirstUnyielded(k));
   }
   return std::nullopt;
 }

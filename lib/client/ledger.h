@@ -151,6 +151,8 @@ class Ledger {
   void Account(const BatchProvenance& p);
   // Deterministic order: the next (split, batch) to yield, as far as known.
   std::optional<std::pair<SplitId, int64_t>> NextInOrder() const;
+  // The first batch of split k this consumer has not yielded.
+  int64_t FirstUnyielded(const SplitId& k) const;
   // Ranked: the next (split, batch) of mine in the cursor's epoch, from the geometry.
   std::optional<std::pair<SplitId, int64_t>> NextRankedInOrder() const;
   // Ranked: moves the cursor past epochs whose share is all yielded.
