@@ -178,6 +178,44 @@ std::string TinyGif() {
   return std::string(reinterpret_cast<const char*>(kGif), sizeof kGif);
 }
 
+std::string TiffWithSize(uint32_t width, uint32_t height, bool little_endian) {
+  std::string t;
+  auto u16 = [&](uint16_t v) {
+    if (little_endian) t += {char(v), char(v >> 8)};
+    else t += {char(v >> 8), char(v)};
+  };
+  auto u32 = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) t += char(little_endian ? v >> (8 * i) : v >> (8 * (3 - i)));
+  };
+  t += little_endian ? "II" : "MM";
+  u16(42);
+  u32(8);
+  const uint16_t kShort = 3, kLong = 4;
+  const struct {
+    uint16_t tag, type;
+    uint32_t value;
+  } entries[] = {{256, kLong, width}, {257, kLong, height}, {258, kShort, 8},  {259, kShort, 1},
+                 {262, kShort, 1},    {273, kLong, 0},      {277, kShort, 1},  {278, kLong, height},
+                 {279, kLong, 16}};
+  const uint32_t strip = 8 + 2 + 12 * uint32_t(std::size(entries)) + 4;
+  u16(uint16_t(std::size(entries)));
+  for (const auto& e : entries) {
+    u16(e.tag);
+    u16(e.type);
+    u32(1);
+    const uint32_t v = e.tag == 273 ? strip : e.value;
+    if (e.type == kShort) {
+      u16(uint16_t(v));
+      u16(0);
+    } else {
+      u32(v);
+    }
+  }
+  u32(0);  // no next IFD
+  t += std::string(16, '\x7f');
+  return t;
+}
+
 std::string JpegSoiThenNoise(size_t n, uint64_t seed) {
   SampleRng rng(seed, 0, 0, 9);
   std::string s = "\xFF\xD8\xFF";

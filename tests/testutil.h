@@ -56,6 +56,9 @@ std::string WithPngSize(std::string png, uint32_t width, uint32_t height);
 std::string WithExifOrientation(const std::string& jpeg, int orientation, bool little_endian = false);
 // A valid 1x1 GIF89a.
 std::string TinyGif();
+// A minimal grayscale TIFF whose first IFD claims `width` x `height` (LONGs) and whose
+// one strip holds 16 bytes: a pixel bomb, little-endian ("II") or big-endian ("MM").
+std::string TiffWithSize(uint32_t width, uint32_t height, bool little_endian);
 // A JPEG SOI marker followed by `n` random bytes (no image).
 std::string JpegSoiThenNoise(size_t n, uint64_t seed);
 

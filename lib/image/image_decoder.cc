@@ -108,6 +108,38 @@ Result<ImageSize> PeekImageSize(ImageFormat f, std::string_view d) {
       s.height = int(std::min<long>(vals[1], INT32_MAX));
       return s;
     }
+    case ImageFormat::kTiff: {
+      // The first IFD (the page imdecode reads): ImageWidth (256) and ImageLength
+      // (257), each a SHORT or a LONG. OpenCV allocates from them before it reads a
+      // pixel, so a 16-byte TIFF can ask for gigabytes per decode thread.
+      const bool le = p[0] == 'I';
+      auto u16 = [&](size_t at) { return le ? Le16(p + at) : uint16_t(p[at] << 8 | p[at + 1]); };
+      auto u32 = [&](size_t at) { return le ? Le32(p + at) : Be32(p + at); };
+      if (n < 8) return Truncated(f);
+      const uint32_t ifd = u32(4);
+      if (ifd < 8 || uint64_t(ifd) + 2 > n) return Truncated(f);
+      const uint16_t entries = u16(ifd);
+      uint64_t width = 0, height = 0;
+      for (uint32_t i = 0; i < entries; ++i) {
+        const size_t at = size_t(ifd) + 2 + 12 * size_t(i);
+        if (at + 12 > n) return Truncated(f);
+        const uint16_t tag = u16(at), type = u16(at + 2);
+        if (tag != 256 && tag != 257) continue;
+        const uint64_t v = type == 3 ? u16(at + 8) : type == 4 ? u32(at + 8) : 0;
+        if (v == 0) return Status::DataLoss("corrupt TIFF: image size of type " + std::to_string(type));
+        (tag == 256 ? width : height) = v;
+      }
+      if (width == 0 || height == 0) return Status::DataLoss("corrupt TIFF: no image size in its first IFD");
+      s.width = int(std::min<uint64_t>(width, INT32_MAX));
+      s.height = int(std::min<uint64_t>(height, INT32_MAX));
+      return s;
+    }
+    case ImageFormat::kGif:
+      // The logical screen; no frame may be larger.
+      if (n < 10) return Truncated(f);
+      s.width = Le16(p + 6);
+      s.height = Le16(p + 8);
+      return s;
     default:
       return s;
   }

@@ -72,7 +72,7 @@ TEST(SniffFormatTest, EachMagic) {
 
 TEST(PeekImageSizeTest, EncodedFiles) {
   const cv::Mat img(37, 53, CV_8UC3, cv::Scalar(10, 200, 30));
-  for (const char* ext : {".png", ".bmp", ".ppm"}) {
+  for (const char* ext : {".png", ".bmp", ".ppm", ".tiff"}) {
     std::vector<uint8_t> buf;
     ASSERT_TRUE(cv::imencode(ext, img, buf)) << ext;
     const ImageFormat f = SniffFormat(View(buf));
@@ -88,10 +88,19 @@ TEST(PeekImageSizeTest, EncodedFiles) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->width, 53);
   EXPECT_EQ(s->height, 37);
-  // TIFF's header is not parsed here: {0, 0}, and OpenCV's own limit applies.
-  s = PeekImageSize(ImageFormat::kTiff, std::string("II*\0\x08\0\0\0", 8));
+  // TIFF: the first IFD's ImageWidth and ImageLength, in either byte order.
+  for (bool le : {true, false}) {
+    s = PeekImageSize(ImageFormat::kTiff, testing::TiffWithSize(100000, 70000, le));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->width, 100000);
+    EXPECT_EQ(s->height, 70000);
+  }
+  EXPECT_FALSE(PeekImageSize(ImageFormat::kTiff, std::string("II*\0\x08\0\0\0", 8)).ok()) << "no IFD";
+  EXPECT_FALSE(PeekImageSize(ImageFormat::kTiff, std::string("II*\0\x08\0\0\0\0\0", 10)).ok()) << "no size";
+  // GIF: the logical screen.
+  s = PeekImageSize(ImageFormat::kGif, testing::TinyGif());
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->width, 0);
+  EXPECT_EQ(s->width, 1);
 }
 
 TEST(PeekImageSizeTest, HandMadeHeaders) {

@@ -82,6 +82,8 @@ HostileFolder MakeHostileFolder(const std::string& root) {
   bad("b/bomb.jpg", testing::WithJpegSize(EncodeJpeg(64, 48, 78), 65000, 65000), "too large");
   bad("a/bomb.png", testing::WithPngSize(EncodePng(16, 16, 79), 70000, 70000), "too large");
   bad("b/bomb.ppm", "P6\n100000 100000\n255\n" + std::string(64, '\x7f'), "too large");
+  bad("a/bomb.tif", testing::TiffWithSize(100000, 100000, true), "too large");
+  bad("b/bomb.tiff", testing::TiffWithSize(30000, 30000, false), "too large");  // under OpenCV's own 2^30
   const std::string dangling = root + "/b/dangling.jpg";
   if (::symlink((root + "/b/no_such_target.jpg").c_str(), dangling.c_str()) != 0) std::abort();
   f.bad.push_back({dangling, "dangling", false});
