@@ -31,6 +31,13 @@ int main(int argc, char** argv) {
   app.add_option("--leases-ahead", o.core.lease.max_outstanding, "splits a worker may hold un-acked per job")
       ->check(CLI::Range(1, 1024));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
+  app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds a new connection has to authenticate")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", o.max_connections, "open connections at most; more are closed at once")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-handshaking", o.max_handshaking,
+                 "connections not yet authenticated at most; past it the oldest is closed")
+      ->check(CLI::Range(1, 1 << 20));
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
   auto token = ferry::net::LoadToken(token_file);
   if (!token.ok()) {

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/mutex.h"
 #include "data/job_listing.h"
+#include "net/run_io.h"
 #include "net/connection.h"
 #include "net/handshake.h"
 #include "net/listen.h"
@@ -50,7 +51,7 @@ class DispatcherService::Impl {
   void Run() {
     Accept();
     Tick();
-    io_thread_ = std::thread([this] { io_.run(); });
+    io_thread_ = std::thread([this] { net::RunIo(io_, "dispatcher"); });
   }
 
   ~Impl();
@@ -105,6 +106,8 @@ class DispatcherService::Impl {
   std::set<std::shared_ptr<DispatcherSession>> sessions_;
   std::atomic<int64_t> requests_{0};
   bool stopping_ = false;  // io thread: the service is being destroyed; arm no timer
+  uint64_t next_serial_ = 0;         // io thread only
+  int64_t refused_connections_ = 0;  // io thread only
 
  private:
   void Accept();
@@ -126,17 +129,32 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
  public:
   DispatcherSession(DispatcherService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<net::FrameConnection>(std::move(socket), svc->opts_.limits, svc->buffers_)),
+        conn_(std::make_shared<net::FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_)),
+        serial_(svc->next_serial_++),
         handshake_(svc->opts_.token, svc->opts_.id, "this dispatcher",
-                   {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}) {}
+                   {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}),
+        deadline_(svc->io_) {}
 
   void Start() {
     conn_->Send(handshake_.Challenge());
     auto self = shared_from_this();
     conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
+    deadline_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
+    deadline_.async_wait([self](const boost::system::error_code& ec) {
+      if (!ec && !self->authenticated_ && !self->refused_) {
+        Log("closing %s: no Hello within %.1f s", self->conn_->peer().c_str(), self->svc_->opts_.handshake_timeout_s);
+        self->Close();
+      }
+    });
   }
 
-  void Close() { conn_->Close(); }
+  void Close() {
+    deadline_.cancel();
+    conn_->Close();
+  }
+  // For net::MakeRoom.
+  bool handshaking() const { return !authenticated_ && !conn_->closed(); }
+  uint64_t serial() const { return serial_; }
   const std::set<std::string>& jobs() const { return jobs_; }
 
  private:
@@ -144,9 +162,11 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     if (!s.ok()) {
       if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kResourceExhausted)
         Log("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+      deadline_.cancel();
       svc_->SessionClosed(shared_from_this());
       return;
     }
+    if (refused_) return;
     if (!authenticated_) return OnHello(f);
     ++svc_->requests_;
     dispatch::Dispatcher& d = *svc_->core_;
@@ -204,6 +224,8 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       return Refuse(accepted.status());
     }
     authenticated_ = true;
+    deadline_.cancel();
+    conn_->SetLimits(ReceiveLimits(svc_->opts_.limits));
     conn_->Send(std::move(accepted->reply));
   }
 
@@ -244,7 +266,17 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     });
   }
 
+  // Peers send a dispatcher control messages only: a Batch header is refused before
+  // its body is read.
+  static wire::FrameLimits ReceiveLimits(wire::FrameLimits limits) {
+    limits.max_batch_bytes = 0;
+    return limits;
+  }
+
   void Refuse(const Status& s) {
+    if (refused_) return;
+    refused_ = true;  // frames that arrive after a refusal are not handled
+    deadline_.cancel();
     Log("refusing a request from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
     conn_->Send(wire::EncodeError(s));
     conn_->CloseAfterWrites();
@@ -252,8 +284,11 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
 
   DispatcherService::Impl* svc_;
   std::shared_ptr<net::FrameConnection> conn_;
+  const uint64_t serial_;  // order of acceptance
   net::ServerHandshake handshake_;
+  asio::steady_timer deadline_;  // the handshake's
   bool authenticated_ = false;
+  bool refused_ = false;
   std::set<std::string> jobs_;  // jobs this connection created or joined (in use while it lives)
 };
 
@@ -274,6 +309,11 @@ DispatcherService::Impl::~Impl() {
 
 void DispatcherService::Impl::Accept() {
   net::AcceptLoop(acceptor_, [] { return true; }, [this](tcp::socket socket) {
+    if (!net::MakeRoom(sessions_, {opts_.max_connections, opts_.max_handshaking, 0}, &refused_connections_)) {
+      boost::system::error_code ec;
+      socket.close(ec);
+      return;
+    }
     auto s = std::make_shared<DispatcherSession>(this, std::move(socket));
     sessions_.insert(s);
     s->Start();

@@ -25,7 +25,10 @@ namespace ferry {
 struct DispatcherOptions {
   std::string listen = "127.0.0.1:0";
   std::string token;                 // shared secret; empty = no authentication
-  wire::FrameLimits limits;
+  wire::FrameLimits limits;          // after the handshake (before it: wire::PreAuthLimits)
+  double handshake_timeout_s = 10;   // time allowed for Hello
+  int max_connections = 4096;        // open connections at most; more are closed at accept
+  int max_handshaking = 128;         // connections before Hello; past it the oldest is closed
   std::string id = "ferry-dispatcher";
   dispatch::DispatcherConfig core;   // work dir, heartbeats, leases, idle exit, journal
 };

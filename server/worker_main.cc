@@ -1,5 +1,5 @@
 // ferry-worker: runs the decode pipeline for clients and streams them the batches.
-//   ferry-worker --listen HOST:PORT [--threads N] [--token-file F]
+//   ferry-worker --listen HOST:PORT [--threads N] [--token-file F] [--max-memory SIZE]
 //                [--dispatcher HOST:PORT [--advertise HOST:PORT] [--exit-when-idle]]
 // Prints "listening on HOST:PORT" (the real port) once ready. SIGTERM drains: batches
 // in flight are delivered (with a dispatcher: every split it holds, until acknowledged),
@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
   app.add_option("--buffered-batches", o.buffered_batches, "per stream: batches in memory at most")
       ->check(CLI::Range(2, 64));
+  app.add_option("--max-memory", o.max_memory_bytes,
+                 "batch memory of all streams together, e.g. 8GB or 512MB; a stream past it is refused "
+                 "(default: 3/4 of the container's or machine's memory)")
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds allowed for Hello and OpenStream");
   app.add_option("--drain-timeout", o.drain_timeout_s, "seconds SIGTERM waits for clients to take their batches");
   app.add_option("--id", o.id, "name reported to clients");
@@ -38,6 +42,11 @@ int main(int argc, char** argv) {
   app.add_option("--synthetic-cost-us", o.synthetic_cost_us,
                  "benchmarks: each batch of a synthetic job takes this long, with no decoding")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-connections", o.max_connections, "open connections at most; more are closed at once")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-handshaking", o.max_handshaking,
+                 "connections not yet authenticated at most; past it the oldest is closed")
+      ->check(CLI::Range(1, 1 << 20));
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
 
   if (exit_when_idle && o.dispatcher.empty()) {

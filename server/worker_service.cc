@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/resources.h"
 #include "core/mutex.h"
 #include "data/dataset.h"
+#include "net/run_io.h"
 #include "net/address.h"
 #include "net/auth.h"
 #include "net/connection.h"
@@ -39,7 +41,26 @@ class Session;
 class WorkerService::Impl {
  public:
   explicit Impl(const WorkerOptions& o)
-      : opts_(o), acceptor_(io_), buffers_(DefaultBufferAllocator()), arena_(MakeDecodeArena(o.threads)) {}
+      : opts_(o),
+        acceptor_(io_),
+        buffers_(DefaultBufferAllocator()),
+        arena_(MakeDecodeArena(o.threads)),
+        memory_budget_(o.max_memory_bytes != 0 ? o.max_memory_bytes : MemoryLimitBytes() / 4 * 3) {}
+
+  // A stream's batch memory, taken when it opens and given back when it closes (io
+  // thread only). Refused past the budget: one request must not take the worker down.
+  Status ReserveMemory(uint64_t bytes) {
+    if (bytes > memory_budget_ || memory_reserved_ > memory_budget_ - bytes)
+      return Status::ResourceExhausted(
+          "this stream needs " + std::to_string(bytes >> 20) + " MiB of batch memory (" +
+          std::to_string(std::max(2, opts_.buffered_batches)) + " batches) and this worker has " +
+          std::to_string((memory_budget_ - std::min(memory_budget_, memory_reserved_)) >> 20) + " MiB of its " +
+          std::to_string(memory_budget_ >> 20) +
+          " MiB left (--max-memory): use a smaller batch_size or image size, or more workers");
+    memory_reserved_ += bytes;
+    return Status::OK();
+  }
+  void ReleaseMemory(uint64_t bytes) { memory_reserved_ -= bytes; }
 
   Status Bind() {
     FERRY_ASSIGN_OR_RETURN(address_, net::Listen(acceptor_, opts_.listen));
@@ -71,7 +92,7 @@ class WorkerService::Impl {
     StartLink();
     Accept();
     reaper_ = std::thread([this] { Reap(); });
-    io_thread_ = std::thread([this] { io_.run(); });
+    io_thread_ = std::thread([this] { net::RunIo(io_, "worker"); });
   }
 
   ~Impl() {
@@ -146,6 +167,10 @@ class WorkerService::Impl {
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
   std::atomic<int64_t> open_connections_{0};
+  const uint64_t memory_budget_;
+  uint64_t memory_reserved_ = 0;  // io thread only
+  uint64_t next_serial_ = 0;      // io thread only
+  int64_t refused_connections_ = 0;  // io thread only
 
  private:
   void Accept();
@@ -191,7 +216,8 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(WorkerService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<FrameConnection>(std::move(socket), ReceiveLimits(svc->opts_.limits), svc->buffers_)),
+        conn_(std::make_shared<FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_)),
+        serial_(svc->next_serial_++),
         handshake_(svc->opts_.token, svc->opts_.id, "this worker", {wire::Role::kClient, wire::Role::kTool}),
         timer_(svc->io_) {}
 
@@ -226,6 +252,11 @@ class Session : public std::enable_shared_from_this<Session> {
     conn_->Close();
     Closed();
   }
+
+  // For net::MakeRoom: before its stream opens, a connection counts as handshaking.
+  bool handshaking() const { return state_ == State::kHello || state_ == State::kOpen; }
+  uint64_t serial() const { return serial_; }
+  void Close() { ForceClose(); }
 
  private:
   // Peers send a worker control messages only. A Batch header is refused before its
@@ -279,6 +310,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return BadFrame(accepted.status());
     }
     conn_->Send(std::move(accepted->reply));
+    conn_->SetLimits(ReceiveLimits(svc_->opts_.limits));
     state_ = State::kOpen;
   }
 
@@ -345,9 +377,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void StartProducer(StreamSource source) {
     spec_ = source.job.pipeline;
+    if (Status st = source.job.Validate(); !st.ok()) return Refuse(st);  // a dispatcher's job, too
+    const int buffers = std::max(2, svc_->opts_.buffered_batches);
+    auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(), buffers);
+    if (Status st = Reserve(uint64_t(buffers) * allocator->buffer_bytes()); !st.ok()) return Refuse(st);
     outbox_.SetSource(source.splits, source.last_epoch);
-    auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(),
-                                                            std::max(2, svc_->opts_.buffered_batches));
     std::weak_ptr<Session> weak = weak_from_this();
     asio::io_context* io = &svc_->io_;
     producer_ = std::make_unique<BatchProducer>(
@@ -417,6 +451,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void StartSynthetic() {
     auto source = SyntheticSource::Create(msg_);
     if (!source.ok()) return Refuse(source.status());
+    if (Status st = Reserve((*source)->batch_bytes()); !st.ok())
+      return Refuse(st);
     synthetic_ = std::move(*source);
     outbox_.SetSource(/*splits=*/false, /*last_epoch=*/-1);  // its EndOfEpochs are its own
     state_ = State::kStreaming;
@@ -450,9 +486,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (producer_) svc_->Retire(std::move(producer_));
   }
 
+  Status Reserve(uint64_t bytes) {
+    FERRY_RETURN_IF_ERROR(svc_->ReserveMemory(bytes));
+    reserved_ += bytes;
+    return Status::OK();
+  }
+
   void Closed() {
     if (state_ == State::kClosed) return;
     if (named_) --svc_->named_streams_;
+    svc_->ReleaseMemory(std::exchange(reserved_, 0));
     state_ = State::kClosed;
     timer_.cancel();
     outbox_ = StreamOutbox();  // frees the queued frames' memory now
@@ -462,6 +505,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   WorkerService::Impl* svc_;
   std::shared_ptr<FrameConnection> conn_;
+  const uint64_t serial_;  // order of acceptance
   net::ServerHandshake handshake_;
   asio::steady_timer timer_;
   State state_ = State::kHello;
@@ -474,10 +518,16 @@ class Session : public std::enable_shared_from_this<Session> {
   StreamOutbox outbox_;
   bool producer_done_ = false, draining_ = false;
   Status producer_status_;
+  uint64_t reserved_ = 0;  // of the worker's batch memory (ReserveMemory)
 };
 
 void WorkerService::Impl::Accept() {
   net::AcceptLoop(acceptor_, [this] { return !draining_ && !stopping_; }, [this](tcp::socket socket) {
+    if (!net::MakeRoom(sessions_, {opts_.max_connections, opts_.max_handshaking, 0}, &refused_connections_)) {
+      boost::system::error_code ec;
+      socket.close(ec);
+      return;
+    }
     ++connections_;
     auto s = std::make_shared<Session>(this, std::move(socket));
     sessions_.insert(s);

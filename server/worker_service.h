@@ -30,7 +30,14 @@ struct WorkerOptions {
   std::string token;               // shared secret; empty = no authentication
   wire::FrameLimits limits;
   double handshake_timeout_s = 10; // time allowed for Hello and OpenStream
+  int max_connections = 4096;      // open connections at most; more are closed at accept
+  int max_handshaking = 128;       // connections before OpenStream; past it the oldest is closed
   int buffered_batches = 4;        // per stream: batches being filled, queued or sent
+  // The batch memory of all streams together (each stream takes buffered_batches x
+  // its batch bytes when it opens). A stream past it is refused with
+  // ResourceExhausted, rather than the worker dying of bad_alloc or the OOM killer.
+  // 0: 3/4 of the memory the worker may use (the container's limit, or the machine's).
+  uint64_t max_memory_bytes = 0;
   double drain_timeout_s = 60;     // Drain(): how long to wait for clients to read
   std::string id = "ferry-worker";
   // Dispatcher mode: register with this dispatcher (HOST:PORT) and serve the splits it

@@ -110,7 +110,13 @@ struct JobSpec {
   int64_t num_samples = 0;
   uint64_t fingerprint = 0;
 
-  // Checks what the job's owner chose (not the listing facts).
+  // The most bytes one batch may take (images, labels and indices): 2 GiB. A frame
+  // carries one batch, and a worker holds a few per stream; a request past this would
+  // ask a worker for memory no machine gives one stream.
+  // Synthetic datasets name their own batch bytes (worker/synthetic_source.h).
+  static constexpr int64_t kMaxBatchBytes = int64_t(2) << 30;
+
+  // Checks what the job's owner chose (not the listing facts), the batch's bytes too.
   Status Validate() const;
   // Two requests for the same job agree: everything but the listing facts is equal.
   bool SameJobAs(const JobSpec& other) const;

@@ -25,6 +25,7 @@
 #include "client/ledger.h"
 #include "client/worker_stream.h"
 #include "core/mutex.h"
+#include "net/run_io.h"
 #include "net/address.h"
 #include "net/auth.h"
 
@@ -92,7 +93,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     asio::post(io_, [this] {
       for (size_t i = 0; i < opts_.workers.size(); ++i) AddStream(opts_.workers[i]);
     });
-    io_thread_ = std::thread([this] { io_.run(); });
+    io_thread_ = std::thread([this] { net::RunIo(io_, "ferry client"); });
     if (control_) control_->Start();
   }
 

@@ -43,7 +43,8 @@ class PooledBuffer : public InBuffer {
 
 // Recycles a few buffers by size class (powers of two from 4 KiB) so that steady
 // streaming allocates nothing: with plain heap memory, and with a user's (pinned
-// memory costs milliseconds to allocate, and must not be had per frame).
+// memory costs milliseconds to allocate, and must not be had per frame). At most 16
+// buffers and 1 GiB are kept: a burst of large frames must not pin memory forever.
 class RecyclingAllocator : public BufferAllocator, public std::enable_shared_from_this<RecyclingAllocator> {
  public:
   RecyclingAllocator(AllocFn alloc, FreeFn free)
@@ -59,6 +60,7 @@ class RecyclingAllocator : public BufferAllocator, public std::enable_shared_fro
         if (free_list_[i].second == cap) {
           p = free_list_[i].first;
           free_list_.erase(free_list_.begin() + long(i));
+          free_bytes_ -= cap;
           break;
         }
       }
@@ -93,16 +95,19 @@ class RecyclingAllocator : public BufferAllocator, public std::enable_shared_fro
   }
   void Recycle(void* p, size_t cap) {
     MutexLock lock(&mu_);
-    if (free_list_.size() < 16) {
+    if (free_list_.size() < kMaxFree && free_bytes_ + cap <= kMaxFreeBytes) {
       free_list_.push_back({p, cap});
+      free_bytes_ += cap;
     } else {
       (*free_)(p, cap);
     }
   }
+  static constexpr size_t kMaxFree = 16, kMaxFreeBytes = size_t(1) << 30;
   const AllocFn alloc_;
   const std::shared_ptr<const FreeFn> free_;
   Mutex mu_;
   std::vector<std::pair<void*, size_t>> free_list_ GUARDED_BY(mu_);
+  size_t free_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

@@ -62,6 +62,9 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
 
   const std::string& peer() const { return peer_; }
   bool closed() const { return closed_; }
+  // The limits for the frames after the one being handled (a server widens them once
+  // its peer has authenticated). Call on the connection's executor.
+  void SetLimits(FrameLimits limits) { limits_ = limits; }
   size_t queued_frames() const { return queue_.size(); }
 
   void StartReading(FrameHandler handler) {
@@ -227,7 +230,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   }
 
   tcp::socket socket_;
-  const FrameLimits limits_;
+  FrameLimits limits_;
   const std::shared_ptr<BufferAllocator> buffers_;
   std::string peer_;
   FrameHandler handler_;

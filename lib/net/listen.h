@@ -63,6 +63,46 @@ inline void AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, std::function<b
   });
 }
 
+// Admission: what a daemon lets an unauthenticated peer hold. A connection that has
+// not finished its handshake may send only a small frame (wire::PreAuthLimits), must
+// finish within `handshake_timeout_s`, and counts against `max_handshaking`; every
+// connection counts against `max_connections`.
+struct AdmissionLimits {
+  int max_connections = 4096;
+  int max_handshaking = 128;
+  double handshake_timeout_s = 10;
+};
+
+// Makes room for one more connection among `sessions` (each with handshaking(),
+// serial() and Close(); Close() may defer its removal from the set). False: the daemon
+// is at max_connections and the new socket should be closed. At max_handshaking the
+// oldest connection still handshaking is closed instead of the new one: an honest
+// peer finishes its handshake in one round trip, so only a silent or slow one is old
+// in that state, and a flood of them cannot lock honest peers out. `refused` counts
+// both (the log says so once per hundred).
+template <typename Sessions>
+bool MakeRoom(const Sessions& sessions, const AdmissionLimits& limits, int64_t* refused) {
+  if (int64_t(sessions.size()) >= limits.max_connections) {
+    if ((*refused)++ % 100 == 0)
+      Log("at --max-connections (%d): refusing a connection (%lld refused so far)", limits.max_connections,
+          (long long)*refused);
+    return false;
+  }
+  int handshaking = 0;
+  typename Sessions::value_type oldest{};
+  for (const auto& s : sessions) {
+    if (!s->handshaking()) continue;
+    ++handshaking;
+    if (!oldest || s->serial() < oldest->serial()) oldest = s;
+  }
+  if (handshaking >= limits.max_handshaking && oldest) {
+    if ((*refused)++ % 100 == 0)
+      Log("%d connections are handshaking (--max-handshaking): closing the oldest", handshaking);
+    oldest->Close();
+  }
+  return true;
+}
+
 }  // namespace ferry::net
 
 #endif  // FERRY_NET_LISTEN_H_

@@ -93,6 +93,8 @@ BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_
 
 void PooledBatchAllocator::Cancel() { pool_->Cancel(); }
 
+size_t PooledBatchAllocator::buffer_bytes() const { return pool_->buffer_bytes(); }
+
 void PooledBatchAllocator::Detach(const void* images) { pool_->Detach(images); }
 
 // ---------------------------------------------------------------------------------
@@ -182,8 +184,15 @@ void BatchProducer::Run() {
     auto batch = std::make_unique<ProducedBatch>();
     batch->plan = std::move(*plan);
     const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
-    batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
-    if (batch->memory.owner == nullptr) break;                              // cancelled
+    try {
+      batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
+    } catch (const std::bad_alloc&) {
+      // No exception leaves this thread: the stream ends with the error, the process
+      // goes on (workers also bound each stream's memory before it starts).
+      status = Status::ResourceExhausted("out of memory for a batch of " + std::to_string(rows) + " samples");
+      break;
+    }
+    if (batch->memory.owner == nullptr) break;  // cancelled
     {
       MutexLock lock(&mu_);
       ++in_flight_;

@@ -155,6 +155,8 @@ class PooledBatchAllocator : public BatchAllocator {
   // The batch whose buffer starts at `images` went to the consumer: it no longer
   // counts against the bound (see BatchPool).
   void Detach(const void* images);
+  // Bytes of one buffer (images, labels and indices, each 64-byte aligned).
+  size_t buffer_bytes() const;
 
  private:
   const size_t labels_offset_, indices_offset_;

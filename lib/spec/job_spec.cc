@@ -50,6 +50,12 @@ uint64_t JobFingerprint(uint64_t listing_fingerprint, const PipelineSpec& pipeli
 Status JobSpec::Validate() const {
   if (dataset.empty()) return Status::InvalidArgument("the job needs a dataset");
   if (batch_size <= 0) return Status::InvalidArgument("batch_size must be > 0");
+  FERRY_RETURN_IF_ERROR(pipeline.Validate());
+  if (!synthetic() && BatchBytes() > kMaxBatchBytes)
+    return Status::InvalidArgument(
+        "a batch of " + std::to_string(batch_size) + " samples of " + std::to_string(pipeline.sample_bytes()) +
+        " bytes is " + std::to_string(BatchBytes() >> 20) + " MiB; the most is " + std::to_string(kMaxBatchBytes >> 20) +
+        " MiB: use a smaller batch_size or image size");  // batch_size > 0 and size <= 8192: no overflow
   if (batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
   if (num_samples < 0) return Status::InvalidArgument("num_samples must be >= 0");
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
@@ -67,8 +73,10 @@ Status JobSpec::Validate() const {
   if (num_consumers > 1 && last_batch == LastBatch::kKeep)
     return Status::InvalidArgument(
         "a job of several ranks needs last_batch drop or pad: a short last batch would differ between ranks");
-  return pipeline.Validate();
+  return Status::OK();
 }
+
+
 
 int64_t JobSpec::epoch_samples() const {
   int64_t n = num_samples;

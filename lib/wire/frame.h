@@ -85,6 +85,11 @@ struct FrameLimits {
   uint64_t max_batch_bytes = uint64_t{4} << 30;    // one Batch
 };
 
+// What a server reads from a peer that has not authenticated: a Hello, which is a few
+// hundred bytes. With the defaults, 16 bytes of header would make a daemon reserve
+// and wait for up to 4 GiB from anyone who can connect.
+inline FrameLimits PreAuthLimits() { return {uint64_t{16} << 10, 0}; }
+
 struct FrameHeader {
   uint16_t version = kProtocolVersion;
   MessageType type = MessageType::kInvalid;

@@ -11,7 +11,7 @@ Result<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(const wire::Ope
   const JobSpec& j = m.job;
   unsigned long long bytes = 0, batches = 0;
   if (std::sscanf(j.dataset.c_str(), "synthetic:%llu:%llu", &bytes, &batches) != 2 || bytes == 0 || batches == 0 ||
-      batches > (1ull << 40) || j.batch_size <= 0 || bytes % uint64_t(j.batch_size) != 0 || bytes > (1ull << 32))
+      batches > (1ull << 40) || j.batch_size <= 0 || bytes % uint64_t(j.batch_size) != 0 || bytes > uint64_t(JobSpec::kMaxBatchBytes))
     return Status::InvalidArgument("synthetic dataset must be synthetic:BYTES:BATCHES, BYTES a multiple of batch_size");
   std::unique_ptr<SyntheticSource> s(new SyntheticSource());
   s->first_epoch_ = m.first_epoch;

@@ -19,7 +19,7 @@ namespace ferry {
 class SyntheticSource {
  public:
   // InvalidArgument unless the dataset reads synthetic:BYTES:BATCHES with BYTES a
-  // multiple of the batch size and at most 4 GiB.
+  // multiple of the batch size and at most JobSpec::kMaxBatchBytes.
   static Result<std::unique_ptr<SyntheticSource>> Create(const wire::OpenStreamMsg& m);
 
   struct Frame {
@@ -33,6 +33,8 @@ class SyntheticSource {
   // No more batches (draining). An EndOfEpoch already due still comes out of Next():
   // the epoch it closes was sent whole.
   void Stop() { left_ = 0; }
+  // Bytes of its one batch buffer (every frame references it).
+  size_t batch_bytes() const { return labels_offset_ + 2 * sizeof(int64_t) * size_t(rows_); }
 
  private:
   SyntheticSource() = default;

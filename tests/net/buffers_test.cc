@@ -77,5 +77,25 @@ TEST(BufferAllocatorTest, FunctionAllocatorRecyclesAndFreesEverything) {
   EXPECT_EQ(frees, 2);
 }
 
+// A burst of large frames is not kept: at most 1 GiB (and 16 buffers) of free memory.
+TEST(BufferAllocatorTest, TheFreeListIsBoundedInBytes) {
+  size_t live = 0;
+  uintptr_t next = 0;
+  std::vector<std::shared_ptr<InBuffer>> burst;
+  auto a = FunctionBufferAllocator(
+      [&](size_t cap) -> void* {
+        live += cap;
+        return reinterpret_cast<void*>(++next * 64);  // aligned, and never touched
+      },
+      [&](void*, size_t cap) { live -= cap; });
+  for (int i = 0; i < 6; ++i) burst.push_back(a->Allocate(size_t(300) << 20));  // 6 x 512 MiB classes
+  EXPECT_EQ(live, size_t(6) * (size_t(512) << 20));
+  burst.clear();
+  EXPECT_LE(live, size_t(1) << 30) << "freed buffers kept past 1 GiB";
+  EXPECT_GT(live, 0u) << "nothing recycled";
+  a.reset();
+  EXPECT_EQ(live, 0u);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -110,6 +110,19 @@ TEST(JobSpecTest, BatchBytes) {
   EXPECT_EQ(j.BatchBytes(), 4 * (3 * 224 * 224 * 4 + 16));
 }
 
+TEST(JobSpecTest, ABatchPastTwoGibIsRefused) {
+  JobSpec j = Job(1000000, 3567, 1, LastBatch::kKeep);  // 3567 x 602128 bytes: just over 2 GiB
+  j.pipeline = PipelineSpec::ImagenetTrain();
+  Status s = j.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("batch_size"), std::string::npos) << s.ToString();
+  j.batch_size = 3566;
+  EXPECT_TRUE(j.Validate().ok());
+  j.batch_size = 200000;
+  j.dataset = "synthetic:1024:1";  // names its own bytes
+  EXPECT_TRUE(j.Validate().ok());
+}
+
 }  // namespace
 }  // namespace ferry
 

@@ -1,0 +1,33 @@
+// RunIo: io_context::run() for a daemon's io thread, where an exception thrown by a
+// handler (std::bad_alloc under memory pressure, a Cap'n Proto exception from a bug)
+// must not terminate the process: it is logged and the loop goes on, as Asio's
+// documentation advises. The connection whose handler threw is left to its own
+// deadline or its peer; every other connection keeps being served.
+#ifndef FERRY_NET_RUN_IO_H_
+#define FERRY_NET_RUN_IO_H_
+
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without it in C++20
+
+#include <boost/asio/io_context.hpp>
+#include <exception>
+
+#include "core/log.h"
+
+namespace ferry::net {
+
+inline void RunIo(boost::asio::io_context& io, const char* what) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      Log("%s: a handler failed, going on: %s", what, e.what());
+    } catch (...) {
+      Log("%s: a handler failed with an unknown exception, going on", what);
+    }
+  }
+}
+
+}  // namespace ferry::net
+
+#endif  // FERRY_NET_RUN_IO_H_

@@ -1,0 +1,207 @@
+// Failure semantics with real processes (issue 11): each test stages one ordinary
+// event that used to break a promise of Ferry's (nothing crashes a daemon, exactly
+// once, nobody uninvited) and checks that it now holds. The daemons are the real
+// ferry-worker and ferry-dispatcher; a raw peer (tests/raw_peer.h) speaks the
+// protocol by hand where a test needs a request the Client would never send.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process_util.h"
+#include "raw_peer.h"
+#include "testutil.h"
+
+namespace ferry {
+namespace {
+
+using testing::Child;
+using testing::ExpectEachIndexOnce;
+using testing::Lines;
+using wire::MessageType;
+using testing::MakeImageFolder;
+using testing::RawPeer;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WaitFor;
+using testing::WaitForListening;
+using testing::Watchdog;
+
+constexpr char kSpecJson[] =
+    R"({"ops":[{"op":"random_resized_crop","size":32}],"output":{"dtype":"uint8","layout":"NHWC"}})";
+constexpr int kClasses = 2;
+constexpr int kPerClass = 30;
+constexpr int64_t kSamples = kClasses * kPerClass;
+
+class FailureTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir();
+    MakeImageFolder(data_->path(), kClasses, kPerClass);
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  void SetUp() override {
+    const char* w = std::getenv("FERRY_WORKER_BIN");
+    const char* b = std::getenv("FERRY_CONSUME_BIN");
+    const char* d = std::getenv("FERRY_DISPATCHER_BIN");
+    if (!w || !*w || !b || !*b || !d || !*d)
+      GTEST_SKIP() << "FERRY_WORKER_BIN / FERRY_CONSUME_BIN / FERRY_DISPATCHER_BIN are not set (CTest sets them)";
+    worker_bin_ = w;
+    consume_bin_ = b;
+    dispatcher_bin_ = d;
+  }
+
+  std::unique_ptr<Child> StartWorker(std::vector<std::string> extra = {}, std::string* address = nullptr) {
+    const std::string name = "worker" + std::to_string(children_++);
+    std::vector<std::string> argv = {worker_bin_, "--listen", "127.0.0.1:0", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
+    const std::string a = WaitForListening(*c, name);
+    if (address) *address = a;
+    return c;
+  }
+
+  std::unique_ptr<Child> StartDispatcher(std::vector<std::string> extra = {}, std::string* address = nullptr) {
+    const std::string name = "dispatcher" + std::to_string(children_++);
+    std::vector<std::string> argv = {dispatcher_bin_, "--listen", "127.0.0.1:0", "--work-dir", dir_ / "journal",
+                                     "--heartbeat-interval-ms", "100", "--heartbeat-timeout-ms", "1000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
+    const std::string a = WaitForListening(*c, name);
+    if (address) *address = a;
+    return c;
+  }
+
+  // ferry-consume reading one epoch point to point; exits 0 with every index once.
+  void ExpectAnEpochFrom(const std::string& worker) {
+    const std::string dump = dir_ / ("indices" + std::to_string(children_++) + ".txt");
+    Child c({consume_bin_, "--workers", worker, "--data", data_->path(), "--pipeline", kSpecJson, "--batch-size", "8",
+             "--epochs", "1", "--dump-indices", dump},
+            dir_ / "consume.out", dir_ / "consume.err");
+    const std::optional<int> rc = c.Wait(60);
+    ASSERT_TRUE(rc.has_value()) << c.err();
+    ASSERT_EQ(*rc, 0) << c.err();
+    ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  }
+
+  // Opens a stream by hand; the worker's Error, or OK if batches came instead.
+  static Status OpenRaw(const std::string& worker, const wire::OpenStreamMsg& m) {
+    RawPeer p(worker);
+    FERRY_RETURN_IF_ERROR(p.Handshake());
+    p.Send(wire::EncodeOpenStream(m));
+    FERRY_ASSIGN_OR_RETURN(wire::InFrame f, p.ReadFrame(30));
+    if (f.header.type != wire::MessageType::kError) return Status::OK();
+    FERRY_ASSIGN_OR_RETURN(wire::ErrorMsg e, wire::DecodeError(f));
+    return e.status;
+  }
+
+  wire::OpenStreamMsg Job(int32_t batch_size, const std::string& pipeline_json) const {
+    wire::OpenStreamMsg m;
+    m.job.dataset = data_->path();
+    auto spec = PipelineSpec::FromJson(pipeline_json);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    m.job.pipeline = *spec;
+    m.job.batch_size = batch_size;
+    m.job.epochs = 1;
+    m.credits = 2;
+    m.consumer_id = "raw";
+    return m;
+  }
+
+  static TempDir* data_;
+  TempDir dir_;
+  std::string worker_bin_, consume_bin_, dispatcher_bin_;
+  int children_ = 0;
+  Watchdog watchdog_{120, ::testing::UnitTest::GetInstance()->current_test_info()->name()};
+};
+
+TempDir* FailureTest::data_ = nullptr;
+
+// Case 1: a request for more memory than the worker has. It used to die of an
+// uncaught std::bad_alloc in the producer thread; now the request is refused with a
+// clear error and the worker serves the next client.
+TEST_F(FailureTest, AnOversizedBatchIsRefusedAndTheWorkerLives) {
+  std::string worker;
+  auto w = StartWorker({"--max-memory", "64MB"}, &worker);
+  constexpr char kFloat224[] =
+      R"({"ops":[{"op":"random_resized_crop","size":224}],"output":{"dtype":"float32","layout":"NCHW"}})";
+  constexpr char kUint8_224[] =
+      R"({"ops":[{"op":"random_resized_crop","size":224}],"output":{"dtype":"uint8","layout":"NHWC"}})";
+  // 200000 x 3 x 224 x 224 float32: 112 GiB per batch, past the 2 GiB any batch may take.
+  Status big = OpenRaw(worker, Job(200000, kFloat224));
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument) << big.ToString();
+  EXPECT_NE(big.message().find("batch_size"), std::string::npos) << big.ToString();
+  // 200 x 224 x 224 x 3 uint8: 29 MiB per batch, 4 of them past this worker's 64 MB.
+  Status budget = OpenRaw(worker, Job(200, kUint8_224));
+  EXPECT_EQ(budget.code(), StatusCode::kResourceExhausted) << budget.ToString();
+  EXPECT_NE(budget.message().find("--max-memory"), std::string::npos) << budget.ToString();
+  ASSERT_FALSE(w->Wait(0.2).has_value()) << "the worker died: " << w->err();
+  ExpectAnEpochFrom(worker);
+  // The refused streams gave their reservations back: a stream that fits still opens
+  // (4 x 14 MiB would not fit beside a leaked 4 x 29 MiB).
+  EXPECT_TRUE(OpenRaw(worker, Job(100, kUint8_224)).ok());
+}
+
+// Case 5: what a daemon lets a peer do before it authenticates. A frame header
+// claiming a 4 GiB Batch, or a 1 MiB "Hello", used to make the daemon reserve the
+// body and wait for it; a silent connection was kept forever; connections were not
+// capped. Now the header alone closes the connection, the handshake has a deadline,
+// and the oldest handshaking connection makes room for a new one.
+TEST_F(FailureTest, PeersThatHaveNotAuthenticatedHoldLittle) {
+  std::string dispatcher, worker;
+  auto d = StartDispatcher({"--handshake-timeout", "1", "--max-handshaking", "4"}, &dispatcher);
+  auto w = StartWorker({"--handshake-timeout", "1", "--max-handshaking", "4"}, &worker);
+  for (const std::string& daemon : {dispatcher, worker}) {
+    SCOPED_TRACE(daemon == dispatcher ? "dispatcher" : "worker");
+    {
+      RawPeer p(daemon);
+      ASSERT_TRUE(p.Expect(MessageType::kChallenge).ok());
+      p.Send(testing::RawHeader("FRY1", wire::kProtocolVersion, uint16_t(MessageType::kBatch), 4ull << 30));
+      EXPECT_TRUE(p.WaitClosed(2)) << "a 4 GiB Batch header before Hello did not close the connection";
+    }
+    {
+      RawPeer p(daemon);
+      ASSERT_TRUE(p.Expect(MessageType::kChallenge).ok());
+      p.Send(testing::RawHeader("FRY1", wire::kProtocolVersion, uint16_t(MessageType::kHello), 1 << 20));
+      EXPECT_TRUE(p.WaitClosed(2)) << "a 1 MiB Hello did not close the connection";
+    }
+    {
+      RawPeer silent(daemon);
+      ASSERT_TRUE(silent.Expect(MessageType::kChallenge).ok());
+      EXPECT_TRUE(silent.WaitClosed(5)) << "a connection that never said Hello was kept";
+    }
+    // Ten silent connections, four handshaking at most: the six oldest are closed at once.
+    std::vector<std::unique_ptr<RawPeer>> flood;
+    for (int i = 0; i < 10; ++i) {
+      flood.push_back(std::make_unique<RawPeer>(daemon));
+      ASSERT_TRUE(flood.back()->Expect(MessageType::kChallenge).ok());
+    }
+    int closed = 0;
+    for (int i = 0; i < 6; ++i) closed += flood[size_t(i)]->WaitClosed(0.5) ? 1 : 0;
+    EXPECT_EQ(closed, 6);
+    // An honest peer gets in beside the flood.
+    RawPeer honest(daemon);
+    EXPECT_TRUE(honest.Handshake().ok());
+  }
+  // Both daemons live and serve: a dispatcher job through the worker.
+  ASSERT_FALSE(d->Wait(0.1).has_value()) << d->err();
+  ASSERT_FALSE(w->Wait(0.1).has_value()) << w->err();
+  auto w2 = StartWorker({"--dispatcher", dispatcher});
+  const std::string dump = dir_ / "dispatched.txt";
+  Child c({consume_bin_, "--dispatcher", dispatcher, "--job", "j", "--data", data_->path(), "--pipeline", kSpecJson,
+           "--batch-size", "8", "--epochs", "1", "--dump-indices", dump},
+          dir_ / "c.out", dir_ / "c.err");
+  const std::optional<int> rc = c.Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c.err();
+  EXPECT_EQ(*rc, 0) << c.err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+}
+
+}  // namespace
+}  // namespace ferry
