@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 60000));
   app.add_option("--heartbeat-timeout-ms", o.core.heartbeat_timeout_ms, "a worker silent this long is declared dead")
       ->check(CLI::Range(50, 600000));
+  app.add_option("--consumer-timeout-ms", o.core.consumer_timeout_ms,
+                 "a consumer of a shared job silent this long is gone: its unfinished splits go to the others")
+      ->check(CLI::Range(100, 86400000));
   app.add_option("--leases-ahead", o.core.lease.max_outstanding, "splits a worker may hold un-acked per job")
       ->check(CLI::Range(1, 1024));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");

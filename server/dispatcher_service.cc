@@ -182,17 +182,30 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         return OnGetOrCreateJob(f);
       case MessageType::kGetWorkers:
         return Answer(Call(wire::DecodeGetWorkersMsg(f), [&](const auto& m) -> Result<std::vector<std::string>> {
+                        d.ConsumerSeen(m.job, m.consumer_id, now);
                         return d.Workers(m.job, m.consumer_id);
                       }),
                       wire::EncodeWorkerList);
       case MessageType::kAckSplits:
-        return Answer(Call(wire::DecodeAckSplits(f), [&](const auto& m) { return d.AckSplits(m); }),
+        return Answer(Call(wire::DecodeAckSplits(f),
+                           [&](const auto& m) {
+                             d.ConsumerSeen(m.job, m.consumer_id, now);
+                             return d.AckSplits(m);
+                           }),
                       wire::EncodeJobStatus);
       case MessageType::kGetJobStatus:
-        return Answer(Call(wire::DecodeGetJobStatus(f), [&](const auto& m) { return d.GetJobStatus(m); }),
+        return Answer(Call(wire::DecodeGetJobStatus(f),
+                           [&](const auto& m) {
+                             d.ConsumerSeen(m.job, m.consumer_id, now);
+                             return d.GetJobStatus(m);
+                           }),
                       wire::EncodeJobStatus);
       case MessageType::kRestoreConsumer:
-        return Answer(Call(wire::DecodeRestoreConsumer(f), [&](const auto& m) { return d.RestoreConsumer(m); }),
+        return Answer(Call(wire::DecodeRestoreConsumer(f),
+                           [&](const auto& m) {
+                             d.ConsumerSeen(m.job, m.consumer_id, now);
+                             return d.RestoreConsumer(m);
+                           }),
                       wire::EncodeJobStatus);
       case MessageType::kReportWorker:
         return Answer(Call(wire::DecodeReportWorker(f),
@@ -237,6 +250,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     switch (join->kind) {
       case dispatch::Dispatcher::JoinResult::kJoined:
         jobs_.insert(m->job.name);
+        svc_->core_->ConsumerSeen(m->job.name, m->consumer_id, NowMs());
         return svc_->Reply(conn_, wire::EncodeJobInfo(join->job));
       case dispatch::Dispatcher::JoinResult::kBusy: {
         // Another client is creating it: ask again shortly.
@@ -259,6 +273,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       Result<JobSpec> listed = ListJob(req.job.job);
       asio::post(svc->io_, [weak, svc, req, listed] {
         auto created = svc->core_->CreateJob(req, listed);
+        svc->core_->ConsumerSeen(req.job.name, req.consumer_id, NowMs());
         auto self = weak.lock();
         if (!self) return;
         self->Answer(created, wire::EncodeJobInfo);

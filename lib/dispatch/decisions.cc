@@ -115,6 +115,20 @@ std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
   return out;
 }
 
+std::vector<RemoveConsumer> DecideGoneConsumers(
+    const DispatcherState& state, const std::map<std::pair<std::string, std::string>, int64_t>& last_seen_ms,
+    int64_t now_ms, int64_t timeout_ms) {
+  std::vector<RemoveConsumer> out;
+  for (const auto& [name, j] : state.jobs()) {
+    if (j.finished() || j.spec.ranked() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
+    for (const std::string& c : j.consumers) {
+      auto it = last_seen_ms.find({name, c});
+      if (it != last_seen_ms.end() && now_ms - it->second > timeout_ms) out.push_back({name, c});
+    }
+  }
+  return out;
+}
+
 std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use) {
   std::vector<RemoveJob> out;
   for (const auto& [name, j] : state.jobs()) {

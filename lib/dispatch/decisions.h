@@ -38,6 +38,15 @@ std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
                                             const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
                                             int64_t timeout_ms);
 
+// Consumers of (job, consumer) not heard from within `timeout_ms`: to be removed, so
+// that their unfinished splits go to the live consumers. Only shared jobs: a ranked
+// job's splits belong to their rank, which comes back by resuming (its trainer
+// restarts from a checkpoint), and parallel_epochs jobs have no splits. Consumers
+// missing from `last_seen_ms` count as just seen (a full timeout after a restart).
+std::vector<RemoveConsumer> DecideGoneConsumers(
+    const DispatcherState& state, const std::map<std::pair<std::string, std::string>, int64_t>& last_seen_ms,
+    int64_t now_ms, int64_t timeout_ms);
+
 // Finished jobs (and parallel_epochs jobs) that no consumer is connected to any more.
 std::vector<RemoveJob> DecideGarbage(const DispatcherState& state, const std::set<std::string>& jobs_in_use);
 

@@ -262,7 +262,12 @@ Result<wire::JobStatusMsg> Dispatcher::RestoreConsumer(const wire::RestoreConsum
 }
 
 Result<wire::JobStatusMsg> Dispatcher::GetJobStatus(const wire::GetJobStatusMsg& m) const {
-  if (state_.job(m.job) == nullptr) return Status::NotFound("no job " + m.job);
+  const JobState* j = state_.job(m.job);
+  if (j == nullptr) return Status::NotFound("no job " + m.job);
+  if (!m.consumer_id.empty() && !j->HasConsumer(m.consumer_id) && !j->spec.ranked())
+    return Status::FailedPrecondition("job " + m.job + ": consumer " + m.consumer_id +
+                                      " was declared gone (silent past the consumer timeout) and its unfinished "
+                                      "splits went to the other consumers");
   return StatusOf(m.job, m.consumer_id, m.epoch);
 }
 
@@ -273,7 +278,35 @@ bool Dispatcher::Idle() const {
   return AllJobsFinished(state_);
 }
 
+void Dispatcher::ConsumerSeen(const std::string& job, const std::string& consumer, int64_t now_ms) {
+  if (job.empty() || consumer.empty()) return;
+  const JobState* j = state_.job(job);
+  if (j == nullptr || !j->HasConsumer(consumer)) return;  // only what Tick prunes: no growth from strangers
+  consumer_seen_ms_[{job, consumer}] = now_ms;
+}
+
 void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
+  // Consumers: the known ones get a full timeout from the first tick that sees them
+  // (after a restart, too); entries of removed jobs and consumers go.
+  std::map<std::pair<std::string, std::string>, int64_t> seen;
+  for (const auto& [name, j] : state_.jobs()) {
+    for (const std::string& c : j.consumers) {
+      auto it = consumer_seen_ms_.find({name, c});
+      seen[{name, c}] = it == consumer_seen_ms_.end() ? now_ms : it->second;
+    }
+  }
+  consumer_seen_ms_ = std::move(seen);
+  for (const dispatch::RemoveConsumer& r :
+       DecideGoneConsumers(state_, consumer_seen_ms_, now_ms, config_.consumer_timeout_ms)) {
+    int64_t splits = 0;
+    for (const auto& [epoch, e] : state_.job(r.job)->epochs) {
+      for (size_t s = 0; s < e.status.size(); ++s)
+        splits += e.status[s] != SplitStatus::kDone && e.consumer[s] == r.consumer ? 1 : 0;
+    }
+    Log("job %s: consumer %s silent for %d ms: removed; its %lld unfinished split(s) go to the live consumers",
+        r.job.c_str(), r.consumer.c_str(), config_.consumer_timeout_ms, (long long)splits);
+    if (Commit(r).ok()) consumer_seen_ms_.erase({r.job, r.consumer});
+  }
   for (const dispatch::RemoveWorker& r :
        DecideDeadWorkers(state_, last_seen_ms_, now_ms, config_.heartbeat_timeout_ms)) {
     size_t n = 0;

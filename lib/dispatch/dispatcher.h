@@ -18,6 +18,9 @@
 //   joining    a job name that exists is joined if the request agrees with it
 //              (JobSpec::SameJobAs); a new name is created once its dataset is listed
 //              (off the service's thread; concurrent requests for it wait).
+//   consumers  a consumer of a shared (unranked) job not heard from for
+//              consumer_timeout_ms is removed; its splits not done go to the live
+//              consumers, so that the job still ends with every split done once.
 //   garbage    a finished job (and any parallel_epochs job) that no connection uses
 //              any more is removed.
 //   idle exit  with exit_when_idle: once every job has finished and every worker has
@@ -52,6 +55,10 @@ struct DispatcherConfig {
   std::string work_dir;              // the journal; required
   int heartbeat_interval_ms = 200;   // asked of workers
   int heartbeat_timeout_ms = 2000;   // a worker silent this long is dead
+  // A consumer of a shared job silent this long (clients poll every 100 ms while
+  // they live, whether or not their trainer is reading) is gone: its unfinished
+  // splits go to the live consumers.
+  int consumer_timeout_ms = 30000;
   LeasePolicy lease;
   bool exit_when_idle = false;
   uint64_t compact_every = 50000;    // journal records between snapshots
@@ -92,6 +99,10 @@ class Dispatcher {
   // A client cannot reach the worker at `address`: see "liveness". Returns Workers().
   std::vector<std::string> ReportWorker(const std::string& address, int64_t now_ms);
 
+  // A request from consumer `consumer` of `job` (any of them: joining, acks, status,
+  // worker lists): it is alive.
+  void ConsumerSeen(const std::string& job, const std::string& consumer, int64_t now_ms);
+
   // Time passes (the service calls this every half heartbeat interval): dead workers
   // are removed, and finished jobs that no connection uses (`jobs_in_use`) collected.
   void Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use);
@@ -126,6 +137,7 @@ class Dispatcher {
   std::unique_ptr<Journal> journal_;
   bool dirty_ = false;
   std::map<std::string, int64_t> last_seen_ms_;
+  std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)
   std::set<std::string> creating_;   // jobs whose dataset is being listed
   std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle
   int64_t jobs_collected_ = 0;       // finished jobs removed since start

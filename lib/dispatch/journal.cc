@@ -90,7 +90,7 @@ uint32_t Crc32(const std::string& data) {
 // everywhere): such a journal is refused with a clear error rather than misread.
 enum Tag : uint64_t {
   kCreateJobV1 = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker,
+  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker, kRemoveConsumer, kAssignSplits,
 };
 
 constexpr uint64_t kMaxListed = 1 << 24;
@@ -233,6 +233,19 @@ std::string EncodeUpdate(const Update& u) {
           w.U64(kJobProgress);
           w.Str(x.job);
           w.U64(x.first_open);
+        } else if constexpr (std::is_same_v<T, RemoveConsumer>) {
+          w.U64(kRemoveConsumer);
+          w.Str(x.job);
+          w.Str(x.consumer);
+        } else if constexpr (std::is_same_v<T, AssignSplits>) {
+          w.U64(kAssignSplits);
+          w.Str(x.job);
+          w.Str(x.consumer);
+          w.U64(x.splits.size());
+          for (const auto& r : x.splits) {
+            w.U64(r.epoch);
+            w.I64(r.split);
+          }
         } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
           w.U64(kRestoreConsumer);
           w.Str(x.job);
@@ -340,6 +353,23 @@ Result<Update> DecodeUpdate(const std::string& bytes) {
         return bad();
       x.done.resize(size_t(n));
       for (auto& s : x.done) {
+        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
+      }
+      u = std::move(x);
+      break;
+    }
+    case kRemoveConsumer: {
+      RemoveConsumer x;
+      if (!r.Str(&x.job) || !r.Str(&x.consumer)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kAssignSplits: {
+      AssignSplits x;
+      uint64_t n;
+      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&n) || n > kMaxListed) return bad();
+      x.splits.resize(size_t(n));
+      for (auto& s : x.splits) {
         if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
       }
       u = std::move(x);

@@ -89,7 +89,9 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   auto jt = jobs_.find(u.job);
   if (jt == jobs_.end()) return Status::NotFound("ack: no job " + u.job);
   JobState& j = jt->second;
-  if (!j.HasConsumer(u.consumer)) return Status::NotFound("ack: no consumer " + u.consumer + " in " + u.job);
+  if (!j.HasConsumer(u.consumer))
+    return Status::FailedPrecondition("ack: " + u.consumer + " is not a consumer of job " + u.job +
+                                      " (declared gone after the consumer timeout?)");
   for (const SplitRef& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
     if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
@@ -185,6 +187,43 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   return Status::OK();
 }
 
+Status DispatcherState::ApplyRemoveConsumer(const RemoveConsumer& u) {
+  auto jt = jobs_.find(u.job);
+  if (jt == jobs_.end()) return Status::NotFound("remove consumer: no job " + u.job);
+  JobState& j = jt->second;
+  auto c = std::find(j.consumers.begin(), j.consumers.end(), u.consumer);
+  if (c == j.consumers.end()) return Status::NotFound("remove consumer: no consumer " + u.consumer + " in " + u.job);
+  j.consumers.erase(c);
+  for (auto& [epoch, e] : j.epochs) {
+    for (size_t s = 0; s < e.status.size(); ++s) {
+      if (e.status[s] == SplitStatus::kDone || e.consumer[s] != u.consumer) continue;
+      if (e.status[s] == SplitStatus::kLeased) --e.leased;
+      e.status[s] = SplitStatus::kPending;
+      e.worker[s].clear();
+      e.consumer[s].clear();
+    }
+  }
+  return Status::OK();
+}
+
+Status DispatcherState::ApplyAssign(const AssignSplits& u) {
+  auto jt = jobs_.find(u.job);
+  if (jt == jobs_.end()) return Status::NotFound("assign: no job " + u.job);
+  JobState& j = jt->second;
+  if (!j.HasConsumer(u.consumer)) return Status::NotFound("assign: no consumer " + u.consumer + " in " + u.job);
+  for (const SplitRef& r : u.splits) {
+    if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < j.first_open ||
+        (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
+      return Status::OutOfRange("assign: split out of range");
+    auto et = j.epochs.find(r.epoch);
+    if (et != j.epochs.end() && (et->second.status[size_t(r.split)] != SplitStatus::kPending ||
+                                 !et->second.consumer[size_t(r.split)].empty()))
+      return Status::FailedPrecondition("assign: split not pending and free");
+  }
+  for (const SplitRef& r : u.splits) OpenEpoch(j, r.epoch)->consumer[size_t(r.split)] = u.consumer;
+  return Status::OK();
+}
+
 Status DispatcherState::Apply(const Update& u) {
   Status st = std::visit(
       [this](const auto& x) -> Status {
@@ -249,6 +288,10 @@ Status DispatcherState::Apply(const Update& u) {
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
           return ApplyRestore(x);
+        } else if constexpr (std::is_same_v<T, RemoveConsumer>) {
+          return ApplyRemoveConsumer(x);
+        } else if constexpr (std::is_same_v<T, AssignSplits>) {
+          return ApplyAssign(x);
         } else if constexpr (std::is_same_v<T, JobProgress>) {
           auto it = jobs_.find(x.job);
           if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
@@ -307,6 +350,7 @@ std::vector<Update> DispatcherState::Snapshot() const {
     for (const std::string& c : j.consumers) out.push_back(AddConsumer{name, c});
     if (j.first_open > 0) out.push_back(JobProgress{name, j.first_open});
     std::map<std::string, AckSplits> acks;
+    std::map<std::string, AssignSplits> owned;
     std::map<std::string, LeaseSplits> leases;
     for (const auto& [epoch, e] : j.epochs) {
       for (size_t s = 0; s < e.status.size(); ++s) {
@@ -321,10 +365,26 @@ std::vector<Update> DispatcherState::Snapshot() const {
           l.job = name;
           l.worker = e.worker[s];
           l.splits.push_back({ref, e.consumer[s]});
+        } else if (!e.consumer[s].empty()) {
+          // Pending and already its consumer's (its worker died): written, or after
+          // a restart it could go to another consumer, which would repeat its batches.
+          AssignSplits& a = owned[e.consumer[s]];
+          a.job = name;
+          a.consumer = e.consumer[s];
+          a.splits.push_back(ref);
         }
       }
     }
+    // Consumers removed since that had done splits: back for their acks, then gone
+    // again (after the live ones, whose order deterministic ordering depends on).
+    std::vector<std::string> removed;
+    for (const auto& [c, a] : acks) {
+      if (!j.HasConsumer(c)) removed.push_back(c);
+    }
+    for (const std::string& c : removed) out.push_back(AddConsumer{name, c});
     for (auto& [c, a] : acks) out.push_back(std::move(a));
+    for (const std::string& c : removed) out.push_back(RemoveConsumer{name, c});
+    for (auto& [c, a] : owned) out.push_back(std::move(a));
     for (auto& [w, l] : leases) {
       // A draining worker takes no new leases, but keeps those it holds: restore them
       // before the drain flag would refuse them.

@@ -16,7 +16,8 @@
 //   ack        the consumer has yielded every batch of the split: it is done.
 //
 // Split life: pending -> leased -> done; leased -> pending again when its worker is
-// removed (dead or gone) before the ack. That is the whole exactly-once mechanism:
+// removed (dead or gone) before the ack; and, when its consumer is removed (silent
+// past the consumer timeout), pending with no consumer, for the live ones to take. That is the whole exactly-once mechanism:
 // nothing un-acked is ever forgotten, and content is deterministic, so a re-leased
 // split reproduces the same batches.
 //
@@ -70,6 +71,12 @@ struct DrainWorker { std::string worker; };             // takes no new leases
 struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSplit> splits; };
 struct AckSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
 struct RemoveJob { std::string job; };                  // garbage collection
+// A consumer that vanished: its splits not done lose it (leased ones return to
+// pending) and go to the job's live consumers; its done splits stay done.
+struct RemoveConsumer { std::string job; std::string consumer; };
+// Snapshots: pending splits that already belong to `consumer` (a re-leased split
+// keeps its consumer, which is what makes it exactly once).
+struct AssignSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
 struct JobProgress { std::string job; uint64_t first_open = 0; };  // snapshots: epochs before are complete
 // A consumer resumes from a saved iterator state: epochs before `first_open` and the
 // `done` splits are complete for it; every other split of it in later epochs is not,
@@ -84,7 +91,7 @@ struct RestoreConsumer {
 };
 
 using Update = std::variant<CreateJob, AddConsumer, RegisterWorker, RemoveWorker, DrainWorker, LeaseSplits,
-                            AckSplits, RemoveJob, JobProgress, RestoreConsumer>;
+                            AckSplits, RemoveJob, JobProgress, RestoreConsumer, RemoveConsumer, AssignSplits>;
 
 enum class SplitStatus : uint8_t { kPending = 0, kLeased = 1, kDone = 2 };
 
@@ -144,6 +151,8 @@ class DispatcherState {
   Status ApplyLease(const LeaseSplits& u);
   Status ApplyAck(const AckSplits& u);
   Status ApplyRestore(const RestoreConsumer& u);
+  Status ApplyRemoveConsumer(const RemoveConsumer& u);
+  Status ApplyAssign(const AssignSplits& u);
   void Advance(JobState& j);
 
   std::map<std::string, JobState> jobs_;

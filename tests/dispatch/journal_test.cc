@@ -25,9 +25,14 @@ DispatcherState RandomWalk(Journal* journal, DispatcherState s, int steps, uint6
   const std::vector<std::string> workers = {"w1", "w2", "w3"};
   for (int i = 0; i < steps; ++i) {
     Update u;
-    const uint64_t pick = rng.Below(10);
+    const uint64_t pick = rng.Below(12);
     const std::string w = workers[rng.Below(3)];
-    if (pick < 2) {
+    const std::string c = rng.Below(2) == 0 ? "c1" : "c2";
+    if (pick == 10) {
+      u = RemoveConsumer{"job", c};  // vanished: its unfinished splits go free
+    } else if (pick == 11) {
+      u = AddConsumer{"job", c};  // back (or a no-op)
+    } else if (pick < 2) {
       u = RegisterWorker{w, "addr-" + w};
     } else if (pick < 6) {
       auto l = DecideLeases(s, w, LeasePolicy{3});
@@ -133,7 +138,8 @@ TEST(UpdateCodecTest, RoundTripAndGarbage) {
                                    RegisterWorker{"w", "h:1", "j", "rank-3"},
                                    RemoveWorker{"w"}, DrainWorker{"w"}, LeaseSplits{"j", "w", {{{3, 4}, "c"}}},
                                    AckSplits{"j", "c", {{1, 2}, {1, 3}}}, RemoveJob{"j"}, JobProgress{"j", 5},
-                                   RestoreConsumer{"j", "c", 3, {{3, 1}, {4, 0}}}};
+                                   RestoreConsumer{"j", "c", 3, {{3, 1}, {4, 0}}}, RemoveConsumer{"j", "c"},
+                                   AssignSplits{"j", "c", {{2, 7}, {3, 0}}}};
   for (const Update& u : all) {
     Result<Update> back = DecodeUpdate(EncodeUpdate(u));
     ASSERT_TRUE(back.ok());

@@ -112,6 +112,52 @@ TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
   }
 }
 
+TEST(StateTest, ARemovedConsumersUnfinishedSplitsGoToTheLiveOnes) {
+  DispatcherState s;
+  MustApply(s, Create());  // 2 epochs of 5 splits
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c2"}, {{0, 2}, "c1"}, {{0, 3}, "c2"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}}});
+  // c1 goes silent: only shared jobs' consumers are timed out, after the timeout.
+  const std::map<std::pair<std::string, std::string>, int64_t> seen = {{{"job", "c1"}, 0}, {{"job", "c2"}, 900}};
+  auto gone = DecideGoneConsumers(s, seen, 1000, 500);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].consumer, "c1");
+  MustApply(s, gone[0]);
+  EXPECT_FALSE(s.job("job")->HasConsumer("c1"));
+  EXPECT_EQ(s.LeasesOf("w1")["job"].size(), 2u) << "c1's lease of 0/2 is revoked; c2's stay";
+  EXPECT_EQ(s.Apply(AckSplits{"job", "c1", {{0, 2}}}).code(), StatusCode::kFailedPrecondition)
+      << "a removed consumer's late ack is refused, not taken for a finished job";
+  // The survivor gets every split but 0/0 (done by c1) and completes the job.
+  MustApply(s, AckSplits{"job", "c2", {{0, 1}, {0, 3}}});
+  std::vector<SplitRef> got = LeaseAndAckAll(s, "c2");
+  EXPECT_EQ(got.size(), 2u + 5u);  // 0/2, 0/4 and all of epoch 1
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
+TEST(StateTest, ASnapshotKeepsPendingSplitsOwnersAndRemovedConsumersAcks) {
+  DispatcherState s;
+  MustApply(s, Create());
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, AddConsumer{"job", "c3"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c2"}, {{0, 2}, "c3"}}});
+  MustApply(s, AckSplits{"job", "c3", {{0, 2}}});
+  MustApply(s, RemoveConsumer{"job", "c3"});
+  MustApply(s, RemoveWorker{"w1"});  // 0/0 and 0/1: pending, still c1's and c2's
+  DispatcherState r;
+  for (const Update& u : s.Snapshot()) MustApply(r, u);
+  const EpochState& e = r.job("job")->epochs.at(0);
+  EXPECT_EQ(e.consumer[0], "c1");
+  EXPECT_EQ(e.consumer[1], "c2");
+  EXPECT_EQ(e.status[2], SplitStatus::kDone);
+  EXPECT_EQ(e.consumer[2], "c3");
+  EXPECT_EQ(r.job("job")->consumers, (std::vector<std::string>{"c1", "c2"}));
+}
+
 TEST(StateTest, AckOfAPendingSplitCounts) {
   // A worker can die after its consumer received every batch of a split: the
   // consumer's ack must still complete it.

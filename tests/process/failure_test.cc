@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -201,6 +203,49 @@ TEST_F(FailureTest, PeersThatHaveNotAuthenticatedHoldLittle) {
   ASSERT_TRUE(rc.has_value()) << c.err();
   EXPECT_EQ(*rc, 0) << c.err();
   ExpectEachIndexOnce(ReadFile(dump), kSamples);
+}
+
+// Case 2: a consumer of a shared job vanishes. Its splits used to keep it forever: the
+// survivor ended "successfully" with part of the job, or waited forever once the
+// dead consumer's leases filled the workers' budgets. Now the dispatcher removes a
+// consumer silent past --consumer-timeout-ms and its unfinished splits go to the
+// survivor, which reads every sample of every epoch that the dead one had not.
+TEST_F(FailureTest, AVanishedConsumersSplitsGoToTheSurvivor) {
+  std::string dispatcher;
+  auto d = StartDispatcher({"--consumer-timeout-ms", "1000"}, &dispatcher);
+  auto w1 = StartWorker({"--dispatcher", dispatcher});
+  auto w2 = StartWorker({"--dispatcher", dispatcher});
+  constexpr int kEpochs = 3;
+  auto consume = [&](const std::string& id, const std::string& dump) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{consume_bin_, "--dispatcher", dispatcher, "--job", "shared", "--consumer-id", id,
+                                 "--data", data_->path(), "--pipeline", kSpecJson, "--batch-size", "3",
+                                 "--batches-per-split", "2", "--epochs", std::to_string(kEpochs), "--dump-indices",
+                                 dump, "--step-ms", "20"},
+        dir_ / (id + ".out"), dir_ / (id + ".err"));
+  };
+  const std::string dump_a = dir_ / "a.txt", dump_b = dir_ / "b.txt";
+  auto a = consume("a", dump_a);
+  auto b = consume("b", dump_b);
+  ASSERT_TRUE(WaitFor([&] { return Lines(ReadFile(dump_a)).size() >= size_t(kSamples) / 3; }, 40)) << a->err();
+  a->Kill();
+  const std::optional<int> rc = b->Wait(90);
+  ASSERT_TRUE(rc.has_value()) << "the survivor did not finish: " << b->err();
+  EXPECT_EQ(*rc, 0) << b->err();
+  // Every sample reached a consumer in every epoch. The survivor read none twice in
+  // one epoch; the dead one may have read some that the survivor read again: those of
+  // its splits it had not acknowledged when it died (at most its prefetch).
+  std::map<int64_t, int> by_b, by_a;
+  for (const std::string& l : Lines(ReadFile(dump_b))) ++by_b[std::stoll(l)];
+  for (const std::string& l : Lines(ReadFile(dump_a))) ++by_a[std::stoll(l)];
+  int64_t repeated = 0;
+  for (int64_t i = 0; i < kSamples; ++i) {
+    EXPECT_LE(by_b[i], kEpochs) << "index " << i;
+    EXPECT_GE(by_a[i] + by_b[i], kEpochs) << "index " << i << " missing from an epoch";
+    repeated += std::max(0, by_a[i] + by_b[i] - kEpochs);
+  }
+  EXPECT_LE(repeated, 4 * 2 * 3) << "more repeats than the dead consumer's unacknowledged splits could hold";
+  EXPECT_NE(d->err().find("consumer a silent"), std::string::npos) << d->err();
 }
 
 }  // namespace
