@@ -66,6 +66,9 @@ struct Hello {
 
 struct HelloOk {
   serverId @0 :Text;
+  # A dispatcher's state identity (its work dir's): a client that sees it change
+  # knows the dispatcher lost its state. Empty from workers.
+  stateId @1 :Text;
 }
 
 enum LastBatch {

@@ -133,7 +133,9 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         serial_(svc->next_serial_++),
         handshake_(svc->opts_.token, svc->opts_.id, "this dispatcher",
                    {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}),
-        deadline_(svc->io_) {}
+        deadline_(svc->io_) {
+    handshake_.set_state_id(svc->core_->state_id());
+  }
 
   void Start() {
     conn_->Send(handshake_.Challenge());

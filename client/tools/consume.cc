@@ -123,12 +123,14 @@ int RunConsume(const ConsumeArgs& a) {
               << f.Hex() << '\n';
       digests.flush();
     }
-    if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
+    // Recorded as delivered when Next() returns it (the client may acknowledge its
+    // split at once), before the simulated step: a consumer killed mid-step had it.
     if (dump.is_open()) {
       const int64_t* idx = b->indices.as<int64_t>();
       for (int64_t i = 0; i < b->valid_rows(); ++i) dump << idx[i] << '\n';
       dump.flush();
     }
+    if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
     const bool stop = a.stop_after >= 0 && batches >= a.stop_after;
     if (!a.save_state.empty() && ((a.save_after < 0 && stop) || batches == a.save_after)) {
       // Atomically: a crash mid-write must not leave half a state.

@@ -97,6 +97,9 @@ struct ClientOptions {
 struct IteratorState {
   using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
   std::string job, consumer;
+  // The job's JobSpec::ConfigFingerprint() (0 in states saved before it was kept): a
+  // client refuses to resume a state into a job with other settings.
+  uint64_t config = 0;
   uint64_t first_open = 0;
   std::set<SplitId> done;
   std::map<SplitId, std::set<int64_t>> partial;

@@ -120,6 +120,12 @@ struct JobSpec {
   Status Validate() const;
   // Two requests for the same job agree: everything but the listing facts is equal.
   bool SameJobAs(const JobSpec& other) const;
+  // A digest of what decides which samples a position names and how they look: the
+  // dataset, pipeline, seed, shuffle, batch and split geometry, ranks, mode, order,
+  // taken (not the epoch count or first epoch, which a job may extend or skip). A
+  // saved iterator state carries it, so that it is never restored into a job with
+  // other settings, where its positions would name other samples.
+  uint64_t ConfigFingerprint() const;
   bool operator==(const JobSpec& other) const = default;
 
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }

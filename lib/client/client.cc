@@ -191,6 +191,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     IteratorState st = ledger_.Save();
     st.job = opts_.job_name;
     st.consumer = opts_.consumer_id;
+    st.config = opts_.job.ConfigFingerprint();
     return st;
   }
 
@@ -401,6 +402,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       if (!o.consumer_id.empty() && o.consumer_id != resume->consumer)
         return Status::InvalidArgument("the resume state is of consumer " + resume->consumer + ", not " +
                                        o.consumer_id);
+      if (resume->config != 0 && resume->config != o.job.ConfigFingerprint())
+        return Status::FailedPrecondition(
+            "the resume state is of job " + resume->job +
+            " with other settings (dataset, pipeline, seed, shuffle, batch or split size, ranks or order): its "
+            "positions would name other samples. Resume with the settings it was saved with, or start afresh");
       o.job_name = resume->job;
       o.consumer_id = resume->consumer;
     }

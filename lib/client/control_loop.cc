@@ -89,6 +89,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
   if (!*joined) {
     FERRY_ASSIGN_OR_RETURN(wire::InFrame r, channel_.Call(wire::EncodeGetOrCreateJob({job, config_.consumer_id, !restore_.has_value()})));
     FERRY_ASSIGN_OR_RETURN(wire::NamedJob info, wire::DecodeJobInfo(r));
+    FERRY_RETURN_IF_ERROR(CheckState());
     *joined = true;
     host_->OnJoined(info.job);
   }
@@ -104,6 +105,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
   if (!p.acks.empty()) {
     auto r = channel_.Call(wire::EncodeAckSplits({job.name, config_.consumer_id, p.acks}));
     if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
+      FERRY_RETURN_IF_ERROR(CheckState());  // gone, or a dispatcher that never knew it?
       host_->OnJobGone();
       return Status::OK();
     }
@@ -114,6 +116,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
   if (p.acks.empty() || config_.deterministic) {
     auto r = channel_.Call(wire::EncodeGetJobStatus({job.name, config_.consumer_id, p.status_epoch}));
     if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
+      FERRY_RETURN_IF_ERROR(CheckState());
       host_->OnJobGone();
       return Status::OK();
     }
@@ -135,7 +138,21 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
     *next_workers = std::chrono::steady_clock::now() +
                     std::chrono::microseconds(int64_t(config_.poll_interval_s * 1e6));
   }
-  return Status::OK();
+  return CheckState();
+}
+
+Status ControlLoop::CheckState() {
+  const std::string& now = channel_.server_state();
+  if (now.empty()) return Status::OK();  // not connected yet, or a dispatcher that has none
+  if (state_.empty()) {
+    state_ = now;
+    return Status::OK();
+  }
+  if (now == state_) return Status::OK();
+  return Status::FailedPrecondition(
+      "dispatcher " + config_.dispatcher + " came back with another state (work dir " + now + ", was " + state_ +
+      "): it was restarted on an empty or another --work-dir and knows nothing of job " + config_.job.name +
+      "'s progress. Restart it on its own work dir; nothing was taken for the job's end");
 }
 
 void ControlLoop::FinalAcks(const std::vector<SplitId>& acks) {

@@ -85,11 +85,15 @@ class ControlLoop {
   bool Sleep(double seconds);
   bool stopping();
   void FinalAcks(const std::vector<SplitId>& acks);
+  // FailedPrecondition if the dispatcher's state identity changed since the first
+  // reply (it lost its work dir): its "no such job" is then no news of the job's end.
+  Status CheckState();
 
   const ControlConfig config_;
   ControlHost* const host_;
   net::ControlChannel channel_;  // the loop thread's; Interrupt() from Stop()
   std::optional<IteratorState> restore_;  // loop thread: still to tell the dispatcher
+  std::string state_;                     // loop thread: the dispatcher's state identity
   std::thread thread_;
   Mutex mu_;
   CondVar cv_;

@@ -15,6 +15,7 @@ namespace ferry {
 std::string IteratorState::Serialize() const {
   std::ostringstream o;
   o << "ferry-iterator-state 1\njob " << job << "\nconsumer " << consumer << "\nfirst_open " << first_open << "\n";
+  if (config != 0) o << "config " << std::hex << config << std::dec << "\n";
   for (const auto& [e, sp] : done) o << "done " << e << " " << sp << "\n";
   for (const auto& [k, bs] : partial) {
     o << "partial " << k.first << " " << k.second;
@@ -99,6 +100,8 @@ Result<IteratorState> IteratorState::Parse(const std::string& text) {
       l >> st.consumer;
     } else if (word == "first_open") {
       if (!(l >> st.first_open)) return bad();
+    } else if (word == "config") {
+      if (!(l >> std::hex >> st.config)) return bad();
     } else if (word == "done") {
       uint64_t e;
       int64_t sp;

@@ -1,18 +1,50 @@
 #include "dispatch/dispatcher.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <random>
 #include <tuple>
 
 #include "core/log.h"
 
 namespace ferry::dispatch {
 
+namespace {
+
+// The work dir's identity: drawn once, when the work dir is first used, and kept in
+// it. A dispatcher restarted on an empty or another work dir has another one, which
+// clients notice (they would otherwise take "no such job" for "the job finished").
+Result<std::string> StateId(const std::string& dir) {
+  const std::string path = dir + "/state-id";
+  {
+    std::ifstream in(path);
+    std::string id;
+    if (in >> id && id.size() == 16) return id;
+  }
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", unsigned(rd()), unsigned(rd()));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Unavailable("cannot write " + tmp);
+  const bool ok = ::write(fd, buf, 16) == 16 && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) return Status::Unavailable("cannot write " + path);
+  return std::string(buf);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& config, int64_t now_ms) {
   if (config.work_dir.empty()) return Status::InvalidArgument("--work-dir is required");
   std::unique_ptr<Dispatcher> d(new Dispatcher(config));
   std::vector<Update> replay;
   FERRY_ASSIGN_OR_RETURN(d->journal_, Journal::Open(config.work_dir, &replay));
+  FERRY_ASSIGN_OR_RETURN(d->state_id_, StateId(config.work_dir));
   d->journal_->set_sync(false);  // group commit: Sync() syncs
   for (const Update& u : replay) {
     Status s = d->state_.Apply(u);

@@ -116,6 +116,8 @@ class Dispatcher {
   Status Sync();
 
   const DispatcherState& state() const { return state_; }
+  // The work dir's identity (kept in it): clients check it did not change under them.
+  const std::string& state_id() const { return state_id_; }
   struct Stats {
     int64_t leases = 0, acks = 0, workers_removed = 0, journal_records = 0;
     int64_t replayed = 0;  // updates replayed from the journal at start
@@ -134,6 +136,7 @@ class Dispatcher {
 
   const DispatcherConfig config_;
   DispatcherState state_;
+  std::string state_id_;
   std::unique_ptr<Journal> journal_;
   bool dirty_ = false;
   std::map<std::string, int64_t> last_seen_ms_;

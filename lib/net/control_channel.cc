@@ -66,7 +66,9 @@ Status ControlChannel::Connect() {
   FERRY_ASSIGN_OR_RETURN(OutFrame hello, hs.OnChallenge(challenge));
   FERRY_RETURN_IF_ERROR(Write(hello));
   FERRY_ASSIGN_OR_RETURN(InFrame ok, Read());
-  return hs.OnHelloOk(ok);
+  FERRY_RETURN_IF_ERROR(hs.OnHelloOk(ok));
+  server_state_ = hs.state_id();
+  return Status::OK();
 }
 
 Status ControlChannel::Write(const OutFrame& f) {

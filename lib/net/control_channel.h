@@ -41,6 +41,8 @@ class ControlChannel {
   // Makes a Call() in progress, and every later one, return Cancelled.
   void Interrupt() { interrupted_ = true; }
   void Close() { Reset(); }
+  // The dispatcher's state identity, from the latest handshake ("" before one).
+  const std::string& server_state() const { return server_state_; }
 
  private:
   Status Connect();
@@ -57,6 +59,7 @@ class ControlChannel {
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::ip::tcp::socket> socket_;
   std::atomic<bool> interrupted_{false};
+  std::string server_state_;
 };
 
 }  // namespace ferry::net

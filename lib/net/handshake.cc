@@ -23,7 +23,7 @@ Result<ServerHandshake::Accepted> ServerHandshake::OnHello(const wire::InFrame& 
   }
   if (std::find(roles_.begin(), roles_.end(), h.role) == roles_.end())
     return Status::PermissionDenied(what_ + " does not serve a " + wire::RoleName(h.role));
-  return Accepted{h.role, h.peer_id, wire::EncodeHelloOk(server_id_)};
+  return Accepted{h.role, h.peer_id, wire::EncodeHelloOk(server_id_, state_id_)};
 }
 
 ClientHandshake::ClientHandshake(std::string token, wire::Role role, std::string peer_id, std::string server)
@@ -50,7 +50,9 @@ Result<wire::OutFrame> ClientHandshake::OnChallenge(const wire::InFrame& f) {
 
 Status ClientHandshake::OnHelloOk(const wire::InFrame& f) {
   if (f.header.type == wire::MessageType::kError) return ErrorOf(f);
-  return wire::DecodeHelloOk(f).status();
+  FERRY_ASSIGN_OR_RETURN(wire::HelloOkMsg ok, wire::DecodeHelloOk(f));
+  state_id_ = ok.state_id;
+  return Status::OK();
 }
 
 }  // namespace ferry::net

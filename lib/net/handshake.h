@@ -26,6 +26,8 @@ class ServerHandshake {
   // `token` empty: no authentication. `what` names the server in errors ("this worker").
   ServerHandshake(std::string token, std::string server_id, std::string what, std::initializer_list<wire::Role> roles);
 
+  // A dispatcher's state identity, sent in HelloOk.
+  void set_state_id(std::string id) { state_id_ = std::move(id); }
   // The first frame to send (draws the nonce).
   wire::OutFrame Challenge();
 
@@ -42,7 +44,7 @@ class ServerHandshake {
  private:
   const std::string token_, server_id_, what_;
   const std::vector<wire::Role> roles_;
-  std::string nonce_;
+  std::string nonce_, state_id_;
 };
 
 class ClientHandshake {
@@ -55,12 +57,15 @@ class ClientHandshake {
   Result<wire::OutFrame> OnChallenge(const wire::InFrame& f);
   // The server's answer to Hello: OK for HelloOk; an Error frame as its Status.
   Status OnHelloOk(const wire::InFrame& f);
+  // After OnHelloOk: the server's state identity (a dispatcher's; empty otherwise).
+  const std::string& state_id() const { return state_id_; }
 
  private:
   Status ErrorOf(const wire::InFrame& f) const;
   const std::string token_;
   const wire::Role role_;
   const std::string peer_id_, server_;
+  std::string state_id_;
 };
 
 }  // namespace ferry::net

@@ -158,6 +158,25 @@ bool JobSpec::SameJobAs(const JobSpec& other) const {
   return a == other;
 }
 
+uint64_t JobSpec::ConfigFingerprint() const {
+  Fingerprinter f;
+  f.Add(dataset);
+  f.AddU64(pipeline.Fingerprint());
+  f.AddU64(seed);
+  f.AddU64(shuffle ? 1 : 0);
+  f.AddU64(uint64_t(batch_size));
+  f.AddU64(uint64_t(last_batch));
+  f.AddU64(uint64_t(mode));
+  f.AddU64(uint64_t(ordering));
+  f.AddU64(uint64_t(batches_per_split));
+  f.AddU64(uint64_t(num_consumers));
+  for (const auto& [lo, hi] : taken) {
+    f.AddU64(uint64_t(lo));
+    f.AddU64(uint64_t(hi));
+  }
+  return f.Finish();
+}
+
 int64_t JobSpec::RankBatches() const {
   const int64_t n = epoch_samples();
   if (!ranked() || batch_size <= 0 || n <= 0) return 0;

@@ -56,9 +56,12 @@ OutFrame EncodeHello(const HelloMsg& m) {
   });
 }
 
-OutFrame EncodeHelloOk(const std::string& server_id) {
-  return Build(MessageType::kHelloOk,
-               [&](capnp::MessageBuilder& b) { b.initRoot<schema::HelloOk>().setServerId(server_id); });
+OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id) {
+  return Build(MessageType::kHelloOk, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<schema::HelloOk>();
+    r.setServerId(server_id);
+    if (!state_id.empty()) r.setStateId(state_id);
+  });
 }
 
 OutFrame EncodeOpenStream(const OpenStreamMsg& m) {
@@ -131,9 +134,10 @@ Result<HelloMsg> DecodeHello(const InFrame& f) {
   });
 }
 
-Result<std::string> DecodeHelloOk(const InFrame& f) {
-  return Decode<schema::HelloOk>(f, MessageType::kHelloOk,
-                                 [](schema::HelloOk::Reader r) -> Result<std::string> { return Str(r.getServerId()); });
+Result<HelloOkMsg> DecodeHelloOk(const InFrame& f) {
+  return Decode<schema::HelloOk>(f, MessageType::kHelloOk, [](schema::HelloOk::Reader r) -> Result<HelloOkMsg> {
+    return HelloOkMsg{Str(r.getServerId()), Str(r.getStateId())};
+  });
 }
 
 Result<OpenStreamMsg> DecodeOpenStream(const InFrame& f) {

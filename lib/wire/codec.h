@@ -37,6 +37,11 @@ struct HelloMsg {
   std::string peer_id;
 };
 
+struct HelloOkMsg {
+  std::string server_id;
+  std::string state_id;  // a dispatcher's work dir identity; empty from workers
+};
+
 struct OpenStreamMsg {
   bool by_name = false;
   JobSpec job;            // when !by_name (point to point)
@@ -66,7 +71,7 @@ struct ErrorMsg {
 
 OutFrame EncodeChallenge(const ChallengeMsg& m);
 OutFrame EncodeHello(const HelloMsg& m);
-OutFrame EncodeHelloOk(const std::string& server_id);
+OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id = "");
 OutFrame EncodeOpenStream(const OpenStreamMsg& m);
 OutFrame EncodeCredit(uint32_t n);
 OutFrame EncodeEndOfEpoch(const EndOfEpochMsg& m);
@@ -74,7 +79,7 @@ OutFrame EncodeError(const Status& s);
 
 Result<ChallengeMsg> DecodeChallenge(const InFrame& f);
 Result<HelloMsg> DecodeHello(const InFrame& f);
-Result<std::string> DecodeHelloOk(const InFrame& f);
+Result<HelloOkMsg> DecodeHelloOk(const InFrame& f);
 Result<OpenStreamMsg> DecodeOpenStream(const InFrame& f);
 Result<uint32_t> DecodeCredit(const InFrame& f);
 Result<EndOfEpochMsg> DecodeEndOfEpoch(const InFrame& f);

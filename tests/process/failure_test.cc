@@ -69,9 +69,10 @@ class FailureTest : public ::testing::Test {
     return c;
   }
 
-  std::unique_ptr<Child> StartDispatcher(std::vector<std::string> extra = {}, std::string* address = nullptr) {
+  std::unique_ptr<Child> StartDispatcher(std::vector<std::string> extra = {}, std::string* address = nullptr,
+                                         const std::string& listen = "127.0.0.1:0", const std::string& work = "journal") {
     const std::string name = "dispatcher" + std::to_string(children_++);
-    std::vector<std::string> argv = {dispatcher_bin_, "--listen", "127.0.0.1:0", "--work-dir", dir_ / "journal",
+    std::vector<std::string> argv = {dispatcher_bin_, "--listen", listen, "--work-dir", dir_ / work,
                                      "--heartbeat-interval-ms", "100", "--heartbeat-timeout-ms", "1000"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
@@ -246,6 +247,47 @@ TEST_F(FailureTest, AVanishedConsumersSplitsGoToTheSurvivor) {
   }
   EXPECT_LE(repeated, 4 * 2 * 3) << "more repeats than the dead consumer's unacknowledged splits could hold";
   EXPECT_NE(d->err().find("consumer a silent"), std::string::npos) << d->err();
+}
+
+// Case 9: silent truncation. A client took any "no such job" for "the job finished",
+// so a dispatcher restarted on an empty work dir ended every client's data mid-epoch
+// with exit 0. Now each work dir has an identity the client checks. And a saved
+// iterator state names its job's settings: resuming it into other settings fails.
+TEST_F(FailureTest, ADispatcherThatLostItsStateIsNotTakenForTheJobsEnd) {
+  const std::string listen = "127.0.0.1:" + std::to_string(testing::FreePort());
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher, listen, "journal-a");
+  auto w = StartWorker({"--dispatcher", dispatcher});
+  const std::string dump = dir_ / "indices.txt";
+  std::vector<std::string> argv = {consume_bin_, "--dispatcher", dispatcher, "--job", "j", "--data", data_->path(),
+                                   "--pipeline", kSpecJson, "--batch-size", "3", "--batches-per-split", "2",
+                                   "--epochs", "1", "--dump-indices", dump, "--step-ms", "40"};
+  Child c(argv, dir_ / "c.out", dir_ / "c.err");
+  ASSERT_TRUE(WaitFor([&] { return Lines(ReadFile(dump)).size() >= 6; }, 40)) << c.err();
+  d->Kill();
+  auto d2 = StartDispatcher({}, nullptr, listen, "journal-b");  // the same address, an empty work dir
+  const std::optional<int> rc = c.Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c.err();
+  EXPECT_NE(*rc, 0) << "the client ended as if the job had finished, with " << Lines(ReadFile(dump)).size()
+                    << " of " << kSamples << " samples";
+  EXPECT_NE(c.err().find("another state"), std::string::npos) << c.err();
+
+  // A state saved under one seed, resumed under another: refused, naming the cause.
+  auto d3 = StartDispatcher({}, &dispatcher, "127.0.0.1:0", "journal-c");
+  auto w3 = StartWorker({"--dispatcher", dispatcher});
+  const std::string state = dir_ / "state.txt";
+  Child save({consume_bin_, "--dispatcher", dispatcher, "--job", "k", "--data", data_->path(), "--pipeline",
+              kSpecJson, "--batch-size", "3", "--epochs", "1", "--seed", "1", "--stop-after", "2", "--save-state",
+              state},
+             dir_ / "s.out", dir_ / "s.err");
+  ASSERT_EQ(save.Wait(60).value_or(-1), 0) << save.err();
+  Child resume({consume_bin_, "--dispatcher", dispatcher, "--job", "k", "--data", data_->path(), "--pipeline",
+                kSpecJson, "--batch-size", "3", "--epochs", "1", "--seed", "2", "--resume", state},
+               dir_ / "r.out", dir_ / "r.err");
+  const std::optional<int> rrc = resume.Wait(60);
+  ASSERT_TRUE(rrc.has_value());
+  EXPECT_NE(*rrc, 0);
+  EXPECT_NE(resume.err().find("other settings"), std::string::npos) << resume.err();
 }
 
 }  // namespace

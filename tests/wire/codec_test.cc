@@ -62,9 +62,13 @@ TEST(WireCodecTest, HelloRoundTrips) {
 }
 
 TEST(WireCodecTest, HelloOkRoundTrips) {
-  Result<std::string> d = DecodeHelloOk(ToInFrame(EncodeHelloOk("ferry-worker-1")));
+  Result<HelloOkMsg> d = DecodeHelloOk(ToInFrame(EncodeHelloOk("ferry-worker-1")));
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(*d, "ferry-worker-1");
+  EXPECT_EQ(d->server_id, "ferry-worker-1");
+  EXPECT_EQ(d->state_id, "");
+  d = DecodeHelloOk(ToInFrame(EncodeHelloOk("ferry-dispatcher", "0123456789abcdef")));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->state_id, "0123456789abcdef");
 }
 
 TEST(WireCodecTest, OpenStreamRoundTripsInline) {
