@@ -127,7 +127,10 @@ int RunConsume(const ConsumeArgs& a) {
     // split at once), before the simulated step: a consumer killed mid-step had it.
     if (dump.is_open()) {
       const int64_t* idx = b->indices.as<int64_t>();
-      for (int64_t i = 0; i < b->valid_rows(); ++i) dump << idx[i] << '\n';
+      for (int64_t i = 0; i < b->valid_rows(); ++i) {
+        if (a.dump_epochs) dump << b->provenance.epoch << ' ';
+        dump << idx[i] << '\n';
+      }
       dump.flush();
     }
     if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(a.step_ms * 1000)));
@@ -142,7 +145,9 @@ int RunConsume(const ConsumeArgs& a) {
         std::fprintf(stderr, "error: cannot write %s\n", a.save_state.c_str());
         return 1;
       }
-      if (!stop) std::fprintf(stderr, "state after %lld batches saved to %s\n", (long long)batches, a.save_state.c_str());
+      if (!stop)
+        std::fprintf(stderr, "state after %lld batches (%lld samples) saved to %s\n", (long long)batches,
+                     (long long)samples, a.save_state.c_str());
     }
     if (stop) {
       std::printf("stopped after %lld batches (%lld samples)%s\n", (long long)batches, (long long)samples,
@@ -188,6 +193,7 @@ void AddConsumeOptions(CLI::App* consume, ConsumeArgs* c) {
   consume->add_option("--batch-size", c->batch_size, "samples per batch")->check(CLI::PositiveNumber);
   consume->add_option("--last-batch", c->last_batch, "keep (default), drop or pad");
   consume->add_option("--dump-indices", c->dump_indices, "append every delivered sample index to FILE");
+  consume->add_flag("--dump-epochs", c->dump_epochs, "--dump-indices lines are 'epoch index'");
   consume->add_option("--dump-digests", c->dump_digests, "append 'epoch split batch hash-of-pixels' per batch to FILE");
   consume->add_option("--token-file", c->token_file, "shared token (else $FERRY_TOKEN)");
   consume->add_option("--seed", c->seed, "seed of the epoch order and the augmentation");

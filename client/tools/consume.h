@@ -5,7 +5,7 @@
 //
 //   ferry-consume (--workers HOST:PORT[,...] | --dispatcher HOST:PORT --job NAME)
 //       --data DIR [--pipeline P] [--epochs E] [--batch-size B] [--last-batch keep|drop|pad]
-//       [--dump-indices FILE] [--dump-digests FILE] [--token-file F]
+//       [--dump-indices FILE [--dump-epochs]] [--dump-digests FILE] [--token-file F]
 //       [--stop-after K --save-state F] [--save-after K --save-state F] [--resume F]
 //       [--deterministic] [--parallel-epochs] [--step-ms MS] [--progress]
 //   last line: consume img/s=<x> wait_frac=<y> samples=<n>
@@ -38,6 +38,7 @@ struct ConsumeArgs {
   int batch_size = 64;
   std::string last_batch = "keep";
   std::string dump_indices;
+  bool dump_epochs = false;  // dump "epoch index" lines
   std::string dump_digests;  // one line per batch: epoch split batch_in_split hash-of-pixels
   std::string token_file;
   uint64_t seed = 0;

@@ -46,6 +46,8 @@ void DispatcherState::Advance(JobState& j) {
   for (;;) {
     auto it = j.epochs.find(j.first_open);
     if (it == j.epochs.end() || it->second.done < int64_t(it->second.status.size())) return;
+    j.completed.clear();
+    j.completed.emplace(it->first, std::move(it->second));
     j.epochs.erase(it);
     ++j.first_open;
   }
@@ -127,7 +129,9 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   if (j.spec.epochs > 0 && u.first_open > uint64_t(j.spec.epochs))
     return Status::OutOfRange("restore: epoch out of range");
   const bool alone = j.consumers.size() == 1;
-  if (u.first_open != j.first_open && !alone)
+  // One epoch back is possible with several consumers when its owners are still known.
+  const bool reopenable = u.first_open + 1 == j.first_open && j.completed.count(u.first_open) > 0;
+  if (u.first_open != j.first_open && !alone && !reopenable)
     return Status::FailedPrecondition(
         "restore: job " + u.job + " is at epoch " + std::to_string(j.first_open) + " and the state at epoch " +
         std::to_string(u.first_open) + "; with several consumers a state can only be restored within the same epoch");
@@ -136,13 +140,21 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
         (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
-    auto et = j.epochs.find(r.epoch);
-    if (et != j.epochs.end() && !et->second.consumer[size_t(r.split)].empty() &&
-        et->second.consumer[size_t(r.split)] != u.consumer)
-      return Status::FailedPrecondition("restore: split belongs to another consumer");
+    for (const auto* m : {&j.epochs, reopenable ? &j.completed : nullptr}) {
+      if (m == nullptr) continue;
+      auto et = m->find(r.epoch);
+      if (et != m->end() && !et->second.consumer[size_t(r.split)].empty() &&
+          et->second.consumer[size_t(r.split)] != u.consumer)
+        return Status::FailedPrecondition("restore: split belongs to another consumer");
+    }
   }
   const size_t n = size_t(j.spec.SplitsPerEpoch());
-  if (u.first_open < j.first_open) {
+  if (reopenable) {
+    // Reopen the last completed epoch as it was: the loop below returns this
+    // consumer's splits that the state has not done to pending.
+    j.epochs.emplace(u.first_open, std::move(j.completed.at(u.first_open)));
+    j.completed.clear();
+  } else if (u.first_open < j.first_open) {
     // Reopen completed epochs (this consumer did every split of them).
     for (uint64_t e = u.first_open; e < j.first_open; ++e) {
       EpochState es;
@@ -298,6 +310,7 @@ Status DispatcherState::Apply(const Update& u) {
           JobState& j = it->second;
           if (x.first_open < j.first_open) return Status::FailedPrecondition("job progress cannot go back");
           for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < x.first_open ? j.epochs.erase(e) : std::next(e);
+          j.completed.clear();
           j.first_open = x.first_open;
           return Status::OK();
         }

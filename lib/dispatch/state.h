@@ -111,6 +111,10 @@ struct JobState {
   // and dropped (only their count matters).
   std::map<uint64_t, EpochState> epochs;
   uint64_t first_open = 0;  // the first epoch not yet complete
+  // The last epoch completed, kept with its owners: a consumer of a shared job may
+  // resume from a state saved in it after the others completed it (a checkpoint
+  // just before an epoch's end). Soft: a snapshot does not keep it.
+  std::map<uint64_t, EpochState> completed;
   bool finished() const;
   bool HasConsumer(const std::string& c) const;
   // Whether consumer `c` has read anything of the job: a split of its done, or an epoch

@@ -81,6 +81,35 @@ TEST(StateTest, RestoreWithSeveralConsumersMustStayInTheEpoch) {
       << "split 0/0 is c1's";
 }
 
+TEST(StateTest, AStateOneEpochBehindIsRestoredWithSeveralConsumers) {
+  // c1 saved its state in epoch 0 with 0/0 done, went on to yield 0/2, and died; c2
+  // completed epoch 0 meanwhile. c1's successor reopens epoch 0 for c1's 0/2 only.
+  DispatcherState s;
+  MustApply(s, Create());  // 2 epochs of 5 splits
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 0}, "c1"}, {{0, 1}, "c2"}, {{0, 2}, "c1"}, {{0, 3}, "c2"}}});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}, {0, 2}}});
+  MustApply(s, LeaseSplits{"job", "w1", {{{0, 4}, "c2"}}});
+  MustApply(s, AckSplits{"job", "c2", {{0, 1}, {0, 3}, {0, 4}}});
+  ASSERT_EQ(s.job("job")->first_open, 1u);
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c1", 0, {{0, 1}}}).code(), StatusCode::kFailedPrecondition)
+      << "0/1 is c2's";
+  MustApply(s, RestoreConsumer{"job", "c1", 0, {{0, 0}}});
+  EXPECT_EQ(s.job("job")->first_open, 0u);
+  const auto pending = s.SplitsOf("job", "c1", 0);
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[1], std::make_pair(int64_t(2), SplitStatus::kPending));
+  MustApply(s, AckSplits{"job", "c1", {{0, 2}}});
+  EXPECT_EQ(s.job("job")->first_open, 1u);
+  // Two epochs back, the owners are gone: refused as before.
+  MustApply(s, LeaseSplits{"job", "w1", {{{1, 0}, "c1"}, {{1, 1}, "c1"}, {{1, 2}, "c1"}, {{1, 3}, "c1"}, {{1, 4}, "c2"}}});
+  MustApply(s, AckSplits{"job", "c1", {{1, 0}, {1, 1}, {1, 2}, {1, 3}}});
+  MustApply(s, AckSplits{"job", "c2", {{1, 4}}});
+  EXPECT_TRUE(s.job("job")->finished());
+}
+
 TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
   DispatcherState s;
   MustApply(s, Create());
