@@ -129,6 +129,10 @@ struct OpenStream {
   # Point to point, a ranked job (job.numConsumers > 0): the stream serves this rank's
   # batches (its shardIndex-th of numShards share of them).
   rank @8 :UInt32;
+  # By name: the client's JobSpec::ConfigFingerprint() (0: not checked). A worker
+  # holding facts of an older job of that name (collected, the name reused) fetches
+  # the job again rather than serve the old one.
+  jobConfig @9 :UInt64;
 }
 
 struct Credit {

@@ -358,6 +358,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void WaitForJob() {
     if (state_ != State::kOpening) return;
     std::shared_ptr<const WorkerJob> job = svc_->link_->Job(msg_.job_name);
+    if (job == nullptr && ++job_waits_ > 3000)  // 60 s of 20 ms polls
+      return Refuse(Status::Unavailable("job " + msg_.job_name +
+                                        ": the dispatcher has not named it to this worker within 60 s"));
+    if (job != nullptr && msg_.job_config != 0 && job->spec.ConfigFingerprint() != msg_.job_config) {
+      svc_->link_->Refresh(msg_.job_name);  // an older job of that name: fetch this one
+      job = nullptr;
+    }
     if (job == nullptr) {
       auto self = shared_from_this();
       timer_.expires_after(std::chrono::milliseconds(20));
@@ -519,6 +526,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool producer_done_ = false, draining_ = false;
   Status producer_status_;
   uint64_t reserved_ = 0;  // of the worker's batch memory (ReserveMemory)
+  int job_waits_ = 0;      // polls for a named job's facts
 };
 
 void WorkerService::Impl::Accept() {

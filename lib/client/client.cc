@@ -56,6 +56,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     if (dispatched()) {
       m.by_name = true;
       m.job_name = opts_.job_name;
+      m.job_config = opts_.job.ConfigFingerprint();
     } else {
       m.job = opts_.job;
       m.num_shards = uint32_t(opts_.workers.size());

@@ -78,6 +78,7 @@ OutFrame EncodeOpenStream(const OpenStreamMsg& m) {
     r.setNumShards(m.num_shards);
     r.setFirstEpoch(m.first_epoch);
     r.setRank(m.rank);
+    r.setJobConfig(m.job_config);
     auto resume = r.initResume();
     resume.setEpoch(m.resume_epoch);
     resume.setBatchesDone(m.resume_batches_done);
@@ -156,6 +157,7 @@ Result<OpenStreamMsg> DecodeOpenStream(const InFrame& f) {
     m.num_shards = r.getNumShards();
     m.first_epoch = r.getFirstEpoch();
     m.rank = r.getRank();
+    m.job_config = r.getJobConfig();
     m.resume_epoch = r.getResume().getEpoch();
     m.resume_batches_done = r.getResume().getBatchesDone();
     return m;

@@ -53,6 +53,7 @@ struct OpenStreamMsg {
   uint32_t num_shards = 1;
   uint64_t first_epoch = 0;
   uint32_t rank = 0;  // a ranked job (job.num_consumers > 0): the rank this stream serves
+  uint64_t job_config = 0;  // by name: the client's JobSpec::ConfigFingerprint() (0: unchecked)
   uint64_t resume_epoch = 0;
   int64_t resume_batches_done = 0;
 };

@@ -112,9 +112,18 @@ void DispatcherLink::Leave() {
 void DispatcherLink::Want(const std::string& job) {
   MutexLock lock(&mu_);
   if (jobs_.count(job) || wanted_.count(job)) return;
-  wanted_.insert(job);
+  if (wanted_.size() >= kMaxWanted) return;  // the stream waits out its own deadline
+  wanted_.emplace(job, std::chrono::steady_clock::now());
   poked_ = true;
   cv_.SignalAll();
+}
+
+void DispatcherLink::Refresh(const std::string& job) {
+  {
+    MutexLock lock(&mu_);
+    jobs_.erase(job);
+  }
+  Want(job);
 }
 
 void DispatcherLink::Poke() {
@@ -175,6 +184,7 @@ void DispatcherLink::Run() {
 
 std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) const {
   auto job = std::make_shared<WorkerJob>();
+  job->opened = std::chrono::steady_clock::now();
   job->name = j.name;
   job->spec = j.job;
   if (j.job.synthetic()) {
@@ -197,7 +207,15 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   {
     MutexLock lock(&mu_);
     h.draining = draining_;
-    h.want_jobs.assign(wanted_.begin(), wanted_.end());
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = wanted_.begin(); it != wanted_.end();) {
+      if (now - it->second > kWantFor) {
+        it = wanted_.erase(it);
+      } else {
+        h.want_jobs.push_back(it->first);
+        ++it;
+      }
+    }
   }
   h.want_leases = !h.draining;
   auto r = ch.Call(wire::EncodeHeartbeat(h));
@@ -220,7 +238,14 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   }
   // Open the jobs we have not seen yet (listing may take a while: no lock held).
   for (const wire::NamedJob& c : ok->jobs) {
-    if (Job(c.name) != nullptr) continue;
+    // Known and the same: kept. A name reused for another job (the old one was
+    // garbage-collected), or a job this worker failed to open a while ago (its
+    // dataset may be mounted by now), is opened again.
+    if (auto known = Job(c.name); known != nullptr && known->spec.SameJobAs(c.job) &&
+                                  known->spec.fingerprint == c.job.fingerprint &&
+                                  (known->status.ok() || std::chrono::steady_clock::now() - known->opened <
+                                                             std::chrono::seconds(10)))
+      continue;
     std::shared_ptr<WorkerJob> job = OpenJob(c);
     if (!job->status.ok()) Log("cannot serve job %s: %s", c.name.c_str(), job->status.ToString().c_str());
     else Log("job %s: %lld samples", c.name.c_str(), (long long)c.job.num_samples);
@@ -238,6 +263,16 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     total += feed->SetHeld(it == held.end() ? std::set<SplitKey>{} : it->second);
   }
   held_ = total;
+  // A job the dispatcher no longer names and of which nothing is held here is
+  // forgotten: it may have been collected, and its name reused for another job, which
+  // a stream must not be served with this one's facts. A stream for it asks again
+  // (Want), and the next reply names it.
+  std::set<std::string> named;
+  for (const wire::NamedJob& c : ok->jobs) named.insert(c.name);
+  for (const auto& [key, splits] : held) named.insert(key.first);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    it = named.count(it->first) || wanted_.count(it->first) ? std::next(it) : jobs_.erase(it);
+  }
   ++heartbeats_;
   if (h.draining) drain_seen_ = true;
   if (ok->idle) idle_ = true;

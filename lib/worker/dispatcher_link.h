@@ -34,6 +34,7 @@ struct WorkerJob {
   JobSpec spec;
   std::shared_ptr<const Dataset> dataset;
   Status status;  // not OK: this worker cannot serve the job (and says why)
+  std::chrono::steady_clock::time_point opened;  // a failed open is retried after a while
 };
 
 struct LinkOptions {
@@ -66,6 +67,9 @@ class DispatcherLink {
   // A client opened a stream for this job: fetch its config at the next heartbeat
   // even if no split of it is leased here (parallel_epochs jobs never lease).
   void Want(const std::string& job) LOCKS_EXCLUDED(mu_);
+  // The facts held of `job` are of another job of that name: forget them and fetch the
+  // job again (Want).
+  void Refresh(const std::string& job) LOCKS_EXCLUDED(mu_);
   // Blocks until draining and the dispatcher says this worker holds nothing (every
   // split acknowledged), or until the timeout. True when drained.
   bool WaitDrained(double timeout_s) LOCKS_EXCLUDED(mu_);
@@ -113,7 +117,12 @@ class DispatcherLink {
   int interval_ms_ GUARDED_BY(mu_) = 200;
   int64_t heartbeats_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<const WorkerJob>> jobs_ GUARDED_BY(mu_);
-  std::set<std::string> wanted_ GUARDED_BY(mu_);
+  // Jobs a stream asked for that no reply has named yet, with when first asked:
+  // forgotten after kWantFor, at most kMaxWanted (unknown names must not grow the
+  // heartbeat without bound).
+  static constexpr auto kWantFor = std::chrono::seconds(60);
+  static constexpr size_t kMaxWanted = 256;
+  std::map<std::string, std::chrono::steady_clock::time_point> wanted_ GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, std::shared_ptr<SplitFeed>> feeds_ GUARDED_BY(mu_);
 };
 

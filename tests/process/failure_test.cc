@@ -290,5 +290,29 @@ TEST_F(FailureTest, ADispatcherThatLostItsStateIsNotTakenForTheJobsEnd) {
   EXPECT_NE(resume.err().find("other settings"), std::string::npos) << resume.err();
 }
 
+// Case 4: a job name reused after garbage collection. Workers cached a job's facts by
+// name forever, so the new job was served with the old dataset. Now a worker opens a
+// job again when the dispatcher names it with other settings.
+TEST_F(FailureTest, AJobNameReusedAfterCollectionServesTheNewDataset) {
+  TempDir other;
+  MakeImageFolder(other.path(), 3, 7);  // 21 samples, where the first job had 60
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher);
+  auto w = StartWorker({"--dispatcher", dispatcher});
+  auto run = [&](const std::string& data, const std::string& dump) {
+    Child c({consume_bin_, "--dispatcher", dispatcher, "--job", "reused", "--data", data, "--pipeline", kSpecJson,
+             "--batch-size", "4", "--epochs", "1", "--dump-indices", dump},
+            dump + ".out", dump + ".err");
+    const std::optional<int> rc = c.Wait(60);
+    EXPECT_TRUE(rc.has_value()) << c.err();
+    EXPECT_EQ(rc.value_or(-1), 0) << c.err();
+  };
+  run(data_->path(), dir_ / "first.txt");
+  ExpectEachIndexOnce(ReadFile(dir_ / "first.txt"), kSamples);
+  ASSERT_TRUE(WaitFor([&] { return d->err().find("job reused finished") != std::string::npos; }, 20)) << d->err();
+  run(other.path(), dir_ / "second.txt");
+  ExpectEachIndexOnce(ReadFile(dir_ / "second.txt"), 21);
+}
+
 }  // namespace
 }  // namespace ferry
