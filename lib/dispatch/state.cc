@@ -97,6 +97,10 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   for (const SplitRef& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
     if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
+    // Splits are leased at most one epoch ahead of the first open one, so no honest
+    // ack is further ahead; a far-future one would make the state hold whole epochs
+    // (journaled: the memory would come back at every restart).
+    if (r.epoch > j.first_open + 1) return Status::OutOfRange("ack: an epoch not yet open");
     if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end()) {
@@ -138,7 +142,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   std::set<SplitRef> done(u.done.begin(), u.done.end());
   for (const SplitRef& r : done) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
-        (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
+        r.epoch > u.first_open + 1 || (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
     for (const auto* m : {&j.epochs, reopenable ? &j.completed : nullptr}) {
       if (m == nullptr) continue;

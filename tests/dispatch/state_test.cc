@@ -187,6 +187,18 @@ TEST(StateTest, ASnapshotKeepsPendingSplitsOwnersAndRemovedConsumersAcks) {
   EXPECT_EQ(r.job("job")->consumers, (std::vector<std::string>{"c1", "c2"}));
 }
 
+TEST(StateTest, AcksAndRestoresOfEpochsNotYetOpenAreRefused) {
+  DispatcherState s;
+  JobSpec forever = Create().spec;
+  forever.epochs = 0;
+  MustApply(s, CreateJob{"job", forever});
+  MustApply(s, AddConsumer{"job", "c1"});
+  EXPECT_TRUE(s.Apply(AckSplits{"job", "c1", {{1, 0}}}).ok()) << "one epoch ahead: leases reach it";
+  EXPECT_EQ(s.Apply(AckSplits{"job", "c1", {{1u << 30, 0}}}).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c1", 0, {{5, 0}}}).code(), StatusCode::kOutOfRange);
+  EXPECT_LE(s.job("job")->epochs.size(), 2u);
+}
+
 TEST(StateTest, AckOfAPendingSplitCounts) {
   // A worker can die after its consumer received every batch of a split: the
   // consumer's ack must still complete it.
