@@ -263,16 +263,6 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     total += feed->SetHeld(it == held.end() ? std::set<SplitKey>{} : it->second);
   }
   held_ = total;
-  // A job the dispatcher no longer names and of which nothing is held here is
-  // forgotten: it may have been collected, and its name reused for another job, which
-  // a stream must not be served with this one's facts. A stream for it asks again
-  // (Want), and the next reply names it.
-  std::set<std::string> named;
-  for (const wire::NamedJob& c : ok->jobs) named.insert(c.name);
-  for (const auto& [key, splits] : held) named.insert(key.first);
-  for (auto it = jobs_.begin(); it != jobs_.end();) {
-    it = named.count(it->first) || wanted_.count(it->first) ? std::next(it) : jobs_.erase(it);
-  }
   ++heartbeats_;
   if (h.draining) drain_seen_ = true;
   if (ok->idle) idle_ = true;
