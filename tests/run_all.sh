@@ -5,7 +5,8 @@
 #   3. the installed package: `cmake --install`, then an unrelated CMake project that
 #      does find_package(ferry) and reads an epoch from a real ferry-worker;
 #   4. the Python suites (pytest with /usr/bin/python3) and the example training loop;
-#   5. a short libFuzzer run over the frame and message parsers (Clang);
+#   5. a short libFuzzer run over the frame and message parsers and over the
+#      dispatcher's control plane (Clang);
 #   6. the C++ suites again built with ASan+UBSan (GCC);
 #   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
 #      the locking annotations are checked in the same build).
@@ -37,7 +38,7 @@ PYTHONPATH="$PWD/$build/python" timeout 120 /usr/bin/python3 client/examples/tra
 grep -q '^verdict: ' /tmp/ferry-train-example.log
 echo "example training loop: $(( $(date +%s) - start )) s"
 
-echo "== fuzz (frame and message parsers, ${FERRY_FUZZ_SECONDS:-30} s)"
+echo "== fuzz (frame and message parsers; the dispatcher's control plane; ${FERRY_FUZZ_SECONDS:-30} s each)"
 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then

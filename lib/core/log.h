@@ -3,6 +3,7 @@
 #ifndef FERRY_CORE_LOG_H_
 #define FERRY_CORE_LOG_H_
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
@@ -15,7 +16,15 @@ inline const char*& LogProgramName() {
   return name;
 }
 
+// Quiet: Log() prints nothing (fuzzers, which run the daemons' code millions of times).
+inline std::atomic<bool>& LogQuietFlag() {
+  static std::atomic<bool> quiet{false};
+  return quiet;
+}
+inline void SetLogQuiet(bool quiet) { LogQuietFlag().store(quiet, std::memory_order_relaxed); }
+
 __attribute__((format(printf, 1, 2))) inline void Log(const char* fmt, ...) {
+  if (LogQuietFlag().load(std::memory_order_relaxed)) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);

@@ -422,4 +422,26 @@ std::vector<Update> DispatcherState::Snapshot() const {
   return out;
 }
 
+std::string DispatcherState::DebugString() const {
+  std::string out;
+  for (const auto& [id, w] : workers_)
+    out += "W " + id + " " + w.address + (w.draining ? " d" : "") + " " + w.serves_job + " " + w.serves_consumer + "\n";
+  for (const auto& [name, j] : jobs_) {
+    out += "J " + name + " " + std::to_string(j.first_open) + "\n";
+    for (const auto& c : j.consumers) out += " C " + c + "\n";
+    for (const auto& [e, st] : j.epochs) {
+      // An epoch none of whose splits is leased, done or assigned is the same as one not
+      // started (every rule reads both alike), and a snapshot does not write it.
+      const bool untouched = !st.status.empty() && st.done == 0 && st.leased == 0 &&
+                             std::all_of(st.consumer.begin(), st.consumer.end(), [](const std::string& c) { return c.empty(); });
+      if (untouched) continue;
+      out += " E " + std::to_string(e) + " done " + std::to_string(st.done) + " leased " + std::to_string(st.leased) + "\n";
+      for (size_t i = 0; i < st.status.size(); ++i)
+        out += " S " + std::to_string(e) + "/" + std::to_string(i) + " " + std::to_string(int(st.status[i])) + " " +
+               st.worker[i] + " " + st.consumer[i] + "\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace ferry::dispatch

@@ -150,6 +150,10 @@ class DispatcherState {
   bool EpochComplete(const std::string& job, uint64_t epoch) const;
   // A sequence of updates that rebuilds this state from empty (for snapshots).
   std::vector<Update> Snapshot() const;
+  // Every fact a restart must rebuild (workers, jobs, consumers, each open split's
+  // status, worker and consumer), one per line; not the soft `completed` epochs. Two
+  // states that must be equal print equal (tests, the control-plane fuzzer).
+  std::string DebugString() const;
 
  private:
   Status ApplyLease(const LeaseSplits& u);

@@ -56,22 +56,6 @@ DispatcherState RandomWalk(Journal* journal, DispatcherState s, int steps, uint6
   return s;
 }
 
-std::string Describe(const DispatcherState& s) {
-  std::string out;
-  for (const auto& [id, w] : s.workers())
-    out += "W " + id + " " + w.address + (w.draining ? " d" : "") + " " + w.serves_job + " " + w.serves_consumer + "\n";
-  for (const auto& [name, j] : s.jobs()) {
-    out += "J " + name + " " + std::to_string(j.first_open) + "\n";
-    for (const auto& c : j.consumers) out += " C " + c + "\n";
-    for (const auto& [e, st] : j.epochs) {
-      for (size_t i = 0; i < st.status.size(); ++i)
-        out += " S " + std::to_string(e) + "/" + std::to_string(i) + " " + std::to_string(int(st.status[i])) + " " +
-               st.worker[i] + " " + st.consumer[i] + "\n";
-    }
-  }
-  return out;
-}
-
 class JournalTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(JournalTest, ReplayRebuildsTheState) {
@@ -97,7 +81,7 @@ TEST_P(JournalTest, ReplayRebuildsTheState) {
   ASSERT_TRUE(j2.ok());
   DispatcherState r;
   for (const Update& u : replay) ASSERT_TRUE(r.Apply(u).ok());
-  EXPECT_EQ(Describe(r), Describe(s));
+  EXPECT_EQ(r.DebugString(), s.DebugString());
 }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutCompaction, JournalTest, ::testing::Bool());

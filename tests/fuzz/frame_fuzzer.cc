@@ -24,27 +24,14 @@
 #include "wire/codec.h"
 #include "wire/control.h"
 #include "wire/frame.h"
+#include "fuzz_util.h"
 
 namespace {
 
-using namespace ferry;            // NOLINT
 using namespace ferry;        // NOLINT
 using namespace ferry::wire;  // NOLINT
 
-// A bug in the code under test: libFuzzer reports the input that got here.
-#define FUZZ_CHECK(cond)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "frame_fuzzer: check failed: %s\n", #cond); \
-      std::abort();                                                    \
-    }                                                                  \
-  } while (0)
-
-std::string Flatten(const OutFrame& f) {
-  std::string out;
-  for (const ByteRange& r : f.ranges()) out.append(static_cast<const char*>(r.data), r.size);
-  return out;
-}
+using fuzz::Flatten;
 
 void CheckView(const TensorView& v, int rank, const InBuffer& buf) {
   FUZZ_CHECK(v.rank == rank);
@@ -222,7 +209,7 @@ void WriteSeeds(const std::string& dir) {
   job.job.num_samples = 100;
   WriteSeed(dir, "register_worker", Flatten(EncodeRegisterWorker({"w0", "127.0.0.1:7000"})));
   WriteSeed(dir, "register_worker_ok", Flatten(EncodeRegisterWorkerOk(500)));
-  WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true})));
+  WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true, false, {"job"}})));
   HeartbeatOkMsg hb;
   hb.leases = {{"job", 0, 3, "trainer"}, {"job", 1, 0, ""}};
   hb.jobs = {job};

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets with Clang (libFuzzer + ASan + UBSan) in a build folder of
-# their own, and runs frame_fuzzer for a bounded time from a seed corpus of valid
-# frames. Exits non-zero if the build fails or the fuzzer finds a crash, a leak, a
-# sanitizer report or a failed check; the input that did it is kept (see below).
+# their own, and runs each for a bounded time from a seed corpus:
+#   frame_fuzzer       the frame header and every message decoder (lib/wire)
+#   dispatcher_fuzzer  request programs against a real Dispatcher and its journal
+# Exits non-zero if the build fails or a fuzzer finds a crash, a leak, a sanitizer
+# report or a failed check; the input that did it is kept (see below).
 #
-#   tests/fuzz/run.sh [SECONDS]
-#     SECONDS                fuzzing time (default: $FERRY_FUZZ_SECONDS, else 30)
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]
+#     SECONDS                fuzzing time per target (default: $FERRY_FUZZ_SECONDS, else 30)
+#     TARGET                 which (default: both)
 #     FERRY_FUZZ_BUILD_DIR   the build folder (default: build-fuzz in the checkout)
-#     FERRY_FUZZ_CORPUS      a corpus folder to keep and grow between runs (default:
-#                            a temporary one, seeded afresh)
+#     FERRY_FUZZ_CORPUS      a folder to keep and grow corpora in between runs, one
+#                            subfolder per target (default: a temporary one, seeded afresh)
+#     FERRY_FUZZ_RUNS        stop each target after this many executions instead (with
+#                            SECONDS as the time limit still)
 # Crashing inputs are written to $FERRY_FUZZ_BUILD_DIR/artifacts/; reproduce one with
-#   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/frame_fuzzer FILE
+#   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET FILE
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,28 +34,37 @@ mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 2; }
-echo "fuzz: building frame_fuzzer"
-cmake --build "$build" --target frame_fuzzer -j "$jobs"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(frame_fuzzer dispatcher_fuzzer)
+echo "fuzz: building ${targets[*]}"
+cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 
-fuzzer="$build/tests/fuzz/frame_fuzzer"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$fuzzer" --write-seeds "$work/seeds"
-corpus=${FERRY_FUZZ_CORPUS:-$work/corpus}
-mkdir -p "$corpus" "$build/artifacts"
+mkdir -p "$build/artifacts"
+runs=()
+[ -n "${FERRY_FUZZ_RUNS:-}" ] && runs=(-runs="$FERRY_FUZZ_RUNS")
 
-echo "fuzz: running frame_fuzzer for ${seconds}s"
-set +e
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
-UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-  "$fuzzer" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$build/artifacts/" "$corpus" "$work/seeds" 2>&1 | tee "$work/log" |
-  grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|frame_fuzzer:|artifact_prefix|Test unit written)' 
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-  echo "fuzz: frame_fuzzer FAILED (exit $rc); last lines of its log:" >&2
-  tail -n 60 "$work/log" >&2
-  exit 1
-fi
-echo "fuzz: frame_fuzzer ran ${seconds}s without a finding"
+for target in "${targets[@]}"; do
+  fuzzer="$build/tests/fuzz/$target"
+  "$fuzzer" --write-seeds "$work/$target-seeds"
+  corpus=${FERRY_FUZZ_CORPUS:+$FERRY_FUZZ_CORPUS/$target}
+  corpus=${corpus:-$work/$target-corpus}
+  mkdir -p "$corpus"
+  echo "fuzz: running $target for ${seconds}s"
+  set +e
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    "$fuzzer" -max_total_time="$seconds" "${runs[@]}" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" 2>&1 | tee "$work/log" |
+    grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)'
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz: $target FAILED (exit $rc); last lines of its log:" >&2
+    tail -n 60 "$work/log" >&2
+    exit 1
+  fi
+  echo "fuzz: $target ran ${seconds}s without a finding"
+done
