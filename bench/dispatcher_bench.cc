@@ -54,7 +54,7 @@ struct LoadState {
 // later frame goes to `on_frame`.
 class Peer : public std::enable_shared_from_this<Peer> {
  public:
-  explicit Peer(LoadState* s) : s_(s), timer_(s->io) {}
+  Peer(LoadState* s, wire::Role role) : s_(s), role_(role), timer_(s->io) {}
   virtual ~Peer() = default;
 
   void Start() {
@@ -86,7 +86,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
     }
     if (f.header.type == MessageType::kChallenge) {
       wire::HelloMsg h;
-      h.role = wire::Role::kTool;
+      h.role = role_;
       conn_->Send(wire::EncodeHello(h));
       return;
     }
@@ -99,13 +99,14 @@ class Peer : public std::enable_shared_from_this<Peer> {
   }
 
   LoadState* s_;
+  const wire::Role role_;
   std::shared_ptr<FrameConnection> conn_;
   asio::steady_timer timer_;
 };
 
 class SimWorker : public Peer {
  public:
-  SimWorker(LoadState* s, int index) : Peer(s), id_("sim-worker-" + std::to_string(index)), index_(index) {}
+  SimWorker(LoadState* s, int index) : Peer(s, wire::Role::kWorker), id_("sim-worker-" + std::to_string(index)), index_(index) {}
 
  private:
   void OnReady() override { conn_->Send(wire::EncodeRegisterWorker({id_, "sim:" + std::to_string(index_)})); }
@@ -150,7 +151,7 @@ class SimWorker : public Peer {
 
 class SimConsumer : public Peer {
  public:
-  SimConsumer(LoadState* s, wire::NamedJob job) : Peer(s), job_(std::move(job)) {}
+  SimConsumer(LoadState* s, wire::NamedJob job) : Peer(s, wire::Role::kClient), job_(std::move(job)) {}
   bool joined() const { return joined_; }
 
  private:

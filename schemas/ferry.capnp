@@ -60,8 +60,9 @@ struct Challenge {
 struct Hello {
   version @0 :UInt16;
   role @1 :Role;
-  mac @2 :Data;              # HMAC-SHA256(token, "ferry-hello-v1" || nonce), when required
+  mac @2 :Data;              # the client's proof (lib/net/auth.h), when required
   peerId @3 :Text;
+  nonce @4 :Data;            # 32 random bytes of the client's: the server proves itself over both
 }
 
 struct HelloOk {
@@ -69,6 +70,9 @@ struct HelloOk {
   # A dispatcher's state identity (its work dir's): a client that sees it change
   # knows the dispatcher lost its state. Empty from workers.
   stateId @1 :Text;
+  # The server's proof that it holds the token too (lib/net/auth.h), when the client
+  # sent a proof: a client with a token refuses a server that cannot give it.
+  mac @2 :Data;
 }
 
 enum LastBatch {

@@ -170,6 +170,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     }
     if (refused_) return;
     if (!authenticated_) return OnHello(f);
+    if (Status st = MayAsk(f.header.type); !st.ok()) return Refuse(st);
     ++svc_->requests_;
     dispatch::Dispatcher& d = *svc_->core_;
     const int64_t now = NowMs();
@@ -218,6 +219,35 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     }
   }
 
+  // Who may ask what: only workers register and heartbeat (a client that could would
+  // take leases, or drain a worker by its id); only clients join jobs, acknowledge,
+  // restore and report workers (those change a job's state); a tool (a status CLI, a
+  // benchmark) may only read.
+  Status MayAsk(MessageType t) const {
+    bool ok = false;
+    switch (t) {
+      case MessageType::kRegisterWorker:
+      case MessageType::kHeartbeat:
+        ok = role_ == wire::Role::kWorker;
+        break;
+      case MessageType::kGetOrCreateJob:
+      case MessageType::kAckSplits:
+      case MessageType::kRestoreConsumer:
+      case MessageType::kReportWorker:
+        ok = role_ == wire::Role::kClient;
+        break;
+      case MessageType::kGetWorkers:
+      case MessageType::kGetJobStatus:
+        ok = role_ == wire::Role::kClient || role_ == wire::Role::kTool;
+        break;
+      default:
+        return Status::OK();  // refused below as unexpected
+    }
+    if (ok) return Status::OK();
+    return Status::PermissionDenied(std::string("a ") + wire::RoleName(role_) + " may not send " +
+                                    wire::MessageTypeName(t));
+  }
+
   // Decoded request -> the dispatcher's reply (or the decoding error).
   template <typename Req, typename Fn>
   static auto Call(const Result<Req>& req, Fn fn) -> decltype(fn(std::declval<const Req&>())) {
@@ -239,6 +269,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       return Refuse(accepted.status());
     }
     authenticated_ = true;
+    role_ = accepted->role;
     deadline_.cancel();
     conn_->SetLimits(ReceiveLimits(svc_->opts_.limits));
     conn_->Send(std::move(accepted->reply));
@@ -305,6 +336,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   net::ServerHandshake handshake_;
   asio::steady_timer deadline_;  // the handshake's
   bool authenticated_ = false;
+  wire::Role role_ = wire::Role::kClient;  // once authenticated
   bool refused_ = false;
   std::set<std::string> jobs_;  // jobs this connection created or joined (in use while it lives)
 };

@@ -218,7 +218,9 @@ class Session : public std::enable_shared_from_this<Session> {
       : svc_(svc),
         conn_(std::make_shared<FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_)),
         serial_(svc->next_serial_++),
-        handshake_(svc->opts_.token, svc->opts_.id, "this worker", {wire::Role::kClient, wire::Role::kTool}),
+        // Only clients: a stream is all a worker serves (and a worker or a tool that
+        // opened one would take a consumer's batches).
+        handshake_(svc->opts_.token, svc->opts_.id, "this worker", {wire::Role::kClient}),
         timer_(svc->io_) {}
 
   void Start() {

@@ -120,10 +120,16 @@ class RawPeer {
     FERRY_ASSIGN_OR_RETURN(wire::ChallengeMsg ch, wire::DecodeChallenge(f));
     wire::HelloMsg h;
     h.peer_id = "raw-peer";
-    if (ch.auth_required) h.mac = net::HelloMac(token, ch.nonce);
+    if (ch.auth_required) {
+      h.nonce = net::RandomNonce();
+      h.mac = net::ClientProof(token, uint8_t(h.role), ch.nonce, h.nonce);
+    }
     Send(wire::EncodeHello(h));
     FERRY_ASSIGN_OR_RETURN(InFrame ok, Expect(MessageType::kHelloOk));
-    return wire::DecodeHelloOk(ok).status();
+    FERRY_ASSIGN_OR_RETURN(wire::HelloOkMsg hello_ok, wire::DecodeHelloOk(ok));
+    if (ch.auth_required && !net::MacEquals(hello_ok.mac, net::ServerProof(token, ch.nonce, h.nonce)))
+      return Status(StatusCode::kUnauthenticated, "the server's proof is wrong");
+    return Status::OK();
   }
 
   // Closes with a reset (SO_LINGER 0), as a killed process's kernel might.

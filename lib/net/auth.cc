@@ -12,13 +12,28 @@
 
 namespace ferry::net {
 
-std::string HelloMac(const std::string& token, const std::string& nonce) {
-  const std::string msg = "ferry-hello-v1" + nonce;
+namespace {
+
+std::string Hmac(const std::string& token, const std::string& msg) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), token.data(), int(token.size()), reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
        out, &len);
   return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+// Length-prefixed, so that no two different (nonce, nonce) pairs give the same bytes.
+std::string Field(const std::string& s) { return std::to_string(s.size()) + ":" + s; }
+
+}  // namespace
+
+std::string ClientProof(const std::string& token, uint8_t role, const std::string& server_nonce,
+                        const std::string& client_nonce) {
+  return Hmac(token, "ferry-hello-v2 client" + std::string(1, char(role)) + Field(server_nonce) + Field(client_nonce));
+}
+
+std::string ServerProof(const std::string& token, const std::string& server_nonce, const std::string& client_nonce) {
+  return Hmac(token, "ferry-hello-v2 server" + Field(server_nonce) + Field(client_nonce));
 }
 
 bool MacEquals(const std::string& a, const std::string& b) {

@@ -2,12 +2,20 @@
 // alike, written once for both sides as state machines without I/O: each side's
 // transport (async sessions, the blocking control channel) only moves the frames.
 //
-//   1. server -> client   Challenge  (a fresh nonce; whether a token is required)
-//   2. client -> server   Hello      (role, peer id, HMAC-SHA256(token, nonce))
-//   3. server -> client   HelloOk, or Error(Unauthenticated | PermissionDenied) and close
+//   1. server -> client   Challenge  (a fresh nonce Ns; whether a token is required)
+//   2. client -> server   Hello      (role, peer id, a fresh nonce Nc, the client's
+//                                     proof over role, Ns and Nc: lib/net/auth.h)
+//   3. server -> client   HelloOk (with the server's proof over Ns and Nc), or
+//                         Error(Unauthenticated | PermissionDenied) and close
 //
-// The server checks the MAC in constant time and the peer's role against the roles
-// it serves (a worker serves clients; a dispatcher serves clients and workers).
+// Authentication is mutual when a token is set: the server checks the client's proof,
+// and the client checks the server's. A client that has a token refuses a server that
+// does not ask for one, or does not prove it holds it: it would otherwise hand its
+// work (a worker's leases, a trainer's batches) to whoever listens at the address. The
+// server also checks the peer's role against the roles it serves (a worker serves
+// clients; a dispatcher serves clients, workers and tools); the sessions check each
+// request against the role (only workers register and heartbeat, only clients open
+// streams and join jobs).
 #ifndef FERRY_NET_HANDSHAKE_H_
 #define FERRY_NET_HANDSHAKE_H_
 
@@ -53,9 +61,11 @@ class ClientHandshake {
   ClientHandshake(std::string token, wire::Role role, std::string peer_id, std::string server);
 
   // The server's Challenge: the Hello to send. Unauthenticated if the server requires
-  // a token and we have none; an Error frame comes back as its Status.
+  // a token and we have none, or we have one and the server does not ask for it; an
+  // Error frame comes back as its Status.
   Result<wire::OutFrame> OnChallenge(const wire::InFrame& f);
-  // The server's answer to Hello: OK for HelloOk; an Error frame as its Status.
+  // The server's answer to Hello: OK for HelloOk (with a valid proof when we have a
+  // token; Unauthenticated without); an Error frame as its Status.
   Status OnHelloOk(const wire::InFrame& f);
   // After OnHelloOk: the server's state identity (a dispatcher's; empty otherwise).
   const std::string& state_id() const { return state_id_; }
@@ -65,6 +75,7 @@ class ClientHandshake {
   const std::string token_;
   const wire::Role role_;
   const std::string peer_id_, server_;
+  std::string server_nonce_, nonce_;
   std::string state_id_;
 };
 

@@ -53,14 +53,16 @@ OutFrame EncodeHello(const HelloMsg& m) {
     r.setRole(schema::Role(uint16_t(m.role)));
     r.setMac(Bytes(m.mac));
     r.setPeerId(m.peer_id);
+    if (!m.nonce.empty()) r.setNonce(Bytes(m.nonce));
   });
 }
 
-OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id) {
+OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id, const std::string& mac) {
   return Build(MessageType::kHelloOk, [&](capnp::MessageBuilder& b) {
     auto r = b.initRoot<schema::HelloOk>();
     r.setServerId(server_id);
     if (!state_id.empty()) r.setStateId(state_id);
+    if (!mac.empty()) r.setMac(Bytes(mac));
   });
 }
 
@@ -131,13 +133,14 @@ Result<HelloMsg> DecodeHello(const InFrame& f) {
     m.role = Role(role);
     m.mac = Str(r.getMac());
     m.peer_id = Str(r.getPeerId());
+    m.nonce = Str(r.getNonce());
     return m;
   });
 }
 
 Result<HelloOkMsg> DecodeHelloOk(const InFrame& f) {
   return Decode<schema::HelloOk>(f, MessageType::kHelloOk, [](schema::HelloOk::Reader r) -> Result<HelloOkMsg> {
-    return HelloOkMsg{Str(r.getServerId()), Str(r.getStateId())};
+    return HelloOkMsg{Str(r.getServerId()), Str(r.getStateId()), Str(r.getMac())};
   });
 }
 

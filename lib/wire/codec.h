@@ -35,11 +35,13 @@ struct HelloMsg {
   Role role = Role::kClient;
   std::string mac;
   std::string peer_id;
+  std::string nonce = {};  // the client's
 };
 
 struct HelloOkMsg {
   std::string server_id;
   std::string state_id;  // a dispatcher's work dir identity; empty from workers
+  std::string mac = {};   // the server's proof
 };
 
 struct OpenStreamMsg {
@@ -72,7 +74,7 @@ struct ErrorMsg {
 
 OutFrame EncodeChallenge(const ChallengeMsg& m);
 OutFrame EncodeHello(const HelloMsg& m);
-OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id = "");
+OutFrame EncodeHelloOk(const std::string& server_id, const std::string& state_id = "", const std::string& mac = "");
 OutFrame EncodeOpenStream(const OpenStreamMsg& m);
 OutFrame EncodeCredit(uint32_t n);
 OutFrame EncodeEndOfEpoch(const EndOfEpochMsg& m);

@@ -27,13 +27,13 @@ using wire::MessageType;
 // A blocking control-plane peer: one request, one reply.
 class Peer {
  public:
-  explicit Peer(const std::string& address) : socket_(io_) {
+  explicit Peer(const std::string& address, wire::Role role = wire::Role::kClient) : socket_(io_) {
     auto hp = net::SplitHostPort(address);
     socket_.connect(tcp::endpoint(asio::ip::make_address(hp->first), hp->second));
     InFrame challenge = Read();
     EXPECT_EQ(challenge.header.type, MessageType::kChallenge);
     wire::HelloMsg h;
-    h.role = wire::Role::kTool;
+    h.role = role;
     Write(wire::EncodeHello(h));
     EXPECT_EQ(Read().header.type, MessageType::kHelloOk);
   }
@@ -108,7 +108,7 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->job.num_samples, 200);
 
-    Peer worker((*svc)->address());
+    Peer worker((*svc)->address(), wire::Role::kWorker);
     ASSERT_TRUE(wire::DecodeRegisterWorkerOk(worker.Call(wire::EncodeRegisterWorker({"w1", "127.0.0.1:9"}))).ok());
     auto leases = Heartbeat(worker, "w1");
     ASSERT_EQ(leases.size(), 3u);
@@ -136,7 +136,7 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
   auto svc = DispatcherService::Start(Options(dir.path()));
   ASSERT_TRUE(svc.ok()) << svc.status().ToString();
   EXPECT_GT((*svc)->stats().core.replayed, 0);
-  Peer worker((*svc)->address());
+  Peer worker((*svc)->address(), wire::Role::kWorker);
   bool known = false;
   size_t held_after_restart = 0;
   EXPECT_TRUE(Heartbeat(worker, "w1", &known, &held_after_restart).empty()) << "still holds its 3 un-acked leases";
@@ -146,7 +146,7 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
   // Drain the whole epoch through w1 and a new worker; every split exactly once.
   Peer client((*svc)->address());
   ASSERT_TRUE(wire::DecodeJobInfo(client.Call(wire::EncodeGetOrCreateJob({Job(), "c1"}))).ok());
-  Peer w2((*svc)->address());
+  Peer w2((*svc)->address(), wire::Role::kWorker);
   ASSERT_TRUE(wire::DecodeRegisterWorkerOk(w2.Call(wire::EncodeRegisterWorker({"w2", "127.0.0.1:10"}))).ok());
   // The 3 splits w1 held before the restart are acked by the consumer now.
   std::vector<std::pair<uint64_t, int64_t>> held;
@@ -182,7 +182,7 @@ TEST(DispatcherServiceTest, SilentWorkerIsRemovedAndItsSplitsGoToOthers) {
   ASSERT_TRUE(svc.ok());
   Peer client((*svc)->address());
   ASSERT_TRUE(wire::DecodeJobInfo(client.Call(wire::EncodeGetOrCreateJob({Job(), "c1"}))).ok());
-  Peer w1((*svc)->address()), w2((*svc)->address());
+  Peer w1((*svc)->address(), wire::Role::kWorker), w2((*svc)->address(), wire::Role::kWorker);
   ASSERT_TRUE(wire::DecodeRegisterWorkerOk(w1.Call(wire::EncodeRegisterWorker({"w1", "a:1"}))).ok());
   ASSERT_TRUE(wire::DecodeRegisterWorkerOk(w2.Call(wire::EncodeRegisterWorker({"w2", "b:1"}))).ok());
   auto lost = Heartbeat(w1, "w1");
@@ -225,6 +225,39 @@ TEST(DispatcherServiceTest, ConflictingJobAndBadRequestsAreRefused) {
   Peer c((*svc)->address());
   InFrame bad = c.Call(wire::EncodeCredit(1));  // a data-plane message
   EXPECT_EQ(bad.header.type, MessageType::kError);
+}
+
+// Each role may ask only what it is for: a client cannot register as a worker (it
+// would take leases, or drain a worker by its id), a worker cannot join or ack a job,
+// a tool may only read. The refusal names the role and the request.
+TEST(DispatcherServiceTest, EachRoleMayAskOnlyWhatItIsFor) {
+  testing::TempDir dir;
+  auto svc = DispatcherService::Start(Options(dir.path()));
+  ASSERT_TRUE(svc.ok());
+  auto refused = [](InFrame reply) {
+    if (reply.header.type != MessageType::kError) return std::string("not refused");
+    auto err = wire::DecodeError(reply);
+    return err.ok() && err->status.code() == StatusCode::kPermissionDenied ? err->status.message()
+                                                                          : std::string("refused otherwise");
+  };
+  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kClient).Call(wire::EncodeRegisterWorker({"w1", "a:1"}))),
+            "a client may not send RegisterWorker");
+  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kClient).Call(wire::EncodeHeartbeat({"w1", false, true, false, {}}))),
+            "a client may not send Heartbeat");
+  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kWorker).Call(wire::EncodeGetOrCreateJob({Job(), "c1"}))),
+            "a worker may not send GetOrCreateJob");
+  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kTool).Call(wire::EncodeAckSplits({"job", "c1", {{0, 0}}}))),
+            "a tool may not send AckSplits");
+  // What each may do still works.
+  Peer client((*svc)->address());
+  ASSERT_TRUE(wire::DecodeJobInfo(client.Call(wire::EncodeGetOrCreateJob({Job(), "c1"}))).ok());
+  Peer worker((*svc)->address(), wire::Role::kWorker);
+  EXPECT_TRUE(wire::DecodeRegisterWorkerOk(worker.Call(wire::EncodeRegisterWorker({"w1", "a:1"}))).ok());
+  Peer tool((*svc)->address(), wire::Role::kTool);
+  EXPECT_TRUE(wire::DecodeJobStatus(tool.Call(wire::EncodeGetJobStatus({"job", "c1", 0}))).ok());
+  auto workers = wire::DecodeWorkerList(tool.Call(wire::EncodeGetWorkers()));
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ(*workers, std::vector<std::string>{"a:1"}) << "only the worker registered";
 }
 
 }  // namespace

@@ -16,34 +16,44 @@ using ::ferry::testing::TempDir;
 using ::ferry::testing::WriteFile;
 
 
-TEST(AuthTest, HelloMacIsDeterministicAndSensitive) {
-  const std::string nonce = RandomNonce();
-  EXPECT_EQ(nonce.size(), 32u);
-  EXPECT_NE(RandomNonce(), nonce);
-  const std::string mac = HelloMac("s3cret", nonce);
-  EXPECT_EQ(mac.size(), 32u);  // HMAC-SHA256
-  EXPECT_EQ(HelloMac("s3cret", nonce), mac);
-  EXPECT_NE(HelloMac("s3cret!", nonce), mac);
-  EXPECT_NE(HelloMac("S3cret", nonce), mac);
-  EXPECT_NE(HelloMac("", nonce), mac);
-  std::string other = nonce;
-  other[31] ^= 1;
-  EXPECT_NE(HelloMac("s3cret", other), mac);
-  // A known answer: HMAC-SHA256(key "key", message "ferry-hello-v1" "abc"), as
-  // `printf ferry-hello-v1abc | openssl dgst -sha256 -hmac key` computes it.
+std::string Hex(const std::string& bytes) {
   std::string hex;
-  for (unsigned char c : HelloMac("key", "abc")) {
+  for (unsigned char c : bytes) {
     char buf[3];
     std::snprintf(buf, sizeof buf, "%02x", c);
     hex += buf;
   }
-  EXPECT_EQ(hex, "420408a8445699df20fba5cd87e4752bd5e6d3a14aced3045be4ef8708cfdda3");
-  // Domain separation: the MAC covers the protocol label, not just the nonce.
-  EXPECT_NE(HelloMac("key", "abc"), HelloMac("key", "ferry-hello-v1abc"));
+  return hex;
+}
+
+TEST(AuthTest, ProofsAreDeterministicAndCoverTokenRoleAndBothNonces) {
+  const std::string ns = RandomNonce(), nc = RandomNonce();
+  EXPECT_EQ(ns.size(), 32u);
+  EXPECT_NE(ns, nc);
+  const std::string mac = ClientProof("s3cret", 0, ns, nc);
+  EXPECT_EQ(mac.size(), 32u);  // HMAC-SHA256
+  EXPECT_EQ(ClientProof("s3cret", 0, ns, nc), mac);
+  EXPECT_NE(ClientProof("s3cret!", 0, ns, nc), mac);
+  EXPECT_NE(ClientProof("", 0, ns, nc), mac);
+  EXPECT_NE(ClientProof("s3cret", 1, ns, nc), mac) << "the role is covered";
+  EXPECT_NE(ClientProof("s3cret", 0, nc, ns), mac) << "each nonce in its place";
+  std::string other = nc;
+  other[31] ^= 1;
+  EXPECT_NE(ClientProof("s3cret", 0, ns, other), mac);
+  // The server's proof is not the client's: one reflected back is no proof.
+  EXPECT_NE(ServerProof("s3cret", ns, nc), mac);
+  EXPECT_NE(ServerProof("s3cret", ns, other), ServerProof("s3cret", ns, nc));
+  // Known answers, as `printf 'ferry-hello-v2 client\x003:abc3:xyz' | openssl dgst
+  // -sha256 -hmac key` (and the same for "server", without the role byte) compute them.
+  EXPECT_EQ(Hex(ClientProof("key", 0, "abc", "xyz")),
+            "029f9293ff266c4cb33e83fb75f54781cfb14a25234477e62f3d97611c36a417");
+  EXPECT_EQ(Hex(ServerProof("key", "abc", "xyz")), "c826bf5bc51906171f418a03e91222034080e2c017dd4a87ba0db40000aa02e9");
+  // Length-prefixed fields: moving a byte from one nonce to the other changes the proof.
+  EXPECT_NE(ServerProof("key", "abcx", "yz"), ServerProof("key", "abc", "xyz"));
 }
 
 TEST(AuthTest, MacEquals) {
-  const std::string a = HelloMac("t", "n");
+  const std::string a = ServerProof("t", "n", "m");
   EXPECT_TRUE(MacEquals(a, a));
   EXPECT_TRUE(MacEquals("", ""));
   std::string b = a;

@@ -2,6 +2,8 @@
 // sockets: frames go from one side's encoder to the other's decoder.
 #include "net/handshake.h"
 
+#include "net/auth.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -50,8 +52,63 @@ TEST(HandshakeTest, NoTokenNoAuthentication) {
   EXPECT_TRUE(o.server.ok());
   EXPECT_EQ(o.role, Role::kClient);
   EXPECT_EQ(o.peer_id, "trainer-7");
-  // A client that has a token talks to a server that needs none.
-  EXPECT_TRUE(Shake("", "secret", Role::kClient).client.ok());
+  // A client that has a token refuses a server that asks for none: such a server cannot
+  // prove it is one of the cluster's, and would get (or serve) the trainer's data.
+  Outcome open = Shake("", "secret", Role::kClient);
+  EXPECT_EQ(open.client.code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(open.client.message().find("does not ask for a token"), std::string::npos) << open.client.ToString();
+}
+
+// A server that asks for the token but cannot prove it holds it (an impostor at the
+// address, or one with another token) is refused by the client after its HelloOk.
+TEST(HandshakeTest, AServerThatDoesNotProveTheTokenIsRefused) {
+  const std::string ns = RandomNonce();
+  auto hello_to = [&](ClientHandshake& client) {
+    Result<wire::OutFrame> hello = client.OnChallenge(ToInFrame(wire::EncodeChallenge({ns, true, "impostor"})));
+    EXPECT_TRUE(hello.ok());
+    auto h = wire::DecodeHello(ToInFrame(*hello));
+    EXPECT_TRUE(h.ok());
+    return *h;
+  };
+  {
+    ClientHandshake client("secret", Role::kWorker, "w", "dispatcher 10.0.0.1:7100");
+    (void)hello_to(client);
+    Status s = client.OnHelloOk(ToInFrame(wire::EncodeHelloOk("impostor")));
+    EXPECT_EQ(s.code(), StatusCode::kUnauthenticated);
+    EXPECT_NE(s.message().find("did not prove it holds the token (no proof)"), std::string::npos) << s.ToString();
+  }
+  {
+    ClientHandshake client("secret", Role::kWorker, "w", "dispatcher 10.0.0.1:7100");
+    wire::HelloMsg h = hello_to(client);
+    EXPECT_EQ(client.OnHelloOk(ToInFrame(wire::EncodeHelloOk("x", "", ServerProof("guess", ns, h.nonce)))).code(),
+              StatusCode::kUnauthenticated)
+        << "a proof made with another token";
+  }
+  {
+    ClientHandshake client("secret", Role::kWorker, "w", "dispatcher 10.0.0.1:7100");
+    wire::HelloMsg h = hello_to(client);
+    EXPECT_EQ(client.OnHelloOk(ToInFrame(wire::EncodeHelloOk("x", "", h.mac))).code(), StatusCode::kUnauthenticated)
+        << "the client's own proof reflected back";
+  }
+  {
+    ClientHandshake client("secret", Role::kWorker, "w", "dispatcher 10.0.0.1:7100");
+    wire::HelloMsg h = hello_to(client);
+    EXPECT_TRUE(client.OnHelloOk(ToInFrame(wire::EncodeHelloOk("x", "", ServerProof("secret", ns, h.nonce)))).ok())
+        << "the right proof";
+  }
+}
+
+// The client's proof covers its role: a Hello whose role was changed on the way (a
+// client's Hello turned into a worker's) is refused.
+TEST(HandshakeTest, AHelloWithAnotherRoleIsRefused) {
+  ServerHandshake server("secret", "s", "this dispatcher", {Role::kClient, Role::kWorker});
+  ClientHandshake client("secret", Role::kClient, "c", "dispatcher");
+  Result<wire::OutFrame> hello = client.OnChallenge(ToInFrame(server.Challenge()));
+  ASSERT_TRUE(hello.ok());
+  auto h = wire::DecodeHello(ToInFrame(*hello));
+  ASSERT_TRUE(h.ok());
+  h->role = Role::kWorker;
+  EXPECT_EQ(server.OnHello(ToInFrame(wire::EncodeHello(*h))).status().code(), StatusCode::kUnauthenticated);
 }
 
 TEST(HandshakeTest, TheRightTokenIsAccepted) {

@@ -314,5 +314,56 @@ TEST_F(FailureTest, AJobNameReusedAfterCollectionServesTheNewDataset) {
   ExpectEachIndexOnce(ReadFile(dir_ / "second.txt"), 21);
 }
 
+// Security: authentication is mutual. With a token, each side proves it holds it over
+// both sides' nonces; a side with a token refuses a peer that does not ask for one or
+// cannot prove it; and every refusal says why, on the side refused and in the log of
+// the side refusing. It used to be one-way: a worker or a client with a token handed
+// its work to whatever listened at the dispatcher's address.
+TEST_F(FailureTest, AuthenticationIsMutualAndRefusalsSayWhy) {
+  testing::WriteFile(dir_ / "token", "s3cret\n");
+  testing::WriteFile(dir_ / "wrong", "guess\n");
+  std::string guarded, open;
+  auto d = StartDispatcher({"--token-file", dir_ / "token"}, &guarded);
+  auto d_open = StartDispatcher({}, &open, "127.0.0.1:0", "journal-open");
+  auto bad = StartWorker({"--dispatcher", guarded, "--token-file", dir_ / "wrong"});
+  auto fooled = StartWorker({"--dispatcher", open, "--token-file", dir_ / "token"});
+  constexpr auto npos = std::string::npos;
+  EXPECT_TRUE(WaitFor([&] { return bad->err().find("wrong token") != npos; }, 20)) << bad->err();
+  EXPECT_TRUE(WaitFor([&] { return fooled->err().find("does not ask for a token") != npos; }, 20)) << fooled->err();
+  EXPECT_TRUE(WaitFor([&] { return d->err().find("wrong token") != npos; }, 20)) << d->err();
+
+  auto consume = [&](const std::string& id, const std::string& dispatcher, const std::string& token_file) {
+    std::vector<std::string> argv = {consume_bin_, "--dispatcher", dispatcher, "--job", "job", "--consumer-id", id,
+                                     "--data", data_->path(), "--pipeline", kSpecJson, "--batch-size", "6",
+                                     "--epochs", "1", "--dump-indices", dir_ / (id + ".txt")};
+    if (!token_file.empty()) argv.insert(argv.end(), {"--token-file", token_file});
+    return std::make_unique<Child>(argv, dir_ / (id + ".out"), dir_ / (id + ".err"));
+  };
+  {
+    auto c = consume("fooled", open, dir_ / "token");
+    const std::optional<int> rc = c->Wait(30);
+    ASSERT_TRUE(rc.has_value()) << c->err();
+    EXPECT_NE(*rc, 0);
+    EXPECT_NE(c->err().find("does not ask for a token"), npos) << c->err();
+  }
+  {
+    auto c = consume("wrong", guarded, dir_ / "wrong");
+    const std::optional<int> rc = c->Wait(30);
+    ASSERT_TRUE(rc.has_value()) << c->err();
+    EXPECT_NE(*rc, 0);
+    EXPECT_NE(c->err().find("wrong token"), npos) << c->err();
+  }
+  // The right token on both sides: the epoch, from the one worker that registered.
+  auto good = StartWorker({"--dispatcher", guarded, "--token-file", dir_ / "token"});
+  auto c = consume("good", guarded, dir_ / "token");
+  const std::optional<int> rc = c->Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c->err();
+  EXPECT_EQ(*rc, 0) << c->err();
+  ExpectEachIndexOnce(ReadFile(dir_ / "good.txt"), kSamples);
+  EXPECT_EQ(bad->err().find("registered with dispatcher"), npos) << bad->err();
+  EXPECT_EQ(fooled->err().find("registered with dispatcher"), npos) << fooled->err();
+  EXPECT_NE(good->err().find("registered with dispatcher"), npos) << good->err();
+}
+
 }  // namespace
 }  // namespace ferry

@@ -478,16 +478,21 @@ TEST_F(WorkerTest, TokenIsRequiredAndChecked) {
   EXPECT_EQ(w->stats().streams, 1);
 }
 
-TEST_F(WorkerTest, NoTokenNeededWhenTheWorkerHasNone) {
+// A client that has a token refuses a worker that asks for none: an open worker cannot
+// prove it is one of the cluster's (anyone could listen at that address), and the
+// refusal says so, once, with no retries.
+TEST_F(WorkerTest, AClientWithATokenRefusesAWorkerThatAsksForNone) {
   auto w = StartWorker();
   ASSERT_TRUE(w);
   ClientOptions o = ClientOpts({w->address()});
-  o.token = "unused";  // a client with a token still talks to an open worker
+  o.token = "secret";
   auto client = Connect(o);
-  const Consumed c = ConsumeAll(client.get());
-  EXPECT_TRUE(c.end.IsOutOfRange()) << c.end.ToString();
-  EXPECT_EQ(c.rows.size(), size_t(kSamples));
-  EXPECT_EQ(w->stats().auth_failures, 0);
+  Result<Batch> b = client->Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnauthenticated) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("does not ask for a token"), std::string::npos) << b.status().ToString();
+  EXPECT_EQ(client->reconnects(), 0) << "a refused server is permanent";
+  EXPECT_EQ(w->stats().streams, 0);
 }
 
 // ---------------------------------------------------------------------------------
