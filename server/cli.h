@@ -8,8 +8,21 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 namespace ferry {
+
+// --tls-cert/--tls-key/--tls-ca, the same on both daemons (see lib/net/tls.h).
+template <typename Files>
+inline void AddTlsFlags(CLI::App& app, Files& tls) {
+  app.add_option("--tls-cert", tls.cert, "PEM certificate (chain) to serve with, and to present to the dispatcher")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--tls-ca", tls.ca,
+                 "PEM CA that peers' certificates must be signed by: clients must present one (mutual TLS), "
+                 "and the dispatcher's is checked against it")
+      ->check(CLI::ExistingFile);
+}
 
 // Parses argv; on a bad flag prints the error and the full usage to stderr and
 // returns 2; on --help prints usage to stdout and returns 0; otherwise returns -1.

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
   app.add_option("--work-dir", o.core.work_dir, "directory of the journal (created if missing)")->required();
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  ferry::AddTlsFlags(app, o.tls);
   app.add_option("--heartbeat-interval-ms", o.core.heartbeat_interval_ms, "heartbeat interval asked of workers")
       ->check(CLI::Range(10, 60000));
   app.add_option("--heartbeat-timeout-ms", o.core.heartbeat_timeout_ms, "a worker silent this long is declared dead")
@@ -57,7 +58,9 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
-  ferry::Log("serving on %s, journal in %s", (*service)->address().c_str(), o.core.work_dir.c_str());
+  ferry::Log("serving on %s, journal in %s (%s, %s)", (*service)->address().c_str(), o.core.work_dir.c_str(),
+             o.token.empty() ? "no token" : "token required",
+             !o.tls.enabled() ? "no TLS" : o.tls.ca.empty() ? "TLS" : "mutual TLS");
   // Every job finished: stop as if told to (the signal is blocked in every thread, so
   // WaitForTermination takes it). The service is then destroyed in order, its threads
   // joined, before main returns: nothing runs while the process's statics go.

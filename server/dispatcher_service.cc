@@ -43,6 +43,7 @@ class DispatcherService::Impl {
   explicit Impl(const DispatcherOptions& o) : opts_(o), acceptor_(io_), buffers_(DefaultBufferAllocator()) {}
 
   Status Init() {
+    FERRY_ASSIGN_OR_RETURN(tls_, net::TlsContextsFor(opts_.tls, /*need_server=*/true, /*need_client=*/false));
     FERRY_ASSIGN_OR_RETURN(core_, dispatch::Dispatcher::Open(opts_.core, NowMs()));
     FERRY_ASSIGN_OR_RETURN(address_, net::Listen(acceptor_, opts_.listen));
     return Status::OK();
@@ -100,6 +101,7 @@ class DispatcherService::Impl {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::shared_ptr<BufferAllocator> buffers_;
+  net::TlsContexts tls_;  // server only
   asio::thread_pool blocking_{1};  // dataset listing, off the io thread
   std::string address_;
   std::unique_ptr<dispatch::Dispatcher> core_;  // io thread only, after Init()
@@ -129,7 +131,8 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
  public:
   DispatcherSession(DispatcherService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<net::FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_)),
+        conn_(std::make_shared<net::FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_,
+                                                     svc->tls_.server)),
         serial_(svc->next_serial_++),
         handshake_(svc->opts_.token, svc->opts_.id, "this dispatcher",
                    {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}),
@@ -138,9 +141,17 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   }
 
   void Start() {
-    conn_->Send(handshake_.Challenge());
     auto self = shared_from_this();
-    conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
+    // TLS first (when set), then the token handshake inside it; the deadline covers both.
+    conn_->StartTls(/*server=*/true, [self](const Status& tls) {
+      if (!tls.ok()) {
+        if (tls.code() == StatusCode::kUnauthenticated) Log("refusing %s", tls.message().c_str());
+        self->deadline_.cancel();
+        return self->svc_->SessionClosed(self);
+      }
+      self->conn_->Send(self->handshake_.Challenge());
+      self->conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
+    });
     deadline_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
     deadline_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec && !self->authenticated_ && !self->refused_) {

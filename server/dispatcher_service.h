@@ -18,6 +18,7 @@
 
 #include "dispatch/dispatcher.h"
 #include "ferry/status.h"
+#include "net/tls.h"
 #include "wire/frame.h"
 
 namespace ferry {
@@ -25,6 +26,9 @@ namespace ferry {
 struct DispatcherOptions {
   std::string listen = "127.0.0.1:0";
   std::string token;                 // shared secret; empty = no authentication
+  // TLS (net/tls.h): the certificate and key served, and the CA that peers'
+  // certificates must be signed by (mutual TLS). All empty: plain TCP.
+  net::TlsFiles tls;
   wire::FrameLimits limits;          // after the handshake (before it: wire::PreAuthLimits)
   double handshake_timeout_s = 10;   // time allowed for Hello
   int max_connections = 4096;        // open connections at most; more are closed at accept

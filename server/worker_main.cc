@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "decode threads shared by all streams (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  ferry::AddTlsFlags(app, o.tls);
   app.add_option("--buffered-batches", o.buffered_batches, "per stream: batches in memory at most")
       ->check(CLI::Range(2, 64));
   app.add_option("--max-memory", o.max_memory_bytes,
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
-  ferry::Log("serving on %s (%s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required");
+  ferry::Log("serving on %s (%s, %s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required",
+             !o.tls.enabled() ? "no TLS" : o.tls.ca.empty() ? "TLS" : "mutual TLS");
   // Every job finished: stop as if told to (the signal is blocked in every thread, so
   // WaitForTermination takes it). The waiting thread is joined, and the service
   // destroyed in order, before main returns.

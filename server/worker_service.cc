@@ -73,6 +73,7 @@ class WorkerService::Impl {
     LinkOptions l;
     l.dispatcher = opts_.dispatcher;
     l.token = opts_.token;
+    l.tls = tls_.client;
     l.advertise = opts_.advertise;
     if (l.advertise.empty()) {
       auto hp = net::SplitHostPort(address_);
@@ -153,6 +154,7 @@ class WorkerService::Impl {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::shared_ptr<BufferAllocator> buffers_;
+  net::TlsContexts tls_;  // server: sessions; client: the dispatcher link
   std::shared_ptr<tbb::task_arena> arena_;
   asio::thread_pool blocking_{1};  // dataset listing off the io thread
   std::string address_;
@@ -216,7 +218,8 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(WorkerService::Impl* svc, tcp::socket socket)
       : svc_(svc),
-        conn_(std::make_shared<FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_)),
+        conn_(std::make_shared<FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_,
+                                                svc->tls_.server)),
         serial_(svc->next_serial_++),
         // Only clients: a stream is all a worker serves (and a worker or a tool that
         // opened one would take a consumer's batches).
@@ -224,9 +227,20 @@ class Session : public std::enable_shared_from_this<Session> {
         timer_(svc->io_) {}
 
   void Start() {
-    conn_->Send(handshake_.Challenge());
     auto self = shared_from_this();
-    conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
+    // TLS first (when set), then the token handshake inside it; the deadline covers both.
+    conn_->StartTls(/*server=*/true, [self](const Status& tls) {
+      if (self->state_ == State::kClosed) return;
+      if (!tls.ok()) {
+        if (tls.code() == StatusCode::kUnauthenticated) {
+          ++self->svc_->auth_failures_;
+          Log("refusing %s", tls.message().c_str());
+        }
+        return self->Closed();
+      }
+      self->conn_->Send(self->handshake_.Challenge());
+      self->conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
+    });
     timer_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec && (self->state_ == State::kHello || self->state_ == State::kOpen)) {
@@ -622,6 +636,8 @@ Result<std::unique_ptr<WorkerService>> WorkerService::Start(const WorkerOptions&
   if (!options.serves_job.empty() && options.dispatcher.empty())
     return Status::InvalidArgument("a worker that serves one consumer (hybrid) needs a dispatcher");
   auto impl = std::make_unique<Impl>(options);
+  FERRY_ASSIGN_OR_RETURN(impl->tls_, net::TlsContextsFor(options.tls, /*need_server=*/true,
+                                                         /*need_client=*/!options.dispatcher.empty()));
   FERRY_RETURN_IF_ERROR(impl->Bind());
   impl->Run();
   return std::unique_ptr<WorkerService>(new WorkerService(std::move(impl)));

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "net/tls.h"
 #include "wire/frame.h"
 #include "ferry/status.h"
 
@@ -28,6 +29,10 @@ struct WorkerOptions {
   std::string listen = "127.0.0.1:0";
   int threads = 0;                 // decode threads shared by all streams (0 = all cores)
   std::string token;               // shared secret; empty = no authentication
+  // TLS (net/tls.h): the certificate and key this worker serves with (and presents to
+  // its dispatcher), and the CA that clients' certificates (mutual TLS) and the
+  // dispatcher's are checked against. All empty: plain TCP.
+  net::TlsFiles tls;
   wire::FrameLimits limits;
   double handshake_timeout_s = 10; // time allowed for Hello and OpenStream
   int max_connections = 4096;      // open connections at most; more are closed at accept

@@ -68,6 +68,9 @@ int RunConsume(const ConsumeArgs& a) {
   o.job.seed = a.seed;
   o.credits = a.credits;
   o.token_file = a.token_file;
+  o.tls_ca = a.tls_ca;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
   auto last_batch = ParseLastBatch(a.last_batch);
   if (!last_batch.ok()) {
     std::fprintf(stderr, "error: --last-batch: %s\n", last_batch.status().message().c_str());
@@ -196,6 +199,9 @@ void AddConsumeOptions(CLI::App* consume, ConsumeArgs* c) {
   consume->add_flag("--dump-epochs", c->dump_epochs, "--dump-indices lines are 'epoch index'");
   consume->add_option("--dump-digests", c->dump_digests, "append 'epoch split batch hash-of-pixels' per batch to FILE");
   consume->add_option("--token-file", c->token_file, "shared token (else $FERRY_TOKEN)");
+  consume->add_option("--tls-ca", c->tls_ca, "TLS: the CA that signed the servers' certificates (PEM)");
+  consume->add_option("--tls-cert", c->tls_cert, "TLS: this client's certificate, for servers that require one");
+  consume->add_option("--tls-key", c->tls_key, "TLS: the key of --tls-cert");
   consume->add_option("--seed", c->seed, "seed of the epoch order and the augmentation");
   consume->add_option("--credits", c->credits, "prefetch depth per worker")->check(CLI::PositiveNumber);
   consume->add_flag("--progress", c->progress, "show progress on stderr even when it is not a terminal");

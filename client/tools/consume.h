@@ -41,6 +41,7 @@ struct ConsumeArgs {
   bool dump_epochs = false;  // dump "epoch index" lines
   std::string dump_digests;  // one line per batch: epoch split batch_in_split hash-of-pixels
   std::string token_file;
+  std::string tls_ca, tls_cert, tls_key;
   uint64_t seed = 0;
   int credits = 4;
   bool progress = false;

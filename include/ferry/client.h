@@ -74,6 +74,10 @@ struct ClientOptions {
   int credits = 4;                   // prefetch depth per worker, in batches
   std::string token;                 // shared token; empty = $FERRY_TOKEN, or none
   std::string token_file;            // read the token from here instead
+  // TLS (PEM files): the CA the servers' certificates are checked against (required
+  // for TLS), and this client's certificate and key for servers that require one
+  // (mutual TLS). All empty: plain TCP. Host names are not checked (see net/tls.h).
+  std::string tls_ca, tls_cert, tls_key;
   // Receive buffers; null = 64-byte-aligned heap buffers recycled by the client.
   std::shared_ptr<BufferAllocator> buffers;
   uint64_t max_batch_bytes = uint64_t{4} << 30;  // a larger Batch frame closes its stream

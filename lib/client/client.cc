@@ -36,7 +36,7 @@ using client::Ledger;
 
 class Client::Impl : public client::StreamHost, public client::ControlHost {
  public:
-  Impl(ClientOptions o, std::optional<IteratorState> resume)
+  Impl(ClientOptions o, std::optional<IteratorState> resume, std::shared_ptr<net::TlsContext> tls)
       : opts_(std::move(o)),
         work_(asio::make_work_guard(io_)),
         ledger_(!dispatched()                                  ? Ledger::Mode::kPointToPoint
@@ -46,6 +46,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     stream_config_.dispatched = dispatched();
     stream_config_.splits = sharded();
     stream_config_.token = opts_.token;
+    stream_config_.tls = tls;
     stream_config_.limits.max_batch_bytes = opts_.max_batch_bytes;
     stream_config_.buffers = opts_.buffers;
     stream_config_.retry = {opts_.backoff_initial_s, opts_.backoff_max_s, opts_.max_retries, 0};
@@ -73,6 +74,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
       client::ControlConfig c;
       c.dispatcher = opts_.dispatcher;
       c.token = opts_.token;
+      c.tls = tls;
       c.consumer_id = opts_.consumer_id;
       c.job = {opts_.job_name, opts_.job};
       // Told to the dispatcher after joining (RestoreConsumer): the state's done splits
@@ -432,7 +434,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
           "their defaults point to point");
     if (o.consumer_id.empty()) o.consumer_id = "ferry-client";
   }
-  auto impl = std::make_unique<Impl>(std::move(o), std::move(resume));
+  std::shared_ptr<net::TlsContext> tls;
+  if (!o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty()) {
+    FERRY_ASSIGN_OR_RETURN(tls, net::ClientTlsContext({o.tls_cert, o.tls_key, o.tls_ca}));
+  }
+  auto impl = std::make_unique<Impl>(std::move(o), std::move(resume), std::move(tls));
   impl->Start();
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }

@@ -5,7 +5,8 @@ namespace ferry::client {
 ControlLoop::ControlLoop(ControlConfig config, ControlHost* host)
     : config_(std::move(config)),
       host_(host),
-      channel_(config_.dispatcher, config_.token, wire::Role::kClient, config_.consumer_id),
+      channel_(config_.dispatcher, config_.token, wire::Role::kClient, config_.consumer_id, std::chrono::seconds(10),
+               config_.tls),
       restore_(config_.restore) {}
 
 ControlLoop::~ControlLoop() {
@@ -157,7 +158,7 @@ Status ControlLoop::CheckState() {
 
 void ControlLoop::FinalAcks(const std::vector<SplitId>& acks) {
   net::ControlChannel ch(config_.dispatcher, config_.token, wire::Role::kClient, config_.consumer_id,
-                         std::chrono::seconds(2));
+                         std::chrono::seconds(2), config_.tls);
   (void)ch.Call(wire::EncodeAckSplits({config_.job.name, config_.consumer_id, acks}));
 }
 

@@ -55,6 +55,7 @@ class ControlHost {
 
 struct ControlConfig {
   std::string dispatcher, token, consumer_id;
+  std::shared_ptr<net::TlsContext> tls;  // a client TLS context, or null
   wire::NamedJob job;
   std::optional<IteratorState> restore;
   bool deterministic = false;

@@ -70,20 +70,27 @@ void WorkerStream::Connect() {
 
 void WorkerStream::Connected(tcp::socket socket) {
   if (done_) return;
-  conn_ = std::make_shared<net::FrameConnection>(std::move(socket), config_->limits, config_->buffers);
+  conn_ = std::make_shared<net::FrameConnection>(std::move(socket), config_->limits, config_->buffers, config_->tls);
   handshake_.emplace(config_->token, wire::Role::kClient, config_->open.consumer_id, "worker " + address_);
   state_ = State::kChallenge;
   streaming_ = false;
   auto self = shared_from_this();
   auto conn = conn_;
-  conn_->StartReading([self, conn](const Status& s, InFrame f) {
-    if (conn != self->conn_) return;  // a stale connection
-    self->OnFrame(s, std::move(f));
+  conn_->StartTls(/*server=*/false, [self, conn](const Status& tls) {
+    if (conn != self->conn_ || self->done_) return;  // a stale connection
+    // A refused certificate, or a worker without TLS, does not get better by retrying.
+    if (tls.code() == StatusCode::kUnauthenticated) return self->Permanent(tls);
+    if (!tls.ok()) return self->Transient(tls);
+    conn->StartReading([self, conn](const Status& s, InFrame f) {
+      if (conn != self->conn_) return;  // a stale connection
+      self->OnFrame(s, std::move(f));
+    });
   });
 }
 
 void WorkerStream::OnFrame(const Status& s, InFrame f) {
   if (done_) return;
+  if (s.code() == StatusCode::kUnauthenticated) return Permanent(s);  // TLS refused us
   if (!s.ok()) return Transient(s.WithContext("worker " + address_));
   if (f.header.type == MessageType::kError) {
     auto e = wire::DecodeError(f);

@@ -57,6 +57,7 @@ struct StreamConfig {
   bool dispatched = false;  // a dispatcher job (the stream opens it by name)
   bool splits = false;      // it carries leased splits (distributed_epoch): no EndOfEpoch frames
   std::string token;
+  std::shared_ptr<net::TlsContext> tls;  // a client TLS context, or null
   wire::FrameLimits limits;
   std::shared_ptr<BufferAllocator> buffers;
   net::RetryPolicy retry;

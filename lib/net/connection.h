@@ -14,6 +14,10 @@
 // order, straight from the frames' own memory (header, segment table, segments).
 //
 // Closing: Close() at once; CloseAfterWrites() gracefully (a lingering close: see there).
+//
+// TLS (net/tls.h): given a context, the connection runs inside TLS. StartTls() does
+// the TLS handshake; frames sent before it completes wait for it, and reading starts
+// after it (StartReading() is called from its callback).
 #ifndef FERRY_NET_CONNECTION_H_
 #define FERRY_NET_CONNECTION_H_
 
@@ -31,6 +35,7 @@
 
 #include "ferry/buffer.h"
 #include "ferry/status.h"
+#include "net/tls.h"
 #include "wire/message.h"
 
 namespace ferry::net {
@@ -47,17 +52,41 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
  public:
   using FrameHandler = std::function<void(const Status&, InFrame)>;
 
-  FrameConnection(tcp::socket socket, FrameLimits limits, std::shared_ptr<BufferAllocator> buffers)
-      : socket_(std::move(socket)),
+  FrameConnection(tcp::socket socket, FrameLimits limits, std::shared_ptr<BufferAllocator> buffers,
+                  const std::shared_ptr<TlsContext>& tls = nullptr)
+      : stream_(std::move(socket), tls),
         limits_(limits),
         buffers_(std::move(buffers)),
-        linger_timer_(socket_.get_executor()) {
+        linger_timer_(stream_.socket().get_executor()) {
     boost::system::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
+    tcp::socket& s = stream_.socket();
+    s.set_option(tcp::no_delay(true), ec);
     // Large kernel buffers let one write move a whole batch with few wake-ups.
-    socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
-    socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
-    peer_ = Describe(socket_);
+    s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
+    s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+    peer_ = Describe(s);
+    tls_pending_ = stream_.tls();
+  }
+
+  bool tls() const { return stream_.tls(); }
+
+  // The TLS handshake, as a server or a client; `done` gets OK, or Unauthenticated
+  // with the reason (a certificate refused, a peer without TLS), or Unavailable (the
+  // network), and the connection is closed. Without TLS, `done` runs at once with OK.
+  void StartTls(bool server, std::function<void(const Status&)> done) {
+    if (!stream_.tls()) return done(Status::OK());
+    auto self = shared_from_this();
+    stream_.AsyncHandshake(server, [self, done = std::move(done)](const boost::system::error_code& ec) {
+      if (!ec && self->closed_) return done(Status::Cancelled("connection closed"));
+      if (ec) {
+        self->Close();
+        return done(TlsStatus(ec, self->peer_, "handshake"));
+      }
+      self->tls_pending_ = false;
+      if (!self->queue_.empty() && !self->writing_) self->WriteNext();
+      else if (self->close_after_writes_ && !self->writing_) self->Linger();
+      done(Status::OK());
+    });
   }
 
   const std::string& peer() const { return peer_; }
@@ -77,7 +106,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   void Send(OutFrame frame, std::function<void()> on_sent = nullptr) {
     if (closed_ || close_after_writes_) return;
     queue_.push_back({std::move(frame), std::move(on_sent)});
-    if (!writing_) WriteNext();
+    if (!writing_ && !tls_pending_) WriteNext();
   }
 
   // Ends the connection once every queued frame has been written: shuts down the
@@ -91,6 +120,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     if (closed_ || close_after_writes_) return;
     close_after_writes_ = true;
     linger_ = linger;
+    if (tls_pending_) return Close();  // nothing can be written before TLS is up
     if (!writing_) Linger();
   }
 
@@ -100,8 +130,8 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     closed_ = true;
     boost::system::error_code ec;
     linger_timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
     queue_.clear();
   }
 
@@ -122,7 +152,9 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     if (closed_ || lingering_) return;
     lingering_ = true;
     boost::system::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    // With TLS too: the frames are length-delimited, so a TLS close_notify would add
+    // nothing but a round trip; the peer sees the TCP end after our last record.
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     linger_timer_.expires_after(linger_);
     auto self = shared_from_this();
     linger_timer_.async_wait([self](const boost::system::error_code& e) {
@@ -150,7 +182,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
 
   void ReadHeader() {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(header_, wire::kFrameHeaderSize),
+    stream_.AsyncRead(asio::buffer(header_, wire::kFrameHeaderSize),
                      [self](const boost::system::error_code& ec, size_t) {
                        if (ec) return self->Fail(self->FromError(ec));
                        if (self->closed_) return self->Fail(Status::Cancelled("connection closed"));
@@ -164,7 +196,8 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   // would wake the reader for every few segments; SO_RCVLOWAT makes the kernel report
   // the socket readable only once a good piece of the rest is there (never more than
   // the rest, or the frame's end would never be reported). Fewer wake-ups of a
-  // trainer's thread for the same bytes.
+  // trainer's thread for the same bytes. Not with TLS: the TLS layer may hold part of
+  // the rest already, and the kernel would then wait for bytes that never come.
   struct AllOfItInPieces {
     tcp::socket* socket;
     size_t length;
@@ -183,10 +216,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     std::shared_ptr<InBuffer> body = buffers_->Allocate(size_t(h.length));
     if (!body) return Fail(Status::ResourceExhausted("cannot allocate a receive buffer of " + std::to_string(h.length) + " bytes"));
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body->data(), size_t(h.length)), AllOfItInPieces{&socket_, size_t(h.length)},
-                     [self, h, body](const boost::system::error_code& ec, size_t) {
+    auto done = [self, h, body](const boost::system::error_code& ec, size_t) {
                        boost::system::error_code ignored;
-                       if (!ec) self->socket_.set_option(asio::socket_base::receive_low_watermark(1), ignored);
+                       if (!ec && !self->stream_.tls())
+                         self->stream_.socket().set_option(asio::socket_base::receive_low_watermark(1), ignored);
                        if (ec) return self->Fail(self->FromError(ec));
                        if (self->handler_ && !self->lingering_)
                          self->handler_(Status::OK(), InFrame{h, body});
@@ -195,7 +228,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
                        // ran): no read is pending to report it, so report it here.
                        if (self->closed_) return self->Fail(Status::Cancelled("connection closed"));
                        self->ReadHeader();
-                     });
+                     };
+    const asio::mutable_buffer into(body->data(), size_t(h.length));
+    if (stream_.tls()) return stream_.AsyncRead(into, AllOfIt(), std::move(done));
+    stream_.AsyncRead(into, AllOfItInPieces{&stream_.socket(), size_t(h.length)}, std::move(done));
   }
 
   void WriteNext() {
@@ -209,7 +245,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     buffers_out_.clear();
     for (const ByteRange& r : ranges) buffers_out_.emplace_back(r.data, r.size);
     auto self = shared_from_this();
-    asio::async_write(socket_, buffers_out_, AllOfIt(), [self](const boost::system::error_code& ec, size_t) {
+    stream_.AsyncWrite(buffers_out_, AllOfIt(), [self](const boost::system::error_code& ec, size_t) {
       if (self->closed_) return;
       if (ec) {
         self->writing_ = false;
@@ -224,12 +260,15 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   }
 
   Status FromError(const boost::system::error_code& ec) const {
-    if (ec == asio::error::eof) return Status::Unavailable("connection closed by " + peer_);
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+      return Status::Unavailable("connection closed by " + peer_);
     if (ec == asio::error::operation_aborted) return Status::Cancelled("connection closed");
+    // With TLS 1.3 a server that refuses our certificate says so after the handshake.
+    if (IsTlsRefusal(ec)) return TlsStatus(ec, peer_, "session");
     return Status::Unavailable("connection to " + peer_ + ": " + ec.message());
   }
 
-  tcp::socket socket_;
+  Stream stream_;
   FrameLimits limits_;
   const std::shared_ptr<BufferAllocator> buffers_;
   std::string peer_;
@@ -242,6 +281,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   bool failed_ = false;
   bool close_after_writes_ = false;
   bool lingering_ = false;  // our side is shut down; waiting for the peer's EOF
+  bool tls_pending_ = false;  // the TLS handshake has not completed: nothing is written
   std::chrono::milliseconds linger_{0};
   asio::steady_timer linger_timer_;
 };

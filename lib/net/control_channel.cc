@@ -13,13 +13,14 @@ using wire::InFrame;
 using wire::OutFrame;
 
 ControlChannel::ControlChannel(std::string address, std::string token, wire::Role role, std::string peer_id,
-                               std::chrono::milliseconds timeout)
+                               std::chrono::milliseconds timeout, std::shared_ptr<TlsContext> tls)
     : address_(std::move(address)),
       token_(std::move(token)),
       role_(role),
       peer_id_(std::move(peer_id)),
       timeout_(timeout),
-      buffers_(DefaultBufferAllocator()) {}
+      buffers_(DefaultBufferAllocator()),
+      tls_(std::move(tls)) {}
 
 ControlChannel::~ControlChannel() { Reset(); }
 
@@ -48,19 +49,28 @@ Result<InFrame> ControlChannel::Call(const OutFrame& request) {
 
 Status ControlChannel::Connect() {
   FERRY_ASSIGN_OR_RETURN(auto hp, SplitHostPort(address_));
-  socket_ = std::make_unique<tcp::socket>(io_);
+  socket_ = std::make_unique<Stream>(tcp::socket(io_), tls_);
   boost::system::error_code ec;
   tcp::resolver resolver(io_);
   auto endpoints = resolver.resolve(hp.first, std::to_string(hp.second), ec);
   if (ec) return Status::Unavailable("cannot resolve dispatcher " + address_ + ": " + ec.message());
   bool done = false;
-  asio::async_connect(*socket_, endpoints, [&](const boost::system::error_code& e, const tcp::endpoint&) {
+  asio::async_connect(socket_->socket(), endpoints, [&](const boost::system::error_code& e, const tcp::endpoint&) {
     ec = e;
     done = true;
   });
   FERRY_RETURN_IF_ERROR(RunUntil(done, "connecting"));
   if (ec) return Status::Unavailable("cannot connect to dispatcher " + address_ + ": " + ec.message());
-  socket_->set_option(tcp::no_delay(true), ec);
+  socket_->socket().set_option(tcp::no_delay(true), ec);
+  if (socket_->tls()) {
+    done = false;
+    socket_->AsyncHandshake(false, [&](const boost::system::error_code& e) {
+      ec = e;
+      done = true;
+    });
+    FERRY_RETURN_IF_ERROR(RunUntil(done, "in the TLS handshake"));
+    if (ec) return TlsStatus(ec, "dispatcher " + address_, "handshake");
+  }
   ClientHandshake hs(token_, role_, peer_id_, "dispatcher " + address_);
   FERRY_ASSIGN_OR_RETURN(InFrame challenge, Read());
   FERRY_ASSIGN_OR_RETURN(OutFrame hello, hs.OnChallenge(challenge));
@@ -76,7 +86,7 @@ Status ControlChannel::Write(const OutFrame& f) {
   for (const wire::ByteRange& r : f.ranges()) bufs.emplace_back(r.data, r.size);
   boost::system::error_code ec;
   bool done = false;
-  asio::async_write(*socket_, bufs, [&](const boost::system::error_code& e, size_t) {
+  socket_->AsyncWrite(bufs, [&](const boost::system::error_code& e, size_t) {
     ec = e;
     done = true;
   });
@@ -89,17 +99,20 @@ Result<InFrame> ControlChannel::Read() {
   uint8_t header[wire::kFrameHeaderSize];
   boost::system::error_code ec;
   bool done = false;
-  asio::async_read(*socket_, asio::buffer(header), [&](const boost::system::error_code& e, size_t) {
+  socket_->AsyncRead(asio::buffer(header), [&](const boost::system::error_code& e, size_t) {
     ec = e;
     done = true;
   });
   FERRY_RETURN_IF_ERROR(RunUntil(done, "waiting for a reply"));
+  // With TLS 1.3 a server that refuses our certificate says so after the handshake: its
+  // alert is what the first read gets.
+  if (ec && IsTlsRefusal(ec)) return TlsStatus(ec, "dispatcher " + address_, "session");
   if (ec) return Status::Unavailable("dispatcher " + address_ + ": " + ec.message());
   FERRY_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::ParseFrameHeader(header, wire::FrameLimits{}));
   InFrame f{h, buffers_->Allocate(size_t(h.length))};
   if (!f.body) return Status::ResourceExhausted("cannot allocate a control reply");
   done = false;
-  asio::async_read(*socket_, asio::buffer(f.body->data(), size_t(h.length)),
+  socket_->AsyncRead(asio::buffer(f.body->data(), size_t(h.length)),
                    [&](const boost::system::error_code& e, size_t) {
                      ec = e;
                      done = true;
@@ -121,7 +134,7 @@ Status ControlChannel::RunUntil(bool& done, const char* what) {
   }
   if (done) return Status::OK();
   boost::system::error_code ec;
-  if (socket_) socket_->close(ec);
+  if (socket_) socket_->socket().close(ec);
   io_.restart();
   while (!done) io_.run_one();  // the aborted handler, which refers to our locals
   if (interrupted_) return Status::Cancelled("interrupted");
@@ -131,7 +144,7 @@ Status ControlChannel::RunUntil(bool& done, const char* what) {
 void ControlChannel::Reset() {
   if (socket_) {
     boost::system::error_code ec;
-    socket_->close(ec);
+    socket_->socket().close(ec);
   }
   socket_.reset();
 }

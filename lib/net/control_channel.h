@@ -25,13 +25,16 @@
 #include "ferry/status.h"
 #include "wire/codec.h"
 #include "wire/message.h"
+#include "net/tls.h"
 
 namespace ferry::net {
 
 class ControlChannel {
  public:
+  // `tls`: a client TLS context (net/tls.h), or null for plain TCP.
   ControlChannel(std::string address, std::string token, wire::Role role, std::string peer_id,
-                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                 std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                 std::shared_ptr<TlsContext> tls = nullptr);
   ~ControlChannel();
 
   const std::string& address() const { return address_; }
@@ -57,7 +60,8 @@ class ControlChannel {
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<BufferAllocator> buffers_;
   boost::asio::io_context io_;
-  std::unique_ptr<boost::asio::ip::tcp::socket> socket_;
+  const std::shared_ptr<TlsContext> tls_;
+  std::unique_ptr<Stream> socket_;
   std::atomic<bool> interrupted_{false};
   std::string server_state_;
 };

@@ -99,7 +99,7 @@ void DispatcherLink::Leave() {
   }
   if (thread_.joinable()) thread_.join();
   if (!registered) return;
-  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(2));
+  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(2), o_.tls);
   wire::HeartbeatMsg h;
   h.worker_id = o_.worker_id;
   h.draining = true;
@@ -143,7 +143,7 @@ void DispatcherLink::Sleep(std::chrono::milliseconds d) {
 }
 
 void DispatcherLink::Run() {
-  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(5));
+  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(5), o_.tls);
   // Never give up: a dispatcher that restarts, or starts after the worker, is waited for.
   net::Backoff backoff({/*initial_s=*/0.1, /*max_s=*/1.0, /*max_failures=*/-1, /*give_up_after_s=*/0});
   while (!stopping()) {

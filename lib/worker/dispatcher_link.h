@@ -25,6 +25,7 @@
 #include "net/control_channel.h"
 #include "pipeline/split_plan.h"
 #include "wire/control.h"
+#include "net/tls.h"
 
 namespace ferry {
 
@@ -40,6 +41,7 @@ struct WorkerJob {
 struct LinkOptions {
   std::string dispatcher;  // HOST:PORT
   std::string token;
+  std::shared_ptr<net::TlsContext> tls;  // a client TLS context towards the dispatcher, or null
   std::string worker_id;
   std::string advertise;   // where clients reach this worker's data plane
   // Hybrid: a trainer's own worker, leasing only this consumer's splits of this job.
