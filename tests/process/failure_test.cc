@@ -365,5 +365,61 @@ TEST_F(FailureTest, AuthenticationIsMutualAndRefusalsSayWhy) {
   EXPECT_NE(good->err().find("registered with dispatcher"), npos) << good->err();
 }
 
+// Security: TLS, with mutual authentication. Daemons and clients with certificates of
+// the cluster's CA stream an epoch exactly once (point to point and through the
+// dispatcher); a client without a certificate, with one of another CA, trusting
+// another CA, or with TLS against a worker without it, is refused at once (no retries)
+// with OpenSSL's reason and a hint; the refusing daemon logs why.
+TEST_F(FailureTest, TlsIsMutualAndRefusalsSayWhy) {
+  const std::string pki = dir_ / "pki";
+  ASSERT_EQ(std::system((std::string(FERRY_MAKE_CERTS) + " " + pki).c_str()), 0) << "make_certs.sh failed";
+  const std::vector<std::string> tls = {"--tls-cert", pki + "/server.pem", "--tls-key", pki + "/server.key",
+                                        "--tls-ca", pki + "/ca.pem"};
+  std::string dispatcher, worker, plain;
+  auto d = StartDispatcher(tls, &dispatcher);
+  std::vector<std::string> wargs = tls;
+  wargs.insert(wargs.end(), {"--dispatcher", dispatcher});
+  auto w = StartWorker(wargs, &worker);
+  auto p = StartWorker({}, &plain);
+  constexpr auto npos = std::string::npos;
+  EXPECT_TRUE(WaitFor([&] { return w->err().find("registered with dispatcher") != npos; }, 20)) << w->err();
+
+  auto consume = [&](const std::string& id, std::vector<std::string> where, const std::string& cert,
+                     const std::string& ca) {
+    std::vector<std::string> argv = {consume_bin_, "--data", data_->path(), "--pipeline", kSpecJson, "--batch-size",
+                                     "6", "--epochs", "1", "--dump-indices", dir_ / (id + ".txt"), "--consumer-id", id};
+    argv.insert(argv.end(), where.begin(), where.end());
+    if (!ca.empty()) argv.insert(argv.end(), {"--tls-ca", pki + "/" + ca + ".pem"});
+    if (!cert.empty()) argv.insert(argv.end(), {"--tls-cert", pki + "/" + cert + ".pem", "--tls-key", pki + "/" + cert + ".key"});
+    return std::make_unique<Child>(argv, dir_ / (id + ".out"), dir_ / (id + ".err"));
+  };
+  auto refused = [&](const std::string& id, std::vector<std::string> where, const std::string& cert,
+                     const std::string& ca, const std::string& why) {
+    auto c = consume(id, where, cert, ca);
+    const std::optional<int> rc = c->Wait(30);
+    ASSERT_TRUE(rc.has_value()) << id << " did not give up: " << c->err();
+    EXPECT_NE(*rc, 0) << id;
+    EXPECT_NE(c->err().find("Unauthenticated"), npos) << id << ": " << c->err();
+    EXPECT_NE(c->err().find(why), npos) << id << ": " << c->err();
+  };
+  const std::vector<std::string> by_name = {"--dispatcher", dispatcher, "--job", "job"};
+  refused("no-cert", by_name, "", "ca", "certificate required");
+  refused("rogue-cert", by_name, "rogue", "ca", "not signed by the peer's --tls-ca");
+  refused("rogue-ca", by_name, "client", "rogue-ca", "not signed by our --tls-ca");
+  refused("rogue-p2p", {"--workers", worker}, "rogue", "ca", "not signed by the peer's --tls-ca");
+  refused("tls-to-plain", {"--workers", plain}, "client", "ca", "does not speak TLS");
+  EXPECT_NE(d->err().find("certificate verify failed"), npos) << d->err();
+  EXPECT_NE(w->err().find("certificate verify failed"), npos) << w->err();
+
+  for (const auto& [id, where] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"p2p", {"--workers", worker}}, {"named", by_name}}) {
+    auto c = consume(id, where, "client", "ca");
+    const std::optional<int> rc = c->Wait(60);
+    ASSERT_TRUE(rc.has_value()) << c->err();
+    EXPECT_EQ(*rc, 0) << id << ": " << c->err();
+    ExpectEachIndexOnce(ReadFile(dir_ / (id + ".txt")), kSamples);
+  }
+}
+
 }  // namespace
 }  // namespace ferry
