@@ -357,16 +357,6 @@ struct Run {
   }
 };
 
-void WriteSeed(const std::string& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
-  const std::string path = dir + "/" + name;
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
-    std::fprintf(stderr, "dispatcher_fuzzer: cannot write %s\n", path.c_str());
-    std::exit(1);
-  }
-  std::fclose(f);
-}
-
 // Seeds: byte strings that FuzzedDataProvider turns into programs. Random programs
 // of a few hundred bytes already create jobs, register workers and lease (every
 // choice is from a small range); a few of different lengths give the fuzzer a start.
@@ -379,7 +369,7 @@ void WriteSeeds(const std::string& dir) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       b = uint8_t(x);
     }
-    WriteSeed(dir, "program" + std::to_string(i), bytes);
+    ferry::fuzz::WriteSeed(dir, "program" + std::to_string(i), bytes.data(), bytes.size());
   }
 }
 

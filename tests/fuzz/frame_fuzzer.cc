@@ -32,6 +32,7 @@ using namespace ferry;        // NOLINT
 using namespace ferry::wire;  // NOLINT
 
 using fuzz::Flatten;
+using fuzz::WriteSeed;
 
 void CheckView(const TensorView& v, int rank, const InBuffer& buf) {
   FUZZ_CHECK(v.rank == rank);
@@ -145,16 +146,6 @@ void DecodeAll(InFrame f) {
         break;
     }
   }
-}
-
-void WriteSeed(const std::string& dir, const std::string& name, const std::string& bytes) {
-  const std::string path = dir + "/" + name;
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
-    std::fprintf(stderr, "frame_fuzzer: cannot write %s\n", path.c_str());
-    std::exit(1);
-  }
-  std::fclose(f);
 }
 
 void WriteSeeds(const std::string& dir) {

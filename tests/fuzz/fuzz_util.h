@@ -55,6 +55,20 @@ inline wire::InFrame Received(const wire::OutFrame& out) {
   return f;
 }
 
+// Writes one seed file (a fuzzer's --write-seeds); exits on failure.
+inline void WriteSeed(const std::string& dir, const std::string& name, const void* bytes, size_t size) {
+  const std::string path = dir + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes, 1, size, f) != size) {
+    std::fprintf(stderr, "fuzzer: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fclose(f);
+}
+inline void WriteSeed(const std::string& dir, const std::string& name, const std::string& bytes) {
+  WriteSeed(dir, name, bytes.data(), bytes.size());
+}
+
 }  // namespace ferry::fuzz
 
 #endif  // FERRY_TESTS_FUZZ_FUZZ_UTIL_H_
