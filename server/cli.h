@@ -6,11 +6,28 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
+#include "core/log.h"
+
 namespace ferry {
+
+// --log-level, the same on every daemon (see lib/core/log.h); $FERRY_LOG_LEVEL when
+// the flag is not given. The flag sets $FERRY_LOG_LEVEL too, for the daemons that
+// ferry-local starts.
+inline void AddLogFlag(CLI::App& app) {
+  app.add_option_function<std::string>(
+         "--log-level",
+         [](const std::string& s) {
+           SetLogLevel(ParseLogLevel(s).value_or(LogLevel::kInfo));
+           setenv("FERRY_LOG_LEVEL", s.c_str(), 1);
+         },
+         "debug (every lease and acknowledgement), info (the default), warn, error or off; else $FERRY_LOG_LEVEL")
+      ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error", "off"}));
+}
 
 // --tls-cert/--tls-key/--tls-ca, the same on both daemons (see lib/net/tls.h).
 template <typename Files>

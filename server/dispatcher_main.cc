@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--work-dir", o.core.work_dir, "directory of the journal (created if missing)")->required();
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
   ferry::AddTlsFlags(app, o.tls);
+  ferry::AddLogFlag(app);
   app.add_option("--heartbeat-interval-ms", o.core.heartbeat_interval_ms, "heartbeat interval asked of workers")
       ->check(CLI::Range(10, 60000));
   app.add_option("--heartbeat-timeout-ms", o.core.heartbeat_timeout_ms, "a worker silent this long is declared dead")

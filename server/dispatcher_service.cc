@@ -145,7 +145,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     // TLS first (when set), then the token handshake inside it; the deadline covers both.
     conn_->StartTls(/*server=*/true, [self](const Status& tls) {
       if (!tls.ok()) {
-        if (tls.code() == StatusCode::kUnauthenticated) Log("refusing %s", tls.message().c_str());
+        if (tls.code() == StatusCode::kUnauthenticated) LogWarn("refusing %s", tls.message().c_str());
         self->deadline_.cancel();
         return self->svc_->SessionClosed(self);
       }
@@ -155,7 +155,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     deadline_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
     deadline_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec && !self->authenticated_ && !self->refused_) {
-        Log("closing %s: no Hello within %.1f s", self->conn_->peer().c_str(), self->svc_->opts_.handshake_timeout_s);
+        LogWarn("closing %s: no Hello within %.1f s", self->conn_->peer().c_str(), self->svc_->opts_.handshake_timeout_s);
         self->Close();
       }
     });
@@ -174,7 +174,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   void OnFrame(const Status& s, const InFrame& f) {
     if (!s.ok()) {
       if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kResourceExhausted)
-        Log("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+        LogWarn("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
       deadline_.cancel();
       svc_->SessionClosed(shared_from_this());
       return;
@@ -276,7 +276,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     auto accepted = handshake_.OnHello(f);
     if (!accepted.ok()) {
       if (accepted.status().code() == StatusCode::kUnauthenticated)
-        Log("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
+        LogWarn("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
       return Refuse(accepted.status());
     }
     authenticated_ = true;
@@ -336,7 +336,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     if (refused_) return;
     refused_ = true;  // frames that arrive after a refusal are not handled
     deadline_.cancel();
-    Log("refusing a request from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+    LogWarn("refusing a request from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
     conn_->Send(wire::EncodeError(s));
     conn_->CloseAfterWrites();
   }

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--listen", o.listen, "the dispatcher's HOST:PORT (default: a free loopback port)");
   app.add_option("--work-dir", o.work_dir, "the dispatcher's journal and the logs (default: a temporary folder)");
+  ferry::AddLogFlag(app);
   app.add_option("--token-file", o.token_file, "shared token file for every daemon");
   app.add_option("--worker-arg", o.worker_args, "an extra flag for every worker (repeatable)");
   app.add_option("command", command, "a command to run against the cluster (after --)");

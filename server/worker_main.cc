@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
   ferry::AddTlsFlags(app, o.tls);
+  ferry::AddLogFlag(app);
   app.add_option("--buffered-batches", o.buffered_batches, "per stream: batches in memory at most")
       ->check(CLI::Range(2, 64));
   app.add_option("--max-memory", o.max_memory_bytes,

@@ -234,7 +234,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!tls.ok()) {
         if (tls.code() == StatusCode::kUnauthenticated) {
           ++self->svc_->auth_failures_;
-          Log("refusing %s", tls.message().c_str());
+          LogWarn("refusing %s", tls.message().c_str());
         }
         return self->Closed();
       }
@@ -289,7 +289,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!s.ok()) {
       if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kResourceExhausted) {
         ++svc_->bad_frames_;
-        Log("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+        LogWarn("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
       }
       Closed();
       return;
@@ -320,7 +320,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!accepted.ok()) {
       if (accepted.status().code() == StatusCode::kUnauthenticated) {
         ++svc_->auth_failures_;
-        Log("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
+        LogWarn("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
         return Refuse(accepted.status());
       }
       return BadFrame(accepted.status());
@@ -464,7 +464,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (producer_done_ && outbox_.queued() == 0 && state_ == State::kStreaming) {
       state_ = State::kEnding;
       if (!producer_status_.ok())
-        Log("stream for %s failed: %s", conn_->peer().c_str(), producer_status_.ToString().c_str());
+        LogWarn("stream for %s failed: %s", conn_->peer().c_str(), producer_status_.ToString().c_str());
       if (std::optional<OutFrame> last = outbox_.Final(producer_status_, draining_)) conn_->Send(std::move(*last));
       conn_->CloseAfterWrites();
     }
@@ -495,7 +495,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void BadFrame(const Status& s) {
     ++svc_->bad_frames_;
-    Log("bad frame from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+    LogWarn("bad frame from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
     Refuse(s);
   }
 
@@ -596,12 +596,12 @@ void WorkerService::Impl::Drain() {
         drained = link_->WaitDrained(0.1);
         if (named_streams_ > 0) last_consumer = std::chrono::steady_clock::now();
         if (!drained && std::chrono::steady_clock::now() - last_consumer > std::chrono::seconds(1)) {
-          Log("draining: no consumer is connected to take the splits held: they go back to the dispatcher");
+          LogWarn("draining: no consumer is connected to take the splits held: they go back to the dispatcher");
           break;
         }
       }
       if (!drained && std::chrono::steady_clock::now() >= deadline)
-        Log("drain timed out with splits unacknowledged: they go back to the dispatcher");
+        LogWarn("drain timed out with splits unacknowledged: they go back to the dispatcher");
       DrainStreams();
     });
     return;
@@ -622,7 +622,7 @@ void WorkerService::Impl::DrainStreams() {
     drain_timer_->expires_after(std::chrono::milliseconds(int64_t(opts_.drain_timeout_s * 1000)));
     drain_timer_->async_wait([this](const boost::system::error_code& e) {
       if (e) return;
-      if (!sessions_.empty()) Log("drain timed out: closing %zu connection(s)", sessions_.size());
+      if (!sessions_.empty()) LogWarn("drain timed out: closing %zu connection(s)", sessions_.size());
       CloseAll();
       asio::post(io_, [this] { CheckDrained(); });
     });

@@ -62,7 +62,7 @@ Status Dispatcher::Commit(const Update& u) {
   FERRY_RETURN_IF_ERROR(state_.Apply(u));
   Status s = journal_->Append(u);
   if (!s.ok()) {
-    Log("FATAL: cannot journal an update: %s", s.ToString().c_str());
+    LogError("cannot journal an update: %s", s.ToString().c_str());
     std::abort();
   }
   ++journal_records_;
@@ -74,14 +74,14 @@ Status Dispatcher::Sync() {
   if (config_.sync) {
     Status s = journal_->Sync();
     if (!s.ok()) {
-      Log("FATAL: cannot sync the journal: %s", s.ToString().c_str());
+      LogError("cannot sync the journal: %s", s.ToString().c_str());
       std::abort();
     }
   }
   dirty_ = false;
   if (journal_->records_since_snapshot() > config_.compact_every) {
     Status s = journal_->Compact(state_);
-    if (!s.ok()) Log("journal compaction failed (will retry): %s", s.ToString().c_str());
+    if (!s.ok()) LogWarn("journal compaction failed (will retry): %s", s.ToString().c_str());
   }
   return Status::OK();
 }
@@ -140,11 +140,20 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease)) {
       Status s = Commit(l);
       if (!s.ok()) {
-        Log("lease refused by the state (a bug in the decisions): %s", s.ToString().c_str());
+        LogError("lease refused by the state (a bug in the decisions): %s", s.ToString().c_str());
         continue;
       }
       for (const auto& x : l.splits) reply.leases.push_back({l.job, x.ref.epoch, x.ref.split, x.consumer});
       leases_ += int64_t(l.splits.size());
+      if (LogEnabled(LogLevel::kDebug)) {
+        std::string list;
+        for (const auto& x : l.splits) {
+          list.append(" ").append(std::to_string(x.ref.epoch)).append("/").append(std::to_string(x.ref.split));
+          list.append(":").append(x.consumer);
+        }
+        LogDebug("job %s: leased to worker %s (epoch/split:consumer):%s", l.job.c_str(), m.worker_id.c_str(),
+                 list.c_str());
+      }
     }
   }
   // Then every other split it still holds: the reply carries the whole set.
@@ -190,7 +199,7 @@ std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, in
     if (w.address == address && quiet > config_.heartbeat_interval_ms + 50) gone.push_back(id);
   }
   for (const std::string& id : gone) {
-    Log("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
+    LogWarn("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
         address.c_str());
     RemoveWorker(id);
   }
@@ -281,6 +290,13 @@ Result<wire::JobStatusMsg> Dispatcher::AckSplits(const wire::AckSplitsMsg& m) {
   for (const auto& [e, s] : m.splits) u.splits.push_back({e, s});
   FERRY_RETURN_IF_ERROR(Commit(u));
   acks_ += int64_t(u.splits.size());
+  if (LogEnabled(LogLevel::kDebug)) {
+    std::string list;
+    for (const auto& x : u.splits) {
+      list.append(" ").append(std::to_string(x.epoch)).append("/").append(std::to_string(x.split));
+    }
+    LogDebug("job %s: %s acknowledged%s", m.job.c_str(), m.consumer_id.c_str(), list.c_str());
+  }
   return StatusOf(m.job, m.consumer_id, 0);
 }
 
@@ -335,7 +351,7 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
       for (size_t s = 0; s < e.status.size(); ++s)
         splits += e.status[s] != SplitStatus::kDone && e.consumer[s] == r.consumer ? 1 : 0;
     }
-    Log("job %s: consumer %s silent for %d ms: removed; its %lld unfinished split(s) go to the live consumers",
+    LogWarn("job %s: consumer %s silent for %d ms: removed; its %lld unfinished split(s) go to the live consumers",
         r.job.c_str(), r.consumer.c_str(), config_.consumer_timeout_ms, (long long)splits);
     if (Commit(r).ok()) consumer_seen_ms_.erase({r.job, r.consumer});
   }
@@ -343,7 +359,7 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
        DecideDeadWorkers(state_, last_seen_ms_, now_ms, config_.heartbeat_timeout_ms)) {
     size_t n = 0;
     for (const auto& [job, l] : state_.LeasesOf(r.worker)) n += l.size();
-    Log("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
+    LogWarn("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
     RemoveWorker(r.worker);
   }
   for (const RemoveJob& r : DecideGarbage(state_, jobs_in_use)) {

@@ -50,7 +50,7 @@ inline void AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, std::function<b
                                                           asio::ip::tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      Log("accept failed: %s", ec.message().c_str());
+      LogWarn("accept failed: %s", ec.message().c_str());
       auto t = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
       t->async_wait([&acceptor, accepting, on_socket, t](const boost::system::error_code& e) {
         if (!e && acceptor.is_open() && accepting()) AcceptLoop(acceptor, accepting, on_socket);
@@ -84,7 +84,7 @@ template <typename Sessions>
 bool MakeRoom(const Sessions& sessions, const AdmissionLimits& limits, int64_t* refused) {
   if (int64_t(sessions.size()) >= limits.max_connections) {
     if ((*refused)++ % 100 == 0)
-      Log("at --max-connections (%d): refusing a connection (%lld refused so far)", limits.max_connections,
+      LogWarn("at --max-connections (%d): refusing a connection (%lld refused so far)", limits.max_connections,
           (long long)*refused);
     return false;
   }
@@ -97,7 +97,7 @@ bool MakeRoom(const Sessions& sessions, const AdmissionLimits& limits, int64_t* 
   }
   if (handshaking >= limits.max_handshaking && oldest) {
     if ((*refused)++ % 100 == 0)
-      Log("%d connections are handshaking (--max-handshaking): closing the oldest", handshaking);
+      LogWarn("%d connections are handshaking (--max-handshaking): closing the oldest", handshaking);
     oldest->Close();
   }
   return true;

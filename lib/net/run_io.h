@@ -21,9 +21,9 @@ inline void RunIo(boost::asio::io_context& io, const char* what) {
       io.run();
       return;
     } catch (const std::exception& e) {
-      Log("%s: a handler failed, going on: %s", what, e.what());
+      LogWarn("%s: a handler failed, going on: %s", what, e.what());
     } catch (...) {
-      Log("%s: a handler failed with an unknown exception, going on", what);
+      LogWarn("%s: a handler failed with an unknown exception, going on", what);
     }
   }
 }

@@ -106,7 +106,7 @@ void DispatcherLink::Leave() {
   h.want_leases = false;
   h.leaving = true;
   auto r = ch.Call(wire::EncodeHeartbeat(h));
-  if (!r.ok()) Log("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
+  if (!r.ok()) LogWarn("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
 }
 
 void DispatcherLink::Want(const std::string& job) {
@@ -157,7 +157,7 @@ void DispatcherLink::Run() {
       auto interval = r.ok() ? wire::DecodeRegisterWorkerOk(*r) : Result<uint32_t>(r.status());
       if (!interval.ok()) {
         if (backoff.failures() % 20 == 0)
-          Log("cannot register with dispatcher %s (retrying): %s", o_.dispatcher.c_str(),
+          LogWarn("cannot register with dispatcher %s (retrying): %s", o_.dispatcher.c_str(),
               interval.status().ToString().c_str());
         Sleep(*backoff.Failed());
         continue;
@@ -221,7 +221,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   auto r = ch.Call(wire::EncodeHeartbeat(h));
   auto ok = r.ok() ? wire::DecodeHeartbeatOk(*r) : Result<wire::HeartbeatOkMsg>(r.status());
   if (!ok.ok()) {
-    Log("heartbeat to %s failed (will reconnect): %s", o_.dispatcher.c_str(), ok.status().ToString().c_str());
+    LogWarn("heartbeat to %s failed (will reconnect): %s", o_.dispatcher.c_str(), ok.status().ToString().c_str());
     MutexLock lock(&mu_);
     registered_ = false;  // a restarted dispatcher may not know us yet: register again
     return false;
@@ -229,7 +229,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   if (!ok->known) {
     // Presumed dead (or the dispatcher lost us): everything we held is someone else's
     // now. Forget it all and register again.
-    Log("the dispatcher does not know this worker (presumed dead?): registering again");
+    LogWarn("the dispatcher does not know this worker (presumed dead?): registering again");
     MutexLock lock(&mu_);
     registered_ = false;
     for (auto& [key, feed] : feeds_) feed->SetHeld({});
@@ -247,7 +247,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
                                                              std::chrono::seconds(10)))
       continue;
     std::shared_ptr<WorkerJob> job = OpenJob(c);
-    if (!job->status.ok()) Log("cannot serve job %s: %s", c.name.c_str(), job->status.ToString().c_str());
+    if (!job->status.ok()) LogWarn("cannot serve job %s: %s", c.name.c_str(), job->status.ToString().c_str());
     else Log("job %s: %lld samples", c.name.c_str(), (long long)c.job.num_samples);
     MutexLock lock(&mu_);
     jobs_[c.name] = std::move(job);
