@@ -1,6 +1,7 @@
 #include "dispatch/decisions.h"
 
 #include <algorithm>
+#include <set>
 
 namespace ferry::dispatch {
 
@@ -59,45 +60,65 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       const int64_t share = (pending + std::max<int64_t>(1, live) - 1) / std::max<int64_t>(1, live);
       budget = int(std::min<int64_t>(budget, std::max<int64_t>(1, share)));
     }
+    // Past the budget, one rule still leases: a consumer's lowest unfinished split is
+    // always leased (when its consumer is fixed: a ranked job, deterministic order, or
+    // a split returned with its consumer). Without it, ranks can deadlock: a survivor's
+    // budget full of splits of ranks that wait in an all-reduce for the one rank whose
+    // next split is pending, and those splits are acknowledged only once yielded, after
+    // that all-reduce (seen: 4 DDP ranks, a worker killed, the lease-ahead full of
+    // ranks 0, 1 and 3's splits while rank 2 waited for its split 18). With this rule,
+    // every consumer always has its next split on a live worker; a worker holds at most
+    // max_outstanding plus one split per consumer.
+    std::set<std::string> open;  // consumers with an unfinished split earlier in the scan
+    auto first_of = [&](const std::string& c) { return j.HasConsumer(c) && open.insert(c).second; };
     size_t before = 0;  // the worker's leases before the candidate
     int leased = 0;     // leased in this decision
     bool full = false;
-    for (uint64_t epoch = j.first_open; epoch <= last && !full; ++epoch) {
+    for (uint64_t epoch = j.first_open; epoch <= last; ++epoch) {
       if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) break;
+      if (full && open.size() >= j.consumers.size()) break;  // every consumer's next split is placed
       auto et = j.epochs.find(epoch);
       for (int64_t s = 0; s < per_epoch; ++s) {
         while (before < mine.size() && mine[before] < SplitRef{epoch, s}) ++before;
-        if (leased >= budget || int(before) + leased >= policy.max_outstanding) {
-          full = true;
-          break;
-        }
+        if (!full && (leased >= budget || int(before) + leased >= policy.max_outstanding)) full = true;
+        if (full && open.size() >= j.consumers.size()) break;
         std::string consumer;
         if (et != j.epochs.end()) {
-          if (et->second.status[size_t(s)] != SplitStatus::kPending) continue;
+          const SplitStatus st = et->second.status[size_t(s)];
+          if (st == SplitStatus::kDone) continue;
+          if (st == SplitStatus::kLeased) {
+            first_of(et->second.consumer[size_t(s)]);
+            continue;
+          }
           consumer = et->second.consumer[size_t(s)];
         }
+        bool fixed = !consumer.empty();  // the split's consumer does not depend on who leases it
         if (consumer.empty() && j.spec.ranked()) {
           // A ranked job's split belongs to its rank, and waits until that rank joins.
           consumer = RankConsumer(j.spec.SplitRank(s));
           if (!j.HasConsumer(consumer)) continue;
+          fixed = true;
         } else if (consumer.empty() && self.ServesOnly() && j.spec.ordering != Ordering::kDeterministic) {
           consumer = self.serves_consumer;  // a shared job's free split: for its trainer
         } else if (consumer.empty()) {
           if (j.spec.ordering == Ordering::kDeterministic) {
             consumer = j.consumers[size_t(s) % j.consumers.size()];
+            fixed = true;
           } else {
             consumer = std::min_element(in_flight.begin(), in_flight.end(), [](const auto& a, const auto& b) {
                          return a.second < b.second;
                        })->first;
           }
         }
+        const bool next_of_its_consumer = fixed && first_of(consumer);
+        if (full && !next_of_its_consumer) continue;
         if (self.ServesOnly() && consumer != self.serves_consumer) continue;  // another trainer's
         ++in_flight[consumer];
         lease.splits.push_back({{epoch, s}, consumer});
         ++leased;
       }
-      // The loop goes on to the next epoch only with budget left, that is, once every
-      // pending split of this one is leased.
+      // Within the budget, the loop goes on to the next epoch only once every pending
+      // split of this one is leased.
     }
     if (!lease.splits.empty()) out.push_back(std::move(lease));
   }

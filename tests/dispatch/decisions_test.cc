@@ -158,6 +158,51 @@ TEST(DecisionsTest, ASplitReturnedByADeadWorkerIsNotBlockedByLaterLeases) {
   EXPECT_EQ(l[0].splits[1].consumer, "rank-1") << "keeps its consumer";
 }
 
+// Ranks in lockstep (DDP): ranks 0, 1 and 3 wait in an all-reduce for rank 2, and
+// acknowledge their splits only once yielded, after it. A worker whose lease-ahead is
+// full of their splits must still lease rank 2's next split, or no one moves again
+// (seen in tests/python/test_ddp.py after a worker was killed).
+TEST(DecisionsTest, EachRanksNextSplitIsLeasedPastTheLeaseAhead) {
+  DispatcherState s;
+  CreateJob c = Create("job", 160, 10, 1, 2);  // 2 epochs of 16 one-batch splits, 4 ranks
+  c.spec.num_consumers = 4;
+  MustApply(s, c);
+  for (const char* r : {"rank-0", "rank-1", "rank-2", "rank-3"}) MustApply(s, AddConsumer{"job", r});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  MustApply(s, LeaseSplits{"job", "w1",
+                           {{{0, 0}, "rank-0"}, {{0, 1}, "rank-1"}, {{0, 2}, "rank-2"}, {{0, 4}, "rank-0"},
+                            {{0, 5}, "rank-1"}, {{0, 6}, "rank-2"}}});
+  MustApply(s, AckSplits{"job", "rank-0", {{0, 0}, {0, 4}}});
+  MustApply(s, AckSplits{"job", "rank-1", {{0, 1}, {0, 5}}});
+  MustApply(s, AckSplits{"job", "rank-2", {{0, 2}, {0, 6}}});
+  // Rank 3 ran ahead (it joined first) and holds 3 and 7; ranks 0 and 1 hold 8 and 9.
+  MustApply(s, LeaseSplits{"job", "w2", {{{0, 3}, "rank-3"}, {{0, 7}, "rank-3"}, {{0, 8}, "rank-0"},
+                                         {{0, 9}, "rank-1"}}});
+  auto l = DecideLeases(s, "w2", LeasePolicy{4});
+  ASSERT_EQ(l.size(), 1u) << "w2 holds 4 before split 10, yet rank 2 has nothing leased";
+  ASSERT_EQ(l[0].splits.size(), 1u) << "only rank 2's next split: the others have theirs";
+  EXPECT_EQ(l[0].splits[0].ref, (SplitRef{0, 10}));
+  EXPECT_EQ(l[0].splits[0].consumer, "rank-2");
+  MustApply(s, l[0]);
+  EXPECT_TRUE(DecideLeases(s, "w2", LeasePolicy{4}).empty()) << "every rank has its next split leased";
+  // w1 has room, and leases within its lease-ahead as before.
+  auto more = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].splits.size(), 4u);
+  EXPECT_EQ(more[0].splits[0].ref, (SplitRef{0, 11}));
+  MustApply(s, more[0]);
+  // w2 dies: 3, 7, 8, 9 and 10 return, and w1, its lease-ahead full of 11..14, takes
+  // the first 4 by the usual rule (leases after a split do not count against it) and
+  // 10 by this one.
+  MustApply(s, RemoveWorker{"w2"});
+  auto back = DecideLeases(s, "w1", LeasePolicy{4});
+  ASSERT_EQ(back.size(), 1u);
+  std::vector<SplitRef> refs;
+  for (const auto& x : back[0].splits) refs.push_back(x.ref);
+  EXPECT_EQ(refs, (std::vector<SplitRef>{{0, 3}, {0, 7}, {0, 8}, {0, 9}, {0, 10}}));
+}
+
 TEST(DecisionsTest, SilentWorkersAreDeadAndUnknownOnesAreNot) {
   DispatcherState s;
   MustApply(s, RegisterWorker{"w1", "a"});

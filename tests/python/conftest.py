@@ -64,15 +64,21 @@ class Daemons:
 
     def __init__(self, bindir, tmp, workers=2):
         self.procs = []
+        self.logs = []  # each daemon's stderr, a file: shown when a test fails
+        self.tmp = tmp
+        os.makedirs(str(tmp), exist_ok=True)
         self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
                                        "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
-                                       "--heartbeat-timeout-ms", "1000"])
+                                       "--heartbeat-timeout-ms", "1000", "--log-level", "debug"])
         self.workers = [self._start([os.path.join(bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads",
                                      "1", "--dispatcher", self.dispatcher]) for _ in range(workers)]
 
     def _start(self, argv):
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        log = os.path.join(str(self.tmp), "%s-%d.log" % (os.path.basename(argv[0]), len(self.procs)))
+        with open(log, "w") as err:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
         self.procs.append(p)
+        self.logs.append(log)
         line = p.stdout.readline()
         assert line.startswith("listening on "), line
         return line.split()[-1]
@@ -90,6 +96,14 @@ class Daemons:
             except subprocess.TimeoutExpired:
                 p.kill()
 
+    def tails(self, chars=6000):
+        """The end of each daemon's log, for a failing test's report."""
+        out = []
+        for path in self.logs:
+            with open(path, errors="replace") as f:
+                out.append("--- %s\n%s" % (os.path.basename(path), f.read()[-chars:]))
+        return "\n".join(out)
+
 
 @pytest.fixture
 def daemons(ferry_local, tmp_path):
@@ -97,3 +111,4 @@ def daemons(ferry_local, tmp_path):
     d = Daemons(os.path.dirname(ferry_local), tmp_path)
     yield d
     d.close()
+    print(d.tails())  # pytest shows a test's teardown output only when it fails

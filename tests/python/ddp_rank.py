@@ -10,9 +10,11 @@ writes a JSON report: per epoch, the steps taken and the sample indices seen.
   --progress FILE     rewrite FILE with rank 0's step count after every step
 """
 import argparse
+import faulthandler
 import glob
 import json
 import os
+import signal
 import sys
 import time
 
@@ -45,6 +47,7 @@ def main():
     ap.add_argument("--local-threads", type=int, default=0, help="hybrid: this rank's own worker threads")
     ap.add_argument("--report", required=True)
     a = ap.parse_args()
+    faulthandler.register(signal.SIGUSR1)  # test_ddp.py asks for every thread's stack on a hang
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -78,6 +81,8 @@ def main():
             mine["indices"] += [i for i in idx if i >= 0]
             mine["padding"] += sum(1 for i in idx if i < 0)
             steps += 1
+            print("epoch %d step %d: %d samples (%s)" % (epoch, mine["steps"], len(idx), time.strftime("%H:%M:%S")),
+                  flush=True)
             if a.progress and rank == 0:
                 with open(a.progress + ".tmp", "w") as f:
                     f.write(str(steps))

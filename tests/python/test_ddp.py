@@ -9,6 +9,7 @@ resume: 4 ranks stop mid-epoch, 2 new ranks finish the epoch from all 4 states (
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -56,15 +57,20 @@ class Ranks:
                                                     "--report", self.reports[r]], env=env, stdout=log,
                                                    stderr=subprocess.STDOUT))
 
-    def wait(self, timeout=240):
+    def wait(self, timeout=int(os.environ.get("FERRY_TEST_HANG_S", "240"))):
         deadline = time.time() + timeout
         for r, p in enumerate(self.procs):
             try:
                 rc = p.wait(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
+                for q in self.procs:  # every rank's Python stacks into its log (faulthandler)
+                    if q.poll() is None:
+                        q.send_signal(signal.SIGUSR1)
+                time.sleep(2)
                 for q in self.procs:
                     q.kill()
-                pytest.fail("rank %d did not finish in %d s (a hang?); its log:\n%s" % (r, timeout, self.log(r)))
+                logs = "\n".join("--- rank %d\n%s" % (i, self.log(i)) for i in range(len(self.procs)))
+                pytest.fail("rank %d did not finish in %d s (a hang?); the ranks' logs:\n%s" % (r, timeout, logs))
             assert rc == 0, "rank %d exited with %d; its log:\n%s" % (r, rc, self.log(r))
         out = []
         for path in self.reports:
@@ -74,7 +80,7 @@ class Ranks:
 
     def log(self, r):
         with open(self.logs[r]) as f:
-            return f.read()[-4000:]
+            return f.read()[-8000:]
 
 
 def check(reports, epochs, drop_last, n=N, world=WORLD):
