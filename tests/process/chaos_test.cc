@@ -245,6 +245,29 @@ TEST_F(ChaosTest, DeterministicOrderIsTheSameWhateverTheWorkers) {
   EXPECT_EQ(digests[0], digests[1]) << "1 worker and 3 workers yielded different sequences";
 }
 
+// Deterministic order through a worker's death (issue 11, case 3): the dead worker's
+// splits come back below splits the survivors hold, and the client yields nothing past
+// a missing split. Each consumer's next split is leased past the lease-ahead, so the
+// survivors take them; the sequence is the undisturbed one, batch for batch.
+TEST_F(ChaosTest, DeterministicOrderSurvivesAKilledWorker) {
+  auto d = StartDispatcher("127.0.0.1:0", {"--leases-ahead", "2"});
+  std::vector<std::unique_ptr<Child>> workers;
+  workers.push_back(StartWorker());
+  const std::string base_dump = dir_ / "base.txt", base_digest = dir_ / "base-digests.txt";
+  auto base = StartConsume("base", base_dump, {"--deterministic", "--dump-digests", base_digest}, "0", "det-base");
+  ExpectExitsZero(*base, 60, "undisturbed run");
+  workers.push_back(StartWorker());
+  workers.push_back(StartWorker());
+  const std::string dump = dir_ / "indices.txt", digest = dir_ / "digests.txt";
+  auto c = StartConsume("killed", dump, {"--deterministic", "--dump-digests", digest}, "25", "det-kill");
+  ASSERT_TRUE(DumpReaches(dump, kSamples / 4)) << c->err();
+  workers[1]->Signal(SIGKILL);
+  ExpectExitsZero(*c, 60, "the run with a worker killed");
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_EQ(ReadFile(digest), ReadFile(base_digest)) << "a worker's death changed the sequence";
+  EXPECT_NE(d->err().find("removed"), std::string::npos) << "the killed worker was not declared dead: " << d->err();
+}
+
 // parallel_epochs: no sharding; each worker yields the whole epoch.
 TEST_F(ChaosTest, ParallelEpochsEveryWorkerYieldsTheWholeEpoch) {
   auto d = StartDispatcher("127.0.0.1:0");
