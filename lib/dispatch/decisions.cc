@@ -70,7 +70,8 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // every consumer always has its next split on a live worker; a worker holds at most
     // max_outstanding plus one split per consumer.
     std::set<std::string> open;  // consumers with an unfinished split earlier in the scan
-    auto first_of = [&](const std::string& c) { return j.HasConsumer(c) && open.insert(c).second; };
+    const JobState& job = j;  // (a structured binding cannot be captured before C++20)
+    auto first_of = [&open, &job](const std::string& c) { return job.HasConsumer(c) && open.insert(c).second; };
     size_t before = 0;  // the worker's leases before the candidate
     int leased = 0;     // leased in this decision
     bool full = false;
