@@ -87,10 +87,15 @@ class DispatcherService::Impl {
 
   void Flush() {
     flush_posted_ = false;
-    (void)core_->Sync();  // aborts on failure: replies never go out ahead of the journal
+    // Replies never go out ahead of the journal: should it fail to sync (a full disk),
+    // the connections waiting on it are closed, and their peers retry.
+    const bool durable = core_->Sync().ok();
     auto pending = std::move(pending_);
     pending_.clear();
-    for (auto& [conn, frame] : pending) conn->Send(std::move(frame));
+    for (auto& [conn, frame] : pending) {
+      if (durable) conn->Send(std::move(frame));
+      else conn->Close();
+    }
   }
 
   void SessionClosed(const std::shared_ptr<DispatcherSession>& s) {

@@ -59,24 +59,47 @@ Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& con
 }
 
 Status Dispatcher::Commit(const Update& u) {
-  FERRY_RETURN_IF_ERROR(state_.Apply(u));
-  Status s = journal_->Append(u);
-  if (!s.ok()) {
-    LogError("cannot journal an update: %s", s.ToString().c_str());
-    std::abort();
+  if (!journal_->healthy()) {
+    Status again = journal_->Sync();  // what is queued, written again if the disk allows now
+    if (!again.ok()) return JournalDown(again);
+    JournalUp();
   }
+  FERRY_RETURN_IF_ERROR(state_.Apply(u));
   ++journal_records_;
   dirty_ = true;
+  // Should the append fail, the update stays applied and queued in the journal, and
+  // the caller's reply is this error: nothing that depends on it goes out until the
+  // journal has it on disk.
+  Status s = journal_->Append(u);
+  if (!s.ok()) return JournalDown(s);
   return Status::OK();
 }
 
+Status Dispatcher::JournalDown(const Status& s) {
+  if (!journal_down_) {
+    LogError("cannot write the journal in %s (%s): refusing changes until it can be written; reads go on",
+             config_.work_dir.c_str(), s.ToString().c_str());
+    journal_down_ = true;
+  }
+  return Status::Unavailable("the dispatcher cannot write its journal (" + s.message() +
+                             "): changes are refused until it can; retry later");
+}
+
+void Dispatcher::JournalUp() {
+  if (journal_down_) Log("the journal in %s can be written again: accepting changes", config_.work_dir.c_str());
+  journal_down_ = false;
+}
+
 Status Dispatcher::Sync() {
-  if (config_.sync) {
+  if (config_.sync || !journal_->healthy()) {
     Status s = journal_->Sync();
     if (!s.ok()) {
-      LogError("cannot sync the journal: %s", s.ToString().c_str());
-      std::abort();
+      // The replies waiting on this sync must not go out; the updates stay queued in
+      // the journal, and reads need no sync meanwhile.
+      dirty_ = false;
+      return JournalDown(s);
     }
+    JournalUp();
   }
   dirty_ = false;
   if (journal_->records_since_snapshot() > config_.compact_every) {
@@ -110,10 +133,12 @@ Result<uint32_t> Dispatcher::RegisterWorker(const wire::RegisterWorkerMsg& m, in
   return uint32_t(config_.heartbeat_interval_ms);
 }
 
-void Dispatcher::RemoveWorker(const std::string& id) {
-  if (Commit(dispatch::RemoveWorker{id}).ok()) ++workers_removed_;
+bool Dispatcher::RemoveWorker(const std::string& id) {
+  if (!Commit(dispatch::RemoveWorker{id}).ok()) return false;  // (the journal is down: the next tick tries again)
+  ++workers_removed_;
   last_seen_ms_.erase(id);
   told_idle_.erase(id);
+  return true;
 }
 
 Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, int64_t now_ms) {
@@ -139,6 +164,7 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   if (m.want_leases && !m.draining) {
     for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease)) {
       Status s = Commit(l);
+      if (!s.ok() && !journal_->healthy()) break;  // no new leases until the journal takes them
       if (!s.ok()) {
         LogError("lease refused by the state (a bug in the decisions): %s", s.ToString().c_str());
         continue;
@@ -199,9 +225,10 @@ std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, in
     if (w.address == address && quiet > config_.heartbeat_interval_ms + 50) gone.push_back(id);
   }
   for (const std::string& id : gone) {
-    LogWarn("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
-        address.c_str());
-    RemoveWorker(id);
+    if (RemoveWorker(id)) {
+      LogWarn("worker %s at %s refuses a client's connections and missed its heartbeat: removed", id.c_str(),
+              address.c_str());
+    }
   }
   return Workers();
 }
@@ -334,6 +361,12 @@ void Dispatcher::ConsumerSeen(const std::string& job, const std::string& consume
 }
 
 void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
+  // A journal that could not be written: try again now and then, so that what is
+  // queued reaches the disk once there is room, changes or not.
+  if (!journal_->healthy() && now_ms - journal_retry_ms_ >= 1000) {
+    journal_retry_ms_ = now_ms;
+    if (journal_->Sync().ok()) JournalUp();
+  }
   // Consumers: the known ones get a full timeout from the first tick that sees them
   // (after a restart, too); entries of removed jobs and consumers go.
   std::map<std::pair<std::string, std::string>, int64_t> seen;
@@ -351,16 +384,17 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
       for (size_t s = 0; s < e.status.size(); ++s)
         splits += e.status[s] != SplitStatus::kDone && e.consumer[s] == r.consumer ? 1 : 0;
     }
+    if (!Commit(r).ok()) continue;
+    consumer_seen_ms_.erase({r.job, r.consumer});
     LogWarn("job %s: consumer %s silent for %d ms: removed; its %lld unfinished split(s) go to the live consumers",
-        r.job.c_str(), r.consumer.c_str(), config_.consumer_timeout_ms, (long long)splits);
-    if (Commit(r).ok()) consumer_seen_ms_.erase({r.job, r.consumer});
+            r.job.c_str(), r.consumer.c_str(), config_.consumer_timeout_ms, (long long)splits);
   }
   for (const dispatch::RemoveWorker& r :
        DecideDeadWorkers(state_, last_seen_ms_, now_ms, config_.heartbeat_timeout_ms)) {
     size_t n = 0;
     for (const auto& [job, l] : state_.LeasesOf(r.worker)) n += l.size();
-    LogWarn("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
-    RemoveWorker(r.worker);
+    if (RemoveWorker(r.worker))
+      LogWarn("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
   }
   for (const RemoveJob& r : DecideGarbage(state_, jobs_in_use)) {
     Log("job %s finished and has no consumer left: removed", r.job.c_str());

@@ -112,7 +112,8 @@ class Dispatcher {
   bool Idle() const;
 
   bool NeedsSync() const { return dirty_; }
-  // Makes every journaled update durable, then compacts the journal when due.
+  // Makes every journaled update durable, then compacts the journal when due. On
+  // failure, the replies that waited for it must not be sent.
   Status Sync();
 
   const DispatcherState& state() const { return state_; }
@@ -127,18 +128,23 @@ class Dispatcher {
 
  private:
   explicit Dispatcher(const DispatcherConfig& config) : config_(config) {}
-  // Applies and journals `u`. A journal that cannot be written aborts the process:
-  // the state moved and the journal did not, and nothing else is safe.
+  // Applies and journals `u`. While the journal cannot be written (a full disk), no
+  // update is applied and every change is refused with Unavailable; each Commit
+  // first tries to write the queued records again. Reads go on.
   Status Commit(const Update& u);
+  Status JournalDown(const Status& s);  // logs the outage once; the error for the caller
+  void JournalUp();                     // logs the recovery once
   Result<wire::NamedJob> Join(const JobState& j, const JobSpec& want, const std::string& consumer, bool fresh);
   wire::JobStatusMsg StatusOf(const std::string& job, const std::string& consumer, uint64_t epoch) const;
-  void RemoveWorker(const std::string& id);
+  bool RemoveWorker(const std::string& id);  // false: not now (the journal is down)
 
   const DispatcherConfig config_;
   DispatcherState state_;
   std::string state_id_;
   std::unique_ptr<Journal> journal_;
   bool dirty_ = false;
+  bool journal_down_ = false;
+  int64_t journal_retry_ms_ = 0;
   std::map<std::string, int64_t> last_seen_ms_;
   std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)
   std::set<std::string> creating_;   // jobs whose dataset is being listed

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -139,6 +140,12 @@ Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* tor
   ::close(fd);
   size_t pos = 0;
   while (pos < data.size()) {
+    // A tail of zeros: the file grew but its blocks were never written (a crash on a
+    // file system that orders metadata before data). Torn, like a short tail.
+    if (std::all_of(data.begin() + ptrdiff_t(pos), data.end(), [](char c) { return c == 0; })) {
+      *torn_at = off_t(pos);
+      return Status::OK();
+    }
     if (data.size() - pos < 8) {
       *torn_at = off_t(pos);
       return Status::OK();
@@ -171,9 +178,19 @@ std::string GenPath(const std::string& dir, const char* kind, uint64_t g) { retu
 Status SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Io("open " + dir);
-  ::fsync(fd);
+  const bool ok = ::fsync(fd) == 0;
+  Status s = ok ? Status::OK() : Io("fsync " + dir);
   ::close(fd);
-  return Status::OK();
+  return s;
+}
+
+// Removes what an interrupted Compact() or StateId() left: *.tmp files.
+void RemoveStaleTemporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) std::filesystem::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace
@@ -400,6 +417,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
       }
     }
   }
+  RemoveStaleTemporaries(dir);
   replay->clear();
   if (found) {
     off_t torn = -1;
@@ -414,6 +432,9 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
   const int fd = ::open(GenPath(dir, "journal", gen).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Io("open journal in " + dir);
   auto j = std::unique_ptr<Journal>(new Journal(dir, gen, fd));
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  if (end < 0) return Io("seek journal in " + dir);
+  j->size_ = j->synced_size_ = uint64_t(end);
   FERRY_RETURN_IF_ERROR(SyncDir(dir));
   return j;
 }
@@ -423,18 +444,55 @@ Journal::~Journal() {
 }
 
 Status Journal::Append(const Update& u) {
-  FERRY_RETURN_IF_ERROR(WriteAll(fd_, Record(EncodeUpdate(u))));
-  if (sync_ && ::fdatasync(fd_) != 0) return Io("journal fdatasync");
+  std::string record = Record(EncodeUpdate(u));
   ++records_;
+  if (broken_) {
+    unsynced_.push_back(std::move(record));  // written by the next Sync() that can
+    return last_error_;
+  }
+  Status s = WriteAll(fd_, record);
+  if (!s.ok()) {
+    // A full disk, say: part of the record may be on disk. Cut it off (shrinking needs
+    // no space), so that the file ends with whole records; the record waits in memory.
+    unsynced_.push_back(std::move(record));
+    return Break(s);
+  }
+  size_ += record.size();
+  unsynced_.push_back(std::move(record));
+  if (sync_) return Sync();
   return Status::OK();
 }
 
+Status Journal::Break(const Status& s) {
+  broken_ = true;
+  last_error_ = s;
+  if (::ftruncate(fd_, off_t(synced_size_)) == 0) size_ = synced_size_;
+  return s;
+}
+
 Status Journal::Sync() {
-  if (::fdatasync(fd_) != 0) return Io("journal fdatasync");
+  if (broken_) {
+    // Repair: back to the last size known durable, then every record since, whole,
+    // then fdatasync. A failed fdatasync may have dropped pages it could not write
+    // (Linux marks them clean), so nothing written since the last good one is trusted.
+    if (::ftruncate(fd_, off_t(synced_size_)) != 0) return last_error_ = Io("journal truncate");
+    size_ = synced_size_;
+    for (const std::string& r : unsynced_) {
+      Status s = WriteAll(fd_, r);
+      if (!s.ok()) return Break(s);
+      size_ += r.size();
+    }
+  }
+  if (::fdatasync(fd_) != 0) return Break(Io("journal fdatasync"));
+  synced_size_ = size_;
+  unsynced_.clear();
+  broken_ = false;
+  last_error_ = Status::OK();
   return Status::OK();
 }
 
 Status Journal::Compact(const DispatcherState& state) {
+  if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
   const uint64_t next = generation_ + 1;
   const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";
   std::string bytes;
@@ -445,10 +503,36 @@ Status Journal::Compact(const DispatcherState& state) {
   if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
   ::close(sfd);
   FERRY_RETURN_IF_ERROR(s);
-  if (::rename(tmp.c_str(), GenPath(dir_, "snapshot", next).c_str()) != 0) return Io("rename " + tmp);
-  const int jfd = ::open(GenPath(dir_, "journal", next).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (jfd < 0) return Io("open journal-" + std::to_string(next));
-  FERRY_RETURN_IF_ERROR(SyncDir(dir_));
+  if (::rename(tmp.c_str(), GenPath(dir_, "snapshot", next).c_str()) != 0) {
+    s = Io("rename " + tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  const std::string jnext = GenPath(dir_, "journal", next);
+  const int jfd = ::open(jnext.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (jfd < 0) {
+    s = Io("open " + jnext);
+    ::unlink(GenPath(dir_, "snapshot", next).c_str());
+    return s;
+  }
+  if (s = SyncDir(dir_); !s.ok()) {
+    // Start-up reads the newest journal: journal-(G+1) must go, or appends to G would
+    // be lost behind it. Should it not go, switch to it (its snapshot is complete).
+    ::close(jfd);
+    if (::unlink(jnext.c_str()) == 0) {
+      ::unlink(GenPath(dir_, "snapshot", next).c_str());
+      return s;
+    }
+    const int again = ::open(jnext.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (again < 0) return Break(Io("reopen " + jnext));  // nothing is safe to append to
+    ::close(fd_);
+    fd_ = again;
+    generation_ = next;
+    records_ = 0;
+    size_ = synced_size_ = 0;
+    unsynced_.clear();  // in the snapshot, which is durable
+    return s;
+  }
   // Generation `next` is complete on disk: the old one can go.
   ::close(fd_);
   fd_ = jfd;
@@ -456,6 +540,8 @@ Status Journal::Compact(const DispatcherState& state) {
   ::unlink(GenPath(dir_, "snapshot", generation_).c_str());
   generation_ = next;
   records_ = 0;
+  size_ = synced_size_ = 0;
+  unsynced_.clear();  // in the snapshot, which is durable
   return Status::OK();
 }
 

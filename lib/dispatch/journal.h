@@ -10,7 +10,13 @@
 // writes snapshot-(G+1) from the state, fsyncs it, renames it into place, starts
 // journal-(G+1) and deletes generation G. A crash at any point leaves either the old
 // or the new generation complete. A torn final record (crash mid-append) is dropped
-// on open; a corrupt record before the end is an error (DataLoss), never skipped.
+// on open, and so is a tail of zeros; a corrupt record before the end is an error
+// (DataLoss), never skipped. Open removes *.tmp files a crash left.
+//
+// Failures (a full disk, an I/O error) do not lose records: a record that cannot be
+// written, and every record since the last successful Sync(), is kept in memory, the
+// file is cut back to its last durable size, and the journal is broken (healthy() is
+// false) until a Sync() writes them all again and syncs.
 #ifndef FERRY_DISPATCH_JOURNAL_H_
 #define FERRY_DISPATCH_JOURNAL_H_
 
@@ -33,13 +39,18 @@ class Journal {
   static Result<std::unique_ptr<Journal>> Open(const std::string& dir, std::vector<Update>* replay);
   ~Journal();
 
-  // Appends a record; with sync (the default, see set_sync) also fdatasync()s it.
+  // Appends a record; with sync (the default, see set_sync) also fdatasync()s it. On
+  // a failure the record is kept in memory (see above) and the error returned; while
+  // broken, records are only queued, and the error returned.
   Status Append(const Update& u);
   // Makes every record appended so far durable (group commit: many unsynced
-  // Append()s, then one Sync() before the replies that depend on them).
+  // Append()s, then one Sync() before the replies that depend on them). When broken,
+  // first tries to write again what is queued.
   Status Sync();
-  // Starts a new generation from `state` (whose updates must all be appended).
+  // Starts a new generation from `state` (whose updates must all be appended). On
+  // failure the current generation goes on.
   Status Compact(const DispatcherState& state);
+  bool healthy() const { return !broken_; }
 
   uint64_t generation() const { return generation_; }
   uint64_t records_since_snapshot() const { return records_; }
@@ -48,11 +59,18 @@ class Journal {
 
  private:
   Journal(std::string dir, uint64_t generation, int fd) : dir_(std::move(dir)), generation_(generation), fd_(fd) {}
+  // Marks the journal broken with `s`, and cuts the file back to its durable size.
+  Status Break(const Status& s);
   std::string dir_;
   uint64_t generation_;
   int fd_;
   uint64_t records_ = 0;
   bool sync_ = true;
+  uint64_t size_ = 0;         // bytes of whole records in the file
+  uint64_t synced_size_ = 0;  // of which known durable
+  std::vector<std::string> unsynced_;  // records since the last good Sync(), encoded
+  bool broken_ = false;
+  Status last_error_;
 };
 
 }  // namespace ferry::dispatch

@@ -5,6 +5,10 @@
 #include "dispatch/dispatcher.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
 
 #include <set>
 #include <string>
@@ -324,6 +328,53 @@ TEST_F(DispatcherTest, ChangesNeedASyncAndSurviveARestart) {
   EXPECT_EQ(d->state().workers().count("w1"), 1u);
   d->Tick(5000 + kTimeout + 1, {"job"});
   EXPECT_EQ(d->state().workers().count("w1"), 0u);
+}
+
+// A journal that cannot be written (a full disk; here the file size limit) used to
+// abort the process. Now changes are refused with the reason, reads and heartbeats go
+// on, and once writes work again the queued records are written and changes accepted;
+// a restart replays all of it.
+TEST_F(DispatcherTest, AJournalThatCannotBeWrittenRefusesChangesAndRecovers) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  const std::string journal = dir_.path() + "/journal-0";
+  {
+    auto d = Open();
+    ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+    CreateJob(*d, "c1");
+    ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
+    ASSERT_TRUE(d->Sync().ok());
+    rlimit old{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    rlimit full = old;
+    full.rlim_cur = rlim_t(std::filesystem::file_size(journal));
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+    auto ack = d->AckSplits({"job", "c1", {{0, 0}}});
+    auto second = d->AckSplits({"job", "c1", {{0, 1}}});
+    const bool synced = d->Sync().ok();
+    auto status = d->GetJobStatus({"job", "c1", 0});
+    auto beat = d->Heartbeat({"w1", false, true, false, {}}, 10);
+    d->Tick(20, {"job"});  // a retry, still full
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+    EXPECT_EQ(ack.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(ack.status().message().find("cannot write its journal"), std::string::npos) << ack.status().ToString();
+    EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
+    EXPECT_FALSE(synced) << "the replies waiting on a sync must not go out";
+    EXPECT_FALSE(d->NeedsSync()) << "reads go out without waiting for the journal";
+    ASSERT_TRUE(status.ok()) << status.status().ToString();
+    ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+    EXPECT_EQ(beat->new_leases, 0u) << "no new leases while the journal is down";
+    EXPECT_EQ(d->state().job("job")->epochs.at(0).status[1], SplitStatus::kLeased) << "a refused change is not applied";
+    // Room again: the next tick writes the queued ack; changes are taken.
+    d->Tick(2000, {"job"});
+    auto retry = d->AckSplits({"job", "c1", {{0, 1}}});
+    ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+    ASSERT_TRUE(d->Sync().ok());
+  }
+  ::signal(SIGXFSZ, SIG_DFL);
+  auto d = Open(false, 5000);
+  const EpochState& e = d->state().job("job")->epochs.at(0);
+  EXPECT_EQ(e.status[0], SplitStatus::kDone) << "the ack queued while the disk was full was written after";
+  EXPECT_EQ(e.status[1], SplitStatus::kDone);
 }
 
 TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {

@@ -4,6 +4,10 @@
 #include "dispatch/journal.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
 
 #include <string>
 #include <vector>
@@ -115,6 +119,85 @@ TEST(JournalFileTest, TornTailIsDroppedCorruptMiddleIsAnError) {
   auto bad = Journal::Open(dir.path(), &replay);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+}
+
+// A crash after the file grew but before its blocks were written leaves zeros at the
+// end: dropped like a torn record, not a failed start.
+TEST(JournalFileTest, AZeroFilledTailIsDroppedLikeATornOne) {
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*j)->Append(RegisterWorker{"w" + std::to_string(i), "a"}).ok());
+  }
+  const std::string path = dir.path() + "/journal-0";
+  testing::WriteFile(path, testing::ReadFile(path) + std::string(4096, '\0'));
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_EQ(replay.size(), 2u);
+    ASSERT_TRUE((*j)->Append(RegisterWorker{"w9", "a"}).ok());
+  }
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_EQ(replay.size(), 3u);
+  EXPECT_EQ(std::get<RegisterWorker>(replay[2]).worker, "w9");
+}
+
+TEST(JournalFileTest, TemporariesOfAnInterruptedCompactionAreRemoved) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/snapshot-1.tmp", "half a snapshot");
+  testing::WriteFile(dir.path() + "/state-id.tmp", "0123");
+  std::vector<Update> replay;
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/snapshot-1.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/state-id.tmp"));
+}
+
+// A write that fails (the file size limit here, as a full disk would) loses no record:
+// the file is cut back to whole records, the records wait in memory, and once writes
+// work again a Sync() writes them, in order.
+TEST(JournalFileTest, AFailedWriteLosesNothingAndRecovers) {
+  ::signal(SIGXFSZ, SIG_IGN);  // past RLIMIT_FSIZE, write() fails with EFBIG instead
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  const std::string path = dir.path() + "/journal-0";
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    (*j)->set_sync(false);
+    ASSERT_TRUE((*j)->Append(RegisterWorker{"w0", "a"}).ok());
+    ASSERT_TRUE((*j)->Append(RegisterWorker{"w1", "a"}).ok());
+    ASSERT_TRUE((*j)->Sync().ok());
+    const uintmax_t durable = std::filesystem::file_size(path);
+    rlimit old{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    rlimit tight = old;
+    tight.rlim_cur = rlim_t(durable + 10);  // room for part of one record
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
+    Status s2 = (*j)->Append(RegisterWorker{"w2", "a"});
+    Status s3 = (*j)->Append(RegisterWorker{"w3", "a"});
+    Status again = (*j)->Sync();
+    const bool healthy = (*j)->healthy();
+    const uintmax_t size = std::filesystem::file_size(path);
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+    EXPECT_FALSE(s2.ok());
+    EXPECT_FALSE(s3.ok()) << "broken: queued, and the error again";
+    EXPECT_FALSE(again.ok()) << "the limit still holds";
+    EXPECT_FALSE(healthy);
+    EXPECT_EQ(size, durable) << "no part of a record is left in the file";
+    ASSERT_TRUE((*j)->Sync().ok()) << "room again: the queued records are written";
+    EXPECT_TRUE((*j)->healthy());
+    ASSERT_TRUE((*j)->Append(RegisterWorker{"w4", "a"}).ok());
+    ASSERT_TRUE((*j)->Sync().ok());
+  }
+  ::signal(SIGXFSZ, SIG_DFL);
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_EQ(replay.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(std::get<RegisterWorker>(replay[size_t(i)]).worker, "w" + std::to_string(i));
 }
 
 TEST(UpdateCodecTest, RoundTripAndGarbage) {

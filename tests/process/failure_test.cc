@@ -5,9 +5,13 @@
 // protocol by hand where a test needs a request the Client would never send.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -288,6 +292,53 @@ TEST_F(FailureTest, ADispatcherThatLostItsStateIsNotTakenForTheJobsEnd) {
   ASSERT_TRUE(rrc.has_value());
   EXPECT_NE(*rrc, 0);
   EXPECT_NE(resume.err().find("other settings"), std::string::npos) << resume.err();
+}
+
+// Case 8: a full disk. The dispatcher abort()ed when its journal could not be written,
+// so restarted on the same full disk it crash-looped. Now it refuses changes with the
+// reason and stays up, and once there is room again it writes what it queued and takes
+// changes: the job runs, and a restart replays all of it. The disk is a 1 MiB tmpfs,
+// filled after the dispatcher started (so that its very next record needs a page).
+TEST_F(FailureTest, AFullDiskRefusesChangesAndRecovers) {
+  const std::string disk = dir_ / "disk";
+  std::filesystem::create_directories(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): this test needs root";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const std::string listen = "127.0.0.1:" + std::to_string(testing::FreePort());
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher, listen, "disk/journal");
+  {  // fill it
+    std::ofstream filler(disk + "/filler", std::ios::binary);
+    const std::string block(64 << 10, 'x');
+    for (int i = 0; i < 64 && filler.write(block.data(), std::streamsize(block.size())); ++i) {
+    }
+  }
+  auto w = StartWorker({"--dispatcher", dispatcher});
+  const std::string dump = dir_ / "indices.txt";
+  Child c({consume_bin_, "--dispatcher", dispatcher, "--job", "full", "--data", data_->path(), "--pipeline",
+           kSpecJson, "--batch-size", "3", "--batches-per-split", "2", "--epochs", "1", "--dump-indices", dump},
+          dir_ / "c.out", dir_ / "c.err");
+  ASSERT_TRUE(WaitFor([&] { return d->err().find("cannot write the journal") != std::string::npos; }, 20))
+      << d->err();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_FALSE(d->Wait(0).has_value()) << "the dispatcher exited on a full disk: " << d->err();
+  EXPECT_FALSE(c.Wait(0).has_value()) << "the consumer gave up within 2 s: " << c.err();
+  EXPECT_TRUE(Lines(ReadFile(dump)).empty()) << "a job ran that the journal could not hold";
+  std::filesystem::remove(disk + "/filler");
+  const std::optional<int> rc = c.Wait(60);
+  ASSERT_TRUE(rc.has_value()) << "no recovery once there was room: " << d->err();
+  EXPECT_EQ(*rc, 0) << c.err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_NE(d->err().find("can be written again"), std::string::npos) << d->err();
+  // The journal is whole: a restart replays it (a corrupt record would be DataLoss).
+  d->Kill();
+  w->Kill();
+  auto d2 = StartDispatcher({}, nullptr, listen, "disk/journal");
+  EXPECT_NE(d2->err().find("replayed"), std::string::npos) << d2->err();
 }
 
 // Case 4: a job name reused after garbage collection. Workers cached a job's facts by
