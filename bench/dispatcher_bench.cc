@@ -140,7 +140,7 @@ class SimWorker : public Peer {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
       self->sent_ = Clock::now();
-      self->conn_->Send(wire::EncodeHeartbeat({self->id_, false, true, false, {}}));
+      self->conn_->Send(wire::EncodeHeartbeat({self->id_, false, true, false, {}, {}}));
     });
   }
 

@@ -62,6 +62,12 @@ struct Heartbeat {
   wantLeases @2 :Bool = true;
   leaving @3 :Bool;             # exiting now: its un-acked splits go back to pending
   wantJobs @4 :List(Text);      # jobs a client asked this worker for, whose configs it lacks
+  unfitJobs @5 :List(UnfitJob); # jobs this worker cannot serve: it takes no leases of them
+}
+
+struct UnfitJob {
+  name @0 :Text;
+  reason @1 :Text;              # e.g. the dataset is missing on this host, or lists otherwise
 }
 
 struct HeartbeatOk {

@@ -202,7 +202,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kGetWorkers:
         return Answer(Call(wire::DecodeGetWorkersMsg(f), [&](const auto& m) -> Result<std::vector<std::string>> {
                         d.ConsumerSeen(m.job, m.consumer_id, now);
-                        return d.Workers(m.job, m.consumer_id);
+                        return d.WorkersFor(m.job, m.consumer_id);
                       }),
                       wire::EncodeWorkerList);
       case MessageType::kAckSplits:

@@ -389,7 +389,12 @@ class Session : public std::enable_shared_from_this<Session> {
       });
       return;
     }
-    if (!job->status.ok()) return Refuse(job->status);
+    // This worker cannot serve the job (it told the dispatcher, which sends its
+    // consumers elsewhere): a transient refusal, so the client tries the other workers
+    // rather than fail.
+    if (!job->status.ok())
+      return Refuse(Status::Unavailable("this worker cannot serve job " + msg_.job_name + ": " +
+                                        job->status.message()));
     StreamSource source = NamedStream(*job, feed_, svc_->link_->worker_id());
     if (source.splits) {
       named_ = true;

@@ -6,7 +6,7 @@
 namespace ferry::dispatch {
 
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
-                                      const LeasePolicy& policy) {
+                                      const LeasePolicy& policy, const std::set<std::string>& unfit) {
   std::vector<LeaseSplits> out;
   auto wt = state.workers().find(worker);
   if (wt == state.workers().end() || wt->second.draining) return out;
@@ -14,6 +14,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   const WorkerState& self = wt->second;
   for (const auto& [name, j] : state.jobs()) {
     if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
+    if (unfit.count(name)) continue;
     // A trainer's own worker (hybrid) leases only its trainer's splits of its job.
     if (self.ServesOnly() && (self.serves_job != name || !j.HasConsumer(self.serves_consumer))) continue;
     // The worker's leases of this job, in (epoch, split) order. A candidate split is

@@ -27,9 +27,11 @@ struct LeasePolicy {
 // joined), to consumers[split % m] under deterministic ordering, else to the consumer
 // with the fewest splits in flight. A worker that serves only one consumer of one job
 // (a trainer's own cores, "hybrid") leases only splits that are, or become, that
-// consumer's.
+// consumer's. Each consumer's lowest unfinished split is leased even past the
+// lease-ahead (see decisions.cc). Jobs in `unfit` (the worker cannot serve them) get
+// nothing.
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
-                                      const LeasePolicy& policy);
+                                      const LeasePolicy& policy, const std::set<std::string>& unfit = {});
 
 // Workers not heard from within `timeout_ms`: to be removed (their leases return).
 // Workers missing from `last_seen_ms` count as just seen (after a restart, every

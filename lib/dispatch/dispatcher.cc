@@ -138,6 +138,7 @@ bool Dispatcher::RemoveWorker(const std::string& id) {
   ++workers_removed_;
   last_seen_ms_.erase(id);
   told_idle_.erase(id);
+  unfit_.erase(id);
   return true;
 }
 
@@ -153,6 +154,7 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     FERRY_RETURN_IF_ERROR(Commit(dispatch::RemoveWorker{m.worker_id}));
     last_seen_ms_.erase(m.worker_id);
     told_idle_.erase(m.worker_id);
+    unfit_.erase(m.worker_id);
     reply.known = false;
     return reply;
   }
@@ -161,8 +163,30 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     Log("worker %s is draining", m.worker_id.c_str());
     FERRY_RETURN_IF_ERROR(Commit(DrainWorker{m.worker_id}));
   }
+  // Jobs the worker cannot serve (its dataset is missing there, or lists otherwise):
+  // what it holds of them returns to pending, it takes no more, and clients of them are
+  // not sent to it. Restated by every heartbeat: kept in memory only.
+  std::map<std::string, std::string> unfit;
+  for (const auto& [job, reason] : m.unfit_jobs) {
+    if (state_.job(job) != nullptr) unfit[job] = reason;
+  }
+  std::map<std::string, std::string>& before = unfit_[m.worker_id];
+  const auto held_before = state_.LeasesOf(m.worker_id);
+  for (const auto& [job, reason] : unfit) {
+    if (!before.count(job))
+      LogWarn("worker %s cannot serve job %s (%s): it takes no splits of it", m.worker_id.c_str(), job.c_str(),
+              reason.c_str());
+    if (held_before.count(job)) (void)Commit(ReturnSplits{job, m.worker_id});  // (else: the next heartbeat)
+  }
+  for (const auto& [job, reason] : before) {
+    if (!unfit.count(job) && state_.job(job) != nullptr)
+      Log("worker %s can serve job %s now", m.worker_id.c_str(), job.c_str());
+  }
+  before = unfit;
+  std::set<std::string> skip;
+  for (const auto& [job, reason] : unfit) skip.insert(job);
   if (m.want_leases && !m.draining) {
-    for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease)) {
+    for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease, skip)) {
       Status s = Commit(l);
       if (!s.ok() && !journal_->healthy()) break;  // no new leases until the journal takes them
       if (!s.ok()) {
@@ -212,9 +236,34 @@ std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::
     // A trainer's own worker (hybrid) is for its trainer: no one else can reach it, or
     // would get anything from it.
     if (w.ServesOnly() && (w.serves_job != job || w.serves_consumer != consumer)) continue;
+    if (UnfitFor(id, job) != nullptr) continue;
     addresses.push_back(w.address);
   }
   return addresses;
+}
+
+const std::string* Dispatcher::UnfitFor(const std::string& worker, const std::string& job) const {
+  if (job.empty()) return nullptr;
+  auto it = unfit_.find(worker);
+  if (it == unfit_.end()) return nullptr;
+  auto jt = it->second.find(job);
+  return jt == it->second.end() ? nullptr : &jt->second;
+}
+
+Result<std::vector<std::string>> Dispatcher::WorkersFor(const std::string& job, const std::string& consumer) const {
+  std::vector<std::string> addresses = Workers(job, consumer);
+  if (!addresses.empty() || job.empty()) return addresses;
+  // None listed: if workers are there and every one said it cannot serve the job, say
+  // so, rather than let the client wait for splits no one will ever lease.
+  std::string why;
+  for (const auto& [id, w] : state_.workers()) {
+    if (w.draining || (w.ServesOnly() && (w.serves_job != job || w.serves_consumer != consumer))) continue;
+    const std::string* reason = UnfitFor(id, job);
+    if (reason == nullptr) return addresses;  // (cannot happen: it would be listed)
+    why += (why.empty() ? "" : "; ") + id + ": " + *reason;
+  }
+  if (why.empty()) return addresses;  // no worker yet: wait for one
+  return Status::FailedPrecondition("no worker can serve job " + job + ": " + why);
 }
 
 std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, int64_t now_ms) {

@@ -96,6 +96,9 @@ class Dispatcher {
   // Addresses of the workers that serve (not draining), as consumer `consumer` of
   // `job` sees them: a worker that serves only another consumer (hybrid) is left out.
   std::vector<std::string> Workers(const std::string& job = "", const std::string& consumer = "") const;
+  // Workers(job, consumer), or FailedPrecondition naming each worker's reason when
+  // there are workers and every one has said it cannot serve the job.
+  Result<std::vector<std::string>> WorkersFor(const std::string& job, const std::string& consumer) const;
   // A client cannot reach the worker at `address`: see "liveness". Returns Workers().
   std::vector<std::string> ReportWorker(const std::string& address, int64_t now_ms);
 
@@ -137,6 +140,8 @@ class Dispatcher {
   Result<wire::NamedJob> Join(const JobState& j, const JobSpec& want, const std::string& consumer, bool fresh);
   wire::JobStatusMsg StatusOf(const std::string& job, const std::string& consumer, uint64_t epoch) const;
   bool RemoveWorker(const std::string& id);  // false: not now (the journal is down)
+  // Why `worker` cannot serve `job` (its last heartbeat said so), or null.
+  const std::string* UnfitFor(const std::string& worker, const std::string& job) const;
 
   const DispatcherConfig config_;
   DispatcherState state_;
@@ -149,6 +154,8 @@ class Dispatcher {
   std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)
   std::set<std::string> creating_;   // jobs whose dataset is being listed
   std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle
+  // worker -> job -> why it cannot serve it (restated by each heartbeat)
+  std::map<std::string, std::map<std::string, std::string>> unfit_;
   int64_t jobs_collected_ = 0;       // finished jobs removed since start
   int64_t idle_since_ms_ = -1;
   bool should_exit_ = false;

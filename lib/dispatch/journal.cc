@@ -91,7 +91,7 @@ uint32_t Crc32(const std::string& data) {
 // everywhere): such a journal is refused with a clear error rather than misread.
 enum Tag : uint64_t {
   kCreateJobV1 = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker, kRemoveConsumer, kAssignSplits,
+  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker, kRemoveConsumer, kAssignSplits, kReturnSplits,
 };
 
 constexpr uint64_t kMaxListed = 1 << 24;
@@ -224,6 +224,10 @@ std::string EncodeUpdate(const Update& u) {
         } else if constexpr (std::is_same_v<T, DrainWorker>) {
           w.U64(kDrainWorker);
           w.Str(x.worker);
+        } else if constexpr (std::is_same_v<T, ReturnSplits>) {
+          w.U64(kReturnSplits);
+          w.Str(x.job);
+          w.Str(x.worker);
         } else if constexpr (std::is_same_v<T, LeaseSplits>) {
           w.U64(kLeaseSplits);
           w.Str(x.job);
@@ -326,6 +330,12 @@ Result<Update> DecodeUpdate(const std::string& bytes) {
     case kDrainWorker: {
       DrainWorker x;
       if (!r.Str(&x.worker)) return bad();
+      u = std::move(x);
+      break;
+    }
+    case kReturnSplits: {
+      ReturnSplits x;
+      if (!r.Str(&x.job) || !r.Str(&x.worker)) return bad();
       u = std::move(x);
       break;
     }

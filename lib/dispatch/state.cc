@@ -290,6 +290,20 @@ Status DispatcherState::Apply(const Update& u) {
             }
           }
           return Status::OK();
+        } else if constexpr (std::is_same_v<T, ReturnSplits>) {
+          if (!workers_.count(x.worker)) return Status::NotFound("no worker " + x.worker);
+          auto jt = jobs_.find(x.job);
+          if (jt == jobs_.end()) return Status::NotFound("no job " + x.job);
+          for (auto& [epoch, e] : jt->second.epochs) {
+            for (size_t s = 0; s < e.status.size(); ++s) {
+              if (e.status[s] == SplitStatus::kLeased && e.worker[s] == x.worker) {
+                e.status[s] = SplitStatus::kPending;  // keeps its consumer
+                e.worker[s].clear();
+                --e.leased;
+              }
+            }
+          }
+          return Status::OK();
         } else if constexpr (std::is_same_v<T, DrainWorker>) {
           auto it = workers_.find(x.worker);
           if (it == workers_.end()) return Status::NotFound("no worker " + x.worker);

@@ -68,6 +68,9 @@ struct RegisterWorker {
 };
 struct RemoveWorker { std::string worker; };            // dead or gone: its leases return
 struct DrainWorker { std::string worker; };             // takes no new leases
+// A worker cannot serve a job (its dataset is missing there, or lists otherwise): its
+// leases of the job return to pending, keeping their consumers.
+struct ReturnSplits { std::string job; std::string worker; };
 struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSplit> splits; };
 struct AckSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
 struct RemoveJob { std::string job; };                  // garbage collection
@@ -91,7 +94,8 @@ struct RestoreConsumer {
 };
 
 using Update = std::variant<CreateJob, AddConsumer, RegisterWorker, RemoveWorker, DrainWorker, LeaseSplits,
-                            AckSplits, RemoveJob, JobProgress, RestoreConsumer, RemoveConsumer, AssignSplits>;
+                            AckSplits, RemoveJob, JobProgress, RestoreConsumer, RemoveConsumer, AssignSplits,
+                            ReturnSplits>;
 
 enum class SplitStatus : uint8_t { kPending = 0, kLeased = 1, kDone = 2 };
 

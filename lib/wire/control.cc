@@ -53,6 +53,13 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
     r.setLeaving(m.leaving);
     auto want = r.initWantJobs(unsigned(m.want_jobs.size()));
     for (unsigned i = 0; i < m.want_jobs.size(); ++i) want.set(i, m.want_jobs[i]);
+    auto unfit = r.initUnfitJobs(unsigned(m.unfit_jobs.size()));
+    unsigned i = 0;
+    for (const auto& [name, reason] : m.unfit_jobs) {
+      unfit[i].setName(name);
+      unfit[i].setReason(reason);
+      ++i;
+    }
   });
 }
 
@@ -156,8 +163,9 @@ Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f) {
 
 Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
   return Decode<ctl::Heartbeat>(f, MessageType::kHeartbeat, [](ctl::Heartbeat::Reader r) -> Result<HeartbeatMsg> {
-    HeartbeatMsg m{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving(), {}};
+    HeartbeatMsg m{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving(), {}, {}};
     for (auto j : r.getWantJobs()) m.want_jobs.push_back(Str(j));
+    for (auto u : r.getUnfitJobs()) m.unfit_jobs[Str(u.getName())] = Str(u.getReason());
     return m;
   });
 }

@@ -6,6 +6,7 @@
 #define FERRY_WIRE_CONTROL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,7 @@ struct HeartbeatMsg {
   bool want_leases = true;
   bool leaving = false;
   std::vector<std::string> want_jobs;
+  std::map<std::string, std::string> unfit_jobs;  // job -> why this worker cannot serve it
 };
 
 struct HeartbeatOkMsg {

@@ -207,6 +207,11 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   {
     MutexLock lock(&mu_);
     h.draining = draining_;
+    // Jobs this worker cannot serve: the dispatcher leases it none of them, and takes
+    // back what it holds, rather than let their consumers' streams be refused here.
+    for (const auto& [name, job] : jobs_) {
+      if (!job->status.ok()) h.unfit_jobs[name] = job->status.message().substr(0, 512);
+    }
     const auto now = std::chrono::steady_clock::now();
     for (auto it = wanted_.begin(); it != wanted_.end();) {
       if (now - it->second > kWantFor) {

@@ -70,7 +70,7 @@ class DispatcherTest : public ::testing::Test {
   }
 
   static std::vector<wire::LeaseMsg> NewLeases(Dispatcher& d, const std::string& worker, int64_t now) {
-    auto r = d.Heartbeat({worker, false, true, false, {}}, now);
+    auto r = d.Heartbeat({worker, false, true, false, {}, {}}, now);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     std::vector<wire::LeaseMsg> out = r->leases;
     out.resize(r->new_leases);
@@ -84,7 +84,7 @@ TEST_F(DispatcherTest, HeartbeatsLeaseAheadAndRestateWhatIsHeld) {
   auto d = Open();
   EXPECT_EQ(*d->RegisterWorker({"w1", "10.0.0.1:7000"}, 0), uint32_t(kInterval));
   CreateJob(*d, "c1");
-  auto r = d->Heartbeat({"w1", false, true, false, {}}, 10);
+  auto r = d->Heartbeat({"w1", false, true, false, {}, {}}, 10);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->known);
   EXPECT_EQ(r->new_leases, 2u) << "leases ahead, up to the policy's 2";
@@ -92,12 +92,12 @@ TEST_F(DispatcherTest, HeartbeatsLeaseAheadAndRestateWhatIsHeld) {
   EXPECT_EQ(r->jobs[0].name, "job");
   EXPECT_EQ(r->jobs[0].job.num_samples, 40) << "the job with its listing facts";
   // The next reply has nothing new but restates both held splits.
-  r = d->Heartbeat({"w1", false, true, false, {}}, 20);
+  r = d->Heartbeat({"w1", false, true, false, {}, {}}, 20);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->new_leases, 0u);
   EXPECT_EQ(r->leases.size(), 2u);
   // An unknown worker is told to register.
-  r = d->Heartbeat({"nobody", false, true, false, {}}, 20);
+  r = d->Heartbeat({"nobody", false, true, false, {}, {}}, 20);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->known);
 }
@@ -192,7 +192,7 @@ TEST_F(DispatcherTest, ASilentWorkersSplitsGoToAnother) {
   ASSERT_EQ(held.size(), 2u);
   // w2 keeps heartbeating; w1 falls silent.
   for (int64_t t = 100; t <= 1200; t += 100) {
-    (void)d->Heartbeat({"w2", false, /*want_leases=*/false, false, {}}, t);
+    (void)d->Heartbeat({"w2", false, /*want_leases=*/false, false, {}, {}}, t);
     d->Tick(t, {"job"});
   }
   EXPECT_EQ(d->state().workers().count("w1"), 0u) << "removed after the heartbeat timeout";
@@ -238,12 +238,12 @@ TEST_F(DispatcherTest, DrainingTakesNoLeasesAndLeavingReturnsTheRest) {
   CreateJob(*d, "c1");
   ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
   ASSERT_TRUE(d->AckSplits({"job", "c1", {{0, 0}}}).ok());
-  auto r = d->Heartbeat({"w1", true, false, false, {}}, 10);
+  auto r = d->Heartbeat({"w1", true, false, false, {}, {}}, 10);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->new_leases, 0u);
   EXPECT_EQ(r->leases.size(), 1u) << "it still serves what it holds";
   EXPECT_TRUE(d->Workers().empty()) << "clients are not sent to a draining worker";
-  r = d->Heartbeat({"w1", true, false, /*leaving=*/true, {}}, 20);
+  r = d->Heartbeat({"w1", true, false, /*leaving=*/true, {}, {}}, 20);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->known);
   EXPECT_EQ(d->state().workers().count("w1"), 0u);
@@ -279,7 +279,7 @@ TEST_F(DispatcherTest, IdleExitWaitsForTheWorkersToBeTold) {
   d->Tick(100, {"job"});
   EXPECT_TRUE(d->Idle());
   EXPECT_FALSE(d->ShouldExit()) << "w1 has not heard yet";
-  auto r = d->Heartbeat({"w1", false, true, false, {}}, 150);
+  auto r = d->Heartbeat({"w1", false, true, false, {}, {}}, 150);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->idle);
   d->Tick(200, {"job"});
@@ -294,11 +294,11 @@ TEST_F(DispatcherTest, IdleExitGivesUpOnSilentWorkersAfterATimeout) {
   for (int round = 0; round < 4; ++round) {
     for (const auto& l : NewLeases(*d, "w1", round)) ASSERT_TRUE(d->AckSplits({"job", "c1", {{l.epoch, l.split}}}).ok());
   }
-  (void)d->Heartbeat({"w1", false, true, false, {}}, 10);
+  (void)d->Heartbeat({"w1", false, true, false, {}, {}}, 10);
   d->Tick(20, {"job"});
   EXPECT_FALSE(d->ShouldExit()) << "w2 was not told";
-  (void)d->Heartbeat({"w2", false, false, false, {}}, 20);  // w2 hears it
-  (void)d->Heartbeat({"w1", false, true, false, {}}, 20);
+  (void)d->Heartbeat({"w2", false, false, false, {}, {}}, 20);  // w2 hears it
+  (void)d->Heartbeat({"w1", false, true, false, {}, {}}, 20);
   d->Tick(30, {"job"});
   EXPECT_TRUE(d->ShouldExit());
 }
@@ -316,7 +316,7 @@ TEST_F(DispatcherTest, ChangesNeedASyncAndSurviveARestart) {
     ASSERT_TRUE(d->AckSplits({"job", "c1", {{0, 0}}}).ok());
     ASSERT_TRUE(d->Sync().ok());
     // A heartbeat that changes nothing needs no sync.
-    (void)d->Heartbeat({"w1", false, /*want_leases=*/false, false, {}}, 1);
+    (void)d->Heartbeat({"w1", false, /*want_leases=*/false, false, {}, {}}, 1);
     EXPECT_FALSE(d->NeedsSync());
   }
   auto d = Open(false, /*now=*/5000);
@@ -352,7 +352,7 @@ TEST_F(DispatcherTest, AJournalThatCannotBeWrittenRefusesChangesAndRecovers) {
     auto second = d->AckSplits({"job", "c1", {{0, 1}}});
     const bool synced = d->Sync().ok();
     auto status = d->GetJobStatus({"job", "c1", 0});
-    auto beat = d->Heartbeat({"w1", false, true, false, {}}, 10);
+    auto beat = d->Heartbeat({"w1", false, true, false, {}, {}}, 10);
     d->Tick(20, {"job"});  // a retry, still full
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
     EXPECT_EQ(ack.status().code(), StatusCode::kUnavailable);
@@ -375,6 +375,40 @@ TEST_F(DispatcherTest, AJournalThatCannotBeWrittenRefusesChangesAndRecovers) {
   const EpochState& e = d->state().job("job")->epochs.at(0);
   EXPECT_EQ(e.status[0], SplitStatus::kDone) << "the ack queued while the disk was full was written after";
   EXPECT_EQ(e.status[1], SplitStatus::kDone);
+}
+
+// Case 4: a worker that cannot serve a job (its dataset is missing there) kept taking
+// its leases, and its streams refused them, failing every consumer. Now it says so in
+// its heartbeats: what it holds returns, it takes nothing more of the job, clients are
+// not sent to it, and when no worker can serve the job the client is told why.
+TEST_F(DispatcherTest, AWorkerThatCannotServeAJobTakesNoneOfIt) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"w2", "b:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  ASSERT_EQ(NewLeases(*d, "w1", 0).size(), 2u);
+  wire::HeartbeatMsg unfit{"w1", false, true, false, {}, {{"job", "/data/train: no such directory"}}};
+  auto r = d->Heartbeat(unfit, 10);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->new_leases, 0u);
+  EXPECT_TRUE(r->leases.empty()) << "what it held went back";
+  EXPECT_TRUE(d->state().LeasesOf("w1").empty());
+  EXPECT_EQ(d->Workers("job", "c1"), (std::vector<std::string>{"b:1"})) << "clients are sent to w2 only";
+  EXPECT_EQ(NewLeases(*d, "w2", 20).size(), 2u) << "w2 takes the returned splits";
+  EXPECT_EQ(d->Workers("", ""), (std::vector<std::string>{"a:1", "b:1"})) << "unfit for that job only";
+  unfit.worker_id = "w2";
+  unfit.unfit_jobs["job"] = "listing differs (fingerprint 1 != 777)";
+  ASSERT_TRUE(d->Heartbeat(unfit, 30).ok());
+  auto none = d->WorkersFor("job", "c1");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("no such directory"), std::string::npos) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("fingerprint"), std::string::npos) << none.status().ToString();
+  // w1's dataset is mounted: fit again, it leases.
+  EXPECT_EQ(NewLeases(*d, "w1", 40).size(), 2u);
+  auto listed = d->WorkersFor("job", "c1");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(*listed, (std::vector<std::string>{"a:1"}));
 }
 
 TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {

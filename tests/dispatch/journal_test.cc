@@ -206,7 +206,7 @@ TEST(UpdateCodecTest, RoundTripAndGarbage) {
                                    RemoveWorker{"w"}, DrainWorker{"w"}, LeaseSplits{"j", "w", {{{3, 4}, "c"}}},
                                    AckSplits{"j", "c", {{1, 2}, {1, 3}}}, RemoveJob{"j"}, JobProgress{"j", 5},
                                    RestoreConsumer{"j", "c", 3, {{3, 1}, {4, 0}}}, RemoveConsumer{"j", "c"},
-                                   AssignSplits{"j", "c", {{2, 7}, {3, 0}}}};
+                                   AssignSplits{"j", "c", {{2, 7}, {3, 0}}}, ReturnSplits{"j", "w"}};
   for (const Update& u : all) {
     Result<Update> back = DecodeUpdate(EncodeUpdate(u));
     ASSERT_TRUE(back.ok());

@@ -341,6 +341,43 @@ TEST_F(FailureTest, AFullDiskRefusesChangesAndRecovers) {
   EXPECT_NE(d2->err().find("replayed"), std::string::npos) << d2->err();
 }
 
+// Case 4: a worker whose dataset is missing kept taking leases of the job, and its
+// streams refused them, failing every consumer. Here one worker runs in a mount
+// namespace of its own where the dataset folder is an empty tmpfs (a host without the
+// mount). Alone, it makes the client fail at once with its reason rather than wait
+// forever; beside a worker that has the data, the job arrives exactly once.
+TEST_F(FailureTest, AWorkerWithoutTheDatasetTakesNoSplitsOfIt) {
+  if (std::system("unshare -m true 2>/dev/null") != 0) GTEST_SKIP() << "cannot unshare a mount namespace (needs root)";
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher);
+  Child blind({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+               "mount -t tmpfs none '" + data_->path() + "' && exec '" + worker_bin_ +
+                   "' --listen 127.0.0.1:0 --threads 1 --dispatcher " + dispatcher},
+              dir_ / "blind.out", dir_ / "blind.err");
+  WaitForListening(blind, "blind");
+  auto consume = [&](const std::string& job, const std::string& dump) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{consume_bin_, "--dispatcher", dispatcher, "--job", job, "--data", data_->path(),
+                                 "--pipeline", kSpecJson, "--batch-size", "3", "--batches-per-split", "2",
+                                 "--epochs", "1", "--dump-indices", dump},
+        dir_ / (job + ".out"), dir_ / (job + ".err"));
+  };
+  auto alone = consume("alone", dir_ / "alone.txt");
+  const std::optional<int> arc = alone->Wait(60);
+  ASSERT_TRUE(arc.has_value()) << "the client waited on a worker that cannot serve its job: " << alone->err();
+  EXPECT_NE(*arc, 0);
+  EXPECT_NE(alone->err().find("no worker can serve job alone"), std::string::npos) << alone->err();
+  EXPECT_NE(d->err().find("cannot serve job alone"), std::string::npos) << d->err();
+
+  auto w = StartWorker({"--dispatcher", dispatcher});
+  const std::string dump = dir_ / "indices.txt";
+  auto c = consume("both", dump);
+  const std::optional<int> rc = c->Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c->err();
+  EXPECT_EQ(*rc, 0) << c->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+}
+
 // Case 4: a job name reused after garbage collection. Workers cached a job's facts by
 // name forever, so the new job was served with the old dataset. Now a worker opens a
 // job again when the dispatcher names it with other settings.

@@ -63,7 +63,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   ASSERT_TRUE(interval.ok());
   EXPECT_EQ(*interval, 250u);
 
-  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}};
+  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}}};
   Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->worker_id, "w1");
@@ -71,6 +71,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_FALSE(hb->want_leases);
   EXPECT_TRUE(hb->leaving);
   EXPECT_EQ(hb->want_jobs, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(hb->unfit_jobs, (std::map<std::string, std::string>{{"gone", "no such directory"}}));
 
   HeartbeatOkMsg ok;
   ok.leases = {{"run7", 2, 5, "c1"}, {"run7", 2, 6, "c2"}};
