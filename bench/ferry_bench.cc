@@ -9,10 +9,10 @@
 //       a bare full-size tjDecompress2 loop over the same files (one thread)
 //       last line: decode img/s=<x> img_per_cpu_s=<y>
 //   ferry-bench list --data DIR      prints `index<TAB>label<TAB>path` per sample
-//   ferry-bench transport [--seconds S] [--batch-bytes N] [--workers K] [--pin]
+//   ferry-bench transport [--seconds S] [--batch-bytes N] [--workers K] [--pin] [--tls DIR]
 //       K raw loopback TCP streams into one thread against K ferry-workers serving
 //       ready-made batches to one client (fan-in)
-//       last line: transport workers=<K> pinned=<0|1> ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s> ...
+//       last line: transport workers=<K> pinned=<0|1> tls=<0|1> ferry_GB/s=<x> raw_GB/s=<y> ratio=<x/y> client_cpu_per_GB=<s> ...
 //   ferry-bench consume (--workers HOST:PORT[,...] | --dispatcher HOST:PORT --job NAME)
 //       --data DIR [--pipeline P] [--epochs E] [--batch-size B] [--last-batch keep|drop|pad]
 //       [--dump-indices FILE] [--token-file F] [--stop-after K --save-state F] [--resume F]
@@ -263,6 +263,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   transport->add_flag("--pin", t.pin, "receiver on one CPU, every sender on another (as between hosts)");
   transport->add_option("--worker-bin", t.worker_bin, "the ferry-worker executable");
+  transport->add_option("--tls", t.tls_dir,
+                        "mutual TLS on the streams, with the certificates in DIR (tests/tls/make_certs.sh DIR)")
+      ->check(CLI::ExistingDirectory);
 
   ferry::tools::ConsumeArgs c;
   auto* consume = app.add_subcommand("consume", "read from ferry-workers and report throughput (as ferry-consume)");

@@ -176,17 +176,26 @@ struct WorkerProcess {
   std::string address;
 };
 
-WorkerProcess StartWorker(const std::string& bin, int buffered, int cpu) {
+WorkerProcess StartWorker(const std::string& bin, int buffered, int cpu, const std::string& tls_dir = "") {
   WorkerProcess w;
   int out[2];
   if (pipe(out) != 0) return w;
+  std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--threads", "1", "--buffered-batches",
+                                   std::to_string(buffered)};
+  if (!tls_dir.empty()) {
+    for (const char* f : {"--tls-cert", "/server.pem", "--tls-key", "/server.key", "--tls-ca", "/ca.pem"}) {
+      args.push_back(f[0] == '/' ? tls_dir + f : f);
+    }
+  }
+  std::vector<char*> argv;
+  for (std::string& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
   w.pid = fork();
   if (w.pid == 0) {
     PinTo(cpu);
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
-    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--threads", "1", "--buffered-batches",
-          std::to_string(buffered).c_str(), static_cast<char*>(nullptr));
+    execv(bin.c_str(), argv.data());
     _exit(127);
   }
   close(out[1]);
@@ -230,7 +239,7 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
   std::vector<WorkerProcess> procs;
   std::vector<std::string> addresses;
   for (int k = 0; k < a.workers; ++k) {
-    procs.push_back(StartWorker(worker, a.credits + 2, pin.senders));
+    procs.push_back(StartWorker(worker, a.credits + 2, pin.senders, a.tls_dir));
     if (procs.back().address.empty()) {
       std::fprintf(stderr, "error: ferry-worker did not start\n");
       for (auto& p : procs) StopWorker(p);
@@ -246,6 +255,11 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
   o.job.dataset = "synthetic:" + std::to_string(bytes) + ":1000";
   o.job.epochs = 0;
   o.credits = a.credits;
+  if (!a.tls_dir.empty()) {
+    o.tls_ca = a.tls_dir + "/ca.pem";
+    o.tls_cert = a.tls_dir + "/client.pem";
+    o.tls_key = a.tls_dir + "/client.key";
+  }
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
@@ -269,15 +283,15 @@ int RunTransport(const TransportArgs& a, const char* argv0) {
   sched_setaffinity(0, sizeof before, &before);
   const double ferry = double(total) / wall / 1e9;
   std::printf("raw loopback TCP (%d stream%s into one thread): %.2f GB/s; ferry (%d worker%s, ready-made %.1f MB "
-              "batches, %d credits): %.2f GB/s; %s\n",
+              "batches, %d credits%s): %.2f GB/s; %s\n",
               a.workers, a.workers == 1 ? "" : "s", raw, a.workers, a.workers == 1 ? "" : "s", bytes / 1e6, a.credits,
-              ferry,
+              a.tls_dir.empty() ? "" : ", mutual TLS", ferry,
               pin.receiver >= 0 ? ("receiver on CPU " + std::to_string(pin.receiver) + ", senders on CPU " +
                                    std::to_string(pin.senders)).c_str()
                                 : "not pinned");
-  std::printf("transport workers=%d pinned=%d ferry_GB/s=%.3f raw_GB/s=%.3f ratio=%.3f client_cpu_per_GB=%.3f "
+  std::printf("transport workers=%d pinned=%d tls=%d ferry_GB/s=%.3f raw_GB/s=%.3f ratio=%.3f client_cpu_per_GB=%.3f "
               "raw_reader_cpu_per_GB=%.3f\n",
-              a.workers, pin.receiver >= 0 ? 1 : 0, ferry, raw, raw > 0 ? ferry / raw : 0.0,
+              a.workers, pin.receiver >= 0 ? 1 : 0, a.tls_dir.empty() ? 0 : 1, ferry, raw, raw > 0 ? ferry / raw : 0.0,
               cpu / (double(total) / 1e9), raw_cpu_per_gb);
   return 0;
 }

@@ -16,6 +16,10 @@ struct TransportArgs {
   int workers = 1;         // ferry-worker processes (and raw TCP streams) into one client
   bool pin = false;        // receiver on one CPU, senders on another (see remote_bench.cc)
   std::string worker_bin;  // ferry-worker; default: next to ferry-bench
+  // Mutual TLS on every stream: a folder as tests/tls/make_certs.sh makes it (ca.pem,
+  // server.pem/.key for the workers, client.pem/.key for the client). The raw TCP
+  // baseline stays plain, so the ratio shows what TLS costs.
+  std::string tls_dir;
 };
 int RunTransport(const TransportArgs& a, const char* argv0);
 

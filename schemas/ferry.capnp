@@ -175,6 +175,12 @@ struct Batch {
   indices @10 :Tensor;       # [B] int64 sample indices, -1 for padding
   skipped @11 :List(SkippedSample);
   batchesInEpoch @12 :Int64; # batches of this epoch (of its rank, in a ranked job)
+  # Point to point: what this worker lists (JobFingerprint of its listing and the
+  # pipeline, and its sample count), so that a client reading from several workers
+  # finds out at once if they see different files. 0: not sent (dispatcher jobs, whose
+  # listing the dispatcher checks).
+  listing @13 :UInt64;
+  listedSamples @14 :Int64;
 }
 
 struct EndOfEpoch {

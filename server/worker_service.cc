@@ -405,6 +405,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void StartProducer(StreamSource source) {
     spec_ = source.job.pipeline;
+    if (!source.splits) {  // point to point: each batch says what this worker lists
+      listing_ = source.job.fingerprint;
+      listed_samples_ = source.job.num_samples;
+    }
     if (Status st = source.job.Validate(); !st.ok()) return Refuse(st);  // a dispatcher's job, too
     const int buffers = std::max(2, svc_->opts_.buffered_batches);
     auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(), buffers);
@@ -448,6 +452,8 @@ class Session : public std::enable_shared_from_this<Session> {
     in.skipped = std::move(b.skipped);
     in.owner = std::move(b.memory.owner);
     if (named_) in.job = msg_.job_name;
+    in.listing = listing_;
+    in.listed_samples = listed_samples_;
     outbox_.AddBatch(wire::EncodeBatch(in), in.provenance, b.valid);
     Pump();
   }
@@ -543,6 +549,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams
   bool named_ = false;
+  uint64_t listing_ = 0;  // point to point: what this worker lists (0: synthetic, or by name)
+  int64_t listed_samples_ = 0;
   StreamOutbox outbox_;
   bool producer_done_ = false, draining_ = false;
   Status producer_status_;

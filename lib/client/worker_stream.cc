@@ -11,6 +11,22 @@ using tcp = asio::ip::tcp;
 using wire::InFrame;
 using wire::MessageType;
 
+Status ListingCheck::Check(const std::string& worker, const wire::BatchListing& l) {
+  if (l.fingerprint == 0) return Status::OK();  // not sent
+  MutexLock lock(&mu_);
+  if (first_.empty()) {
+    first_ = worker;
+    seen_ = l;
+    return Status::OK();
+  }
+  if (l.fingerprint == seen_.fingerprint && l.samples == seen_.samples) return Status::OK();
+  return Status::FailedPrecondition(
+      "the workers list the dataset differently: worker " + first_ + " lists " + std::to_string(seen_.samples) +
+      " samples, worker " + worker + " lists " + std::to_string(l.samples) +
+      (l.samples == seen_.samples ? " samples of other files" : " samples") +
+      ": every worker must see the same files at the dataset's path");
+}
+
 WorkerStream::WorkerStream(asio::io_context& io, StreamHost* host, const StreamConfig* config, size_t index,
                            std::string address)
     : io_(io),
@@ -74,6 +90,7 @@ void WorkerStream::Connected(tcp::socket socket) {
   handshake_.emplace(config_->token, wire::Role::kClient, config_->open.consumer_id, "worker " + address_);
   state_ = State::kChallenge;
   streaming_ = false;
+  listing_checked_ = false;  // a restarted worker may list otherwise
   auto self = shared_from_this();
   auto conn = conn_;
   conn_->StartTls(/*server=*/false, [self, conn](const Status& tls) {
@@ -137,8 +154,13 @@ void WorkerStream::SendOpen() {
 void WorkerStream::OnStreamFrame(const InFrame& f) {
   if (f.header.type == MessageType::kBatch) {
     std::vector<SkippedSample> skipped;
-    Result<Batch> b = wire::DecodeBatch(f, &skipped);
+    wire::BatchListing listing;
+    Result<Batch> b = wire::DecodeBatch(f, &skipped, listing_checked_ ? nullptr : &listing);
     if (!b.ok()) return Permanent(b.status().WithContext("worker " + address_));
+    if (!listing_checked_) {
+      if (Status st = config_->listing->Check(address_, listing); !st.ok()) return Permanent(st);
+      listing_checked_ = true;
+    }
     backoff_.Succeeded();  // progress: the back-off starts over
     resume_epoch_ = b->provenance.epoch;
     resume_batches_ = b->provenance.batch_in_epoch + 1;

@@ -25,6 +25,7 @@
 #include "ferry/batch.h"
 #include "ferry/buffer.h"
 #include "ferry/iterator.h"
+#include "core/mutex.h"
 #include "net/backoff.h"
 #include "net/connection.h"
 #include "net/handshake.h"
@@ -52,6 +53,20 @@ class StreamHost {
   virtual int64_t QueuedFrom(size_t stream) = 0;
 };
 
+// Point to point, every worker lists the dataset itself; workers that see different
+// files would each serve their own epoch. The first batch of each stream says what
+// its worker lists; the first one seen is the reference, and a stream whose worker
+// lists otherwise fails the client, naming both (thread-safe).
+class ListingCheck {
+ public:
+  Status Check(const std::string& worker, const wire::BatchListing& l) LOCKS_EXCLUDED(mu_);
+
+ private:
+  Mutex mu_;
+  std::string first_ GUARDED_BY(mu_);
+  wire::BatchListing seen_ GUARDED_BY(mu_);
+};
+
 struct StreamConfig {
   wire::OpenStreamMsg open;  // the job (inline or by name), consumer and share; credits are the window
   bool dispatched = false;  // a dispatcher job (the stream opens it by name)
@@ -62,6 +77,7 @@ struct StreamConfig {
   std::shared_ptr<BufferAllocator> buffers;
   net::RetryPolicy retry;
   std::atomic<int64_t>* reconnects = nullptr;  // counts every reconnect
+  std::shared_ptr<ListingCheck> listing = std::make_shared<ListingCheck>();
 };
 
 class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
@@ -106,6 +122,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
   State state_ = State::kChallenge;
   bool streaming_ = false;
   bool streamed_ = false;  // reached streaming at least once
+  bool listing_checked_ = false;  // this connection's worker said what it lists (ListingCheck)
   bool done_ = false;
   uint32_t owed_credits_ = 0;
   uint64_t resume_epoch_ = 0;

@@ -235,6 +235,8 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
   r.setBatchesInEpoch(in.provenance.batches_in_epoch);
   r.setLastInEpoch(in.provenance.last_in_epoch);
   r.setValid(in.valid);
+  r.setListing(in.listing);
+  r.setListedSamples(in.listed_samples);
   capnp::Orphanage orphanage = builder->getOrphanage();
   // The tensors are not copied into the message: each becomes a segment of its own
   // that points at the batch memory the pipeline wrote (referenceExternalData), and
@@ -266,7 +268,7 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
   return OutFrame(std::make_unique<OutFrame::Impl>(MessageType::kBatch, std::move(builder), in.owner));
 }
 
-Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped) {
+Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped, BatchListing* listing) {
   return Decode<schema::Batch>(f, MessageType::kBatch, [&](schema::Batch::Reader r) -> Result<Batch> {
     Batch b;
     FERRY_ASSIGN_OR_RETURN(b.images, ReadTensor(r.getImages(), "images", 4));
@@ -286,6 +288,7 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped)
     b.provenance.batch_in_epoch = r.getBatchInEpoch();
     b.provenance.batches_in_epoch = r.getBatchesInEpoch();
     b.provenance.last_in_epoch = r.getLastInEpoch();
+    if (listing) *listing = {r.getListing(), r.getListedSamples()};
     auto sk = r.getSkipped();
     b.skipped = int64_t(sk.size());
     if (skipped) {

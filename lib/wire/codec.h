@@ -105,13 +105,21 @@ struct BatchFrameInput {
   const int64_t* indices = nullptr;
   std::vector<SkippedSample> skipped;
   std::shared_ptr<void> owner;
+  uint64_t listing = 0;        // point to point: the worker's listing (see schemas/ferry.capnp)
+  int64_t listed_samples = 0;
 };
 OutFrame EncodeBatch(const BatchFrameInput& in);
+
+// What a point-to-point worker says it lists (Batch.listing; 0 when not sent).
+struct BatchListing {
+  uint64_t fingerprint = 0;
+  int64_t samples = 0;
+};
 
 // A Batch whose tensors view into the frame's buffer (zero copy): `keepalive` holds
 // the buffer. Skipped samples reported by the worker are appended to *skipped.
 // Checks that tensor shapes, dtypes and byte sizes agree.
-Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped);
+Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped, BatchListing* listing = nullptr);
 
 // A JobSpec as bytes (one Cap'n Proto message, the wire's Job struct): how the
 // dispatcher's journal stores jobs, so that a job has one encoding everywhere.

@@ -19,6 +19,7 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
   StreamSource s;
   s.job = m.job;
   s.job.num_samples = dataset->size();
+  if (!m.job.synthetic()) s.job.fingerprint = JobFingerprint(dataset->fingerprint(), m.job.pipeline);
   FERRY_RETURN_IF_ERROR(s.job.CheckListed());
   s.dataset = std::move(dataset);
   const Shard shard{int(m.shard_index), int(m.num_shards), m.first_epoch};

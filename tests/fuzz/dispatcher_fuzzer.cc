@@ -292,6 +292,7 @@ struct Run {
         m.want_leases = p.ConsumeIntegralInRange(0, 5) != 0;
         m.leaving = p.ConsumeIntegralInRange(0, 15) == 0;
         if (p.ConsumeBool()) m.want_jobs = {Pick(p, kJobs)};
+        if (p.ConsumeIntegralInRange(0, 5) == 0) m.unfit_jobs[Pick(p, kJobs)] = "its dataset is missing";
         if (auto w = OverTheWire(m, wire::EncodeHeartbeat, wire::DecodeHeartbeat); w.ok()) Heartbeat(*w);
         return;
       }

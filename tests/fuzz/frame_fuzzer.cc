@@ -200,7 +200,7 @@ void WriteSeeds(const std::string& dir) {
   job.job.num_samples = 100;
   WriteSeed(dir, "register_worker", Flatten(EncodeRegisterWorker({"w0", "127.0.0.1:7000"})));
   WriteSeed(dir, "register_worker_ok", Flatten(EncodeRegisterWorkerOk(500)));
-  WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true, false, {"job"}})));
+  WriteSeed(dir, "heartbeat", Flatten(EncodeHeartbeat({"w0", false, true, false, {"job"}, {{"gone", "no such directory"}}})));
   HeartbeatOkMsg hb;
   hb.leases = {{"job", 0, 3, "trainer"}, {"job", 1, 0, ""}};
   hb.jobs = {job};

@@ -89,7 +89,7 @@ DispatcherOptions Options(const std::string& dir) {
 // worker holds (new or not).
 std::vector<wire::LeaseMsg> Heartbeat(Peer& w, const std::string& id, bool* known = nullptr,
                                           size_t* held = nullptr) {
-  auto ok = wire::DecodeHeartbeatOk(w.Call(wire::EncodeHeartbeat({id, false, true, false, {}})));
+  auto ok = wire::DecodeHeartbeatOk(w.Call(wire::EncodeHeartbeat({id, false, true, false, {}, {}})));
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   if (known) *known = ok->known;
   if (held) *held = ok->leases.size();
@@ -242,7 +242,7 @@ TEST(DispatcherServiceTest, EachRoleMayAskOnlyWhatItIsFor) {
   };
   EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kClient).Call(wire::EncodeRegisterWorker({"w1", "a:1"}))),
             "a client may not send RegisterWorker");
-  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kClient).Call(wire::EncodeHeartbeat({"w1", false, true, false, {}}))),
+  EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kClient).Call(wire::EncodeHeartbeat({"w1", false, true, false, {}, {}}))),
             "a client may not send Heartbeat");
   EXPECT_EQ(refused(Peer((*svc)->address(), wire::Role::kWorker).Call(wire::EncodeGetOrCreateJob({Job(), "c1"}))),
             "a worker may not send GetOrCreateJob");

@@ -378,6 +378,36 @@ TEST_F(FailureTest, AWorkerWithoutTheDatasetTakesNoSplitsOfIt) {
   ExpectEachIndexOnce(ReadFile(dump), kSamples);
 }
 
+// Case 4, point to point: each worker lists the dataset itself, and two that saw
+// different files each served their own epoch, silently (the check was off unless the
+// client set a fingerprint). Now every batch says what its worker lists, and the
+// client fails at once, naming both workers. One worker here runs in a mount
+// namespace where the dataset's path shows another folder (5 files fewer a class).
+TEST_F(FailureTest, PointToPointWorkersThatListOtherwiseAreCaught) {
+  if (std::system("unshare -m true 2>/dev/null") != 0) GTEST_SKIP() << "cannot unshare a mount namespace (needs root)";
+  TempDir other;
+  MakeImageFolder(other.path(), kClasses, kPerClass - 5);
+  std::string same, differs;
+  auto w = StartWorker({}, &same);
+  Child odd({"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+             "mount --bind '" + other.path() + "' '" + data_->path() + "' && exec '" + worker_bin_ +
+                 "' --listen 127.0.0.1:0 --threads 1"},
+            dir_ / "odd.out", dir_ / "odd.err");
+  differs = WaitForListening(odd, "odd");
+  Child c({consume_bin_, "--workers", same + "," + differs, "--data", data_->path(), "--pipeline", kSpecJson,
+           "--batch-size", "4", "--epochs", "1", "--dump-indices", dir_ / "indices.txt"},
+          dir_ / "c.out", dir_ / "c.err");
+  const std::optional<int> rc = c.Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c.err();
+  EXPECT_NE(*rc, 0) << "the client read an epoch from workers that list different files";
+  EXPECT_NE(c.err().find("list the dataset differently"), std::string::npos) << c.err();
+  EXPECT_NE(c.err().find(std::to_string(kClasses * (kPerClass - 5)) + " samples"), std::string::npos) << c.err();
+  // Both workers seeing the same files: the epoch, once.
+  std::string again;
+  auto w2 = StartWorker({}, &again);
+  ExpectAnEpochFrom(same + "," + again);
+}
+
 // Case 4: a job name reused after garbage collection. Workers cached a job's facts by
 // name forever, so the new job was served with the old dataset. Now a worker opens a
 // job again when the dispatcher names it with other settings.
