@@ -108,6 +108,13 @@ void WorkerStream::Connected(tcp::socket socket) {
 void WorkerStream::OnFrame(const Status& s, InFrame f) {
   if (done_) return;
   if (s.code() == StatusCode::kUnauthenticated) return Permanent(s);  // TLS refused us
+  if (!s.ok() && state_ == State::kChallenge && !config_->tls) {
+    // Closed before the worker said anything: a TLS worker does that to a plain client
+    // (after its handshake timeout). Say so; the retries end with this message.
+    return Transient(Status(s.code(), s.message() + " (the worker closed the connection before its challenge: if it "
+                                                    "serves TLS, give this client a CA, tls_ca / --tls-ca)")
+                         .WithContext("worker " + address_));
+  }
   if (!s.ok()) return Transient(s.WithContext("worker " + address_));
   if (f.header.type == MessageType::kError) {
     auto e = wire::DecodeError(f);

@@ -528,6 +528,20 @@ TEST_F(FailureTest, TlsIsMutualAndRefusalsSayWhy) {
   refused("tls-to-plain", {"--workers", plain}, "client", "ca", "does not speak TLS");
   EXPECT_NE(d->err().find("certificate verify failed"), npos) << d->err();
   EXPECT_NE(w->err().find("certificate verify failed"), npos) << w->err();
+  {
+    // A plain client of a TLS worker: the worker waits for a TLS hello, the client for
+    // the worker's challenge, until the worker's handshake timeout closes it. The
+    // client's retries end with a hint rather than a bare "end of file".
+    std::vector<std::string> quick = tls;
+    quick.insert(quick.end(), {"--handshake-timeout", "0.3"});
+    std::string tls_only;
+    auto q = StartWorker(quick, &tls_only);
+    auto c = consume("plain-to-tls", {"--workers", tls_only}, "", "");
+    const std::optional<int> rc = c->Wait(40);
+    ASSERT_TRUE(rc.has_value()) << "a plain client of a TLS worker did not give up: " << c->err();
+    EXPECT_NE(*rc, 0);
+    EXPECT_NE(c->err().find("if it serves TLS"), npos) << c->err();
+  }
 
   for (const auto& [id, where] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"p2p", {"--workers", worker}}, {"named", by_name}}) {
