@@ -40,6 +40,19 @@ EpochState* OpenEpoch(JobState& j, uint64_t epoch) {
   return &j.epochs.emplace(epoch, std::move(e)).first->second;
 }
 
+// The splits of `j` leased to `worker` return to pending, keeping their consumers.
+void ReturnLeases(JobState& j, const std::string& worker) {
+  for (auto& [epoch, e] : j.epochs) {
+    for (size_t s = 0; s < e.status.size(); ++s) {
+      if (e.status[s] == SplitStatus::kLeased && e.worker[s] == worker) {
+        e.status[s] = SplitStatus::kPending;
+        e.worker[s].clear();
+        --e.leased;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void DispatcherState::Advance(JobState& j) {
@@ -278,31 +291,13 @@ Status DispatcherState::Apply(const Update& u) {
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RemoveWorker>) {
           if (workers_.erase(x.worker) == 0) return Status::NotFound("no worker " + x.worker);
-          for (auto& [name, j] : jobs_) {
-            for (auto& [epoch, e] : j.epochs) {
-              for (size_t s = 0; s < e.status.size(); ++s) {
-                if (e.status[s] == SplitStatus::kLeased && e.worker[s] == x.worker) {
-                  e.status[s] = SplitStatus::kPending;  // keeps its consumer
-                  e.worker[s].clear();
-                  --e.leased;
-                }
-              }
-            }
-          }
+          for (auto& [name, j] : jobs_) ReturnLeases(j, x.worker);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, ReturnSplits>) {
           if (!workers_.count(x.worker)) return Status::NotFound("no worker " + x.worker);
           auto jt = jobs_.find(x.job);
           if (jt == jobs_.end()) return Status::NotFound("no job " + x.job);
-          for (auto& [epoch, e] : jt->second.epochs) {
-            for (size_t s = 0; s < e.status.size(); ++s) {
-              if (e.status[s] == SplitStatus::kLeased && e.worker[s] == x.worker) {
-                e.status[s] = SplitStatus::kPending;  // keeps its consumer
-                e.worker[s].clear();
-                --e.leased;
-              }
-            }
-          }
+          ReturnLeases(jt->second, x.worker);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, DrainWorker>) {
           auto it = workers_.find(x.worker);
