@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -41,13 +42,57 @@ inline void AddTlsFlags(CLI::App& app, Files& tls) {
       ->check(CLI::ExistingFile);
 }
 
-// Parses argv; on a bad flag prints the error and the full usage to stderr and
-// returns 2; on --help prints usage to stdout and returns 0; otherwise returns -1.
+#ifndef FERRY_VERSION_STRING
+#define FERRY_VERSION_STRING "unknown"
+#endif
+
+// The environment variable of a flag: --heartbeat-interval-ms is
+// FERRY_HEARTBEAT_INTERVAL_MS.
+inline std::string FlagEnvName(const std::string& long_name) {
+  std::string env = "FERRY_";
+  for (char c : long_name) env += c == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(c)));
+  return env;
+}
+
+// What every daemon takes besides its own flags, as operators expect (Kubernetes
+// manifests set env vars, mount config files):
+//   --version             the version and the commit it was built from;
+//   --config FILE         flags from a file (TOML: `listen = "0.0.0.0:7000"`, or INI),
+//                         one per line, named as on the command line without "--";
+//   FERRY_<FLAG>          every flag from the environment (FlagEnvName).
+// The command line wins over the file, which wins over the environment (CLI11's
+// order). Call once every flag is added.
+inline void AddOperatorFlags(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    if (name == "help") continue;
+    opt->envname(FlagEnvName(name));
+  }
+  app.set_version_flag("--version", std::string(app.get_name()) + " " + FERRY_VERSION_STRING);
+  app.set_config("--config", "", "a file of flags (TOML or INI: listen = \"0.0.0.0:7000\"); command-line flags win "
+                                 "over it, and it wins over FERRY_<FLAG> environment variables");
+}
+
+// Parses argv (with AddOperatorFlags); on a bad flag prints the error and the full
+// usage to stderr and returns 2; on --help or --version prints to stdout and returns
+// 0; otherwise returns -1.
 inline int ParseOrUsage(CLI::App& app, int argc, char** argv) {
+  AddOperatorFlags(app);
+  for (int i = 1; i < argc; ++i) {
+    // Before parsing: CLI11 would first insist on the required flags.
+    if (std::string(argv[i]) == "--version") {
+      std::cout << app.get_name() << " " << FERRY_VERSION_STRING << "\n";
+      return 0;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForVersion& v) {
+    std::cout << v.what() << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
     std::cerr << app.get_name() << ": " << e.what() << "\n\n" << app.help();

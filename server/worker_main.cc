@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   std::string token_file;
   CLI::App app{"ferry-worker: decodes and augments images for Ferry clients, streaming the batches", "ferry-worker"};
   app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
-  app.add_option("--threads", o.threads, "decode threads shared by all streams (0 = all cores)")
+  app.add_option("--threads", o.threads,
+                 "decode threads shared by all streams (0 = the CPUs this process may use: its affinity, capped by "
+                 "the container's CPU quota)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
   ferry::AddTlsFlags(app, o.tls);

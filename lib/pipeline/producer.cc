@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/mutex.h"
+#include "core/resources.h"
 #include "core/tsan.h"
 #include "data/permutation.h"
 #include "pipeline/batch_pool.h"
@@ -101,7 +102,7 @@ void PooledBatchAllocator::Detach(const void* images) { pool_->Detach(images); }
 // MakeDecodeArena
 
 std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads) {
-  if (threads <= 0) threads = int(std::thread::hardware_concurrency());
+  if (threads <= 0) threads = AvailableCpus();  // the container's share, not the node's
   // Tasks are only ever enqueued into the arena (no thread joins it with execute),
   // so all `threads` slots go to TBB workers. TBB keeps max_allowed_parallelism - 1
   // workers; make sure there are enough. The control lives for the process.

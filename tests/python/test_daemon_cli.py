@@ -1,0 +1,109 @@
+"""The daemons' command lines, as an operator uses them (issue 12, "daemons as operators
+expect"): --version; every flag also from a FERRY_<FLAG> environment variable and from a
+--config file, the command line winning over the file and the file over the
+environment (CLI11's order); --log-level (or FERRY_LOG_LEVEL); a wrong flag prints usage
+and exits 2."""
+import os
+import re
+import subprocess
+
+import pytest
+
+DAEMONS = ["ferry-dispatcher", "ferry-worker", "ferry-local"]
+
+
+def binary(ferry_local, name):
+    return os.path.join(os.path.dirname(ferry_local), name)
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRY_")}
+    env.update(extra)
+    return env
+
+
+def start(argv, env, tmp_path, name):
+    """A daemon whose first stdout line says where it listens; its stderr in a file."""
+    err = open(str(tmp_path / (name + ".err")), "w")
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    line = p.stdout.readline()
+    return p, line, str(tmp_path / (name + ".err"))
+
+
+def stop(p):
+    p.terminate()
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
+@pytest.mark.parametrize("name", DAEMONS)
+def test_version_and_usage(ferry_local, name):
+    out = subprocess.run([binary(ferry_local, name), "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert re.match(r"^%s \d+\.\d+\.\d+ \(commit \S+\)$" % name, out.stdout.strip()), out.stdout
+    required = {"ferry-dispatcher": ["--listen", "127.0.0.1:0", "--work-dir", "/nonexistent"],
+                "ferry-worker": ["--listen", "127.0.0.1:0"], "ferry-local": []}[name]
+    bad = subprocess.run([binary(ferry_local, name), *required, "--no-such-flag"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2
+    assert "--no-such-flag" in bad.stderr and "Options:" in bad.stderr, bad.stderr
+    helped = subprocess.run([binary(ferry_local, name), "--help"], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "--config" in helped.stdout and "Env:FERRY_" in helped.stdout
+
+
+def test_flags_from_the_environment_and_a_config_file(ferry_local, tmp_path):
+    dispatcher = binary(ferry_local, "ferry-dispatcher")
+    # Only the environment: FERRY_LISTEN, FERRY_WORK_DIR, FERRY_LOG_LEVEL.
+    env = clean_env(FERRY_LISTEN="127.0.0.1:0", FERRY_WORK_DIR=str(tmp_path / "env-journal"), FERRY_LOG_LEVEL="warn")
+    p, line, err = start([dispatcher], env, tmp_path, "env")
+    try:
+        assert line.startswith("listening on 127.0.0.1:"), line
+    finally:
+        stop(p)
+    assert os.path.isdir(tmp_path / "env-journal")
+    with open(err) as f:
+        log = f.read()
+    assert "serving on" not in log, "info lines at --log-level warn: " + log
+
+    # A config file over the environment, and the command line over both.
+    config = tmp_path / "ferry.toml"
+    config.write_text('listen = "127.0.0.1:0"\nwork-dir = "%s"\nheartbeat-interval-ms = 150\n'
+                      'log-level = "debug"\n' % (tmp_path / "file-journal"))
+    env = clean_env(FERRY_LISTEN="127.0.0.1:1", FERRY_WORK_DIR=str(tmp_path / "not-this"))  # the file wins
+    p, line, err = start([dispatcher, "--config", str(config), "--log-level", "info"], env, tmp_path, "file")
+    try:
+        assert line.startswith("listening on 127.0.0.1:"), line
+        address = line.split()[-1]
+        assert not address.endswith(":1")
+        # A worker that finds its dispatcher in FERRY_DISPATCHER, as a pod spec sets it.
+        worker = binary(ferry_local, "ferry-worker")
+        w, wline, werr = start([worker, "--listen", "127.0.0.1:0", "--threads", "1"],
+                               clean_env(FERRY_DISPATCHER=address), tmp_path, "worker")
+        try:
+            assert wline.startswith("listening on"), wline
+            import time
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                with open(werr) as f:
+                    if "registered with dispatcher " + address in f.read():
+                        break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the worker did not register with FERRY_DISPATCHER's dispatcher")
+        finally:
+            stop(w)
+    finally:
+        stop(p)
+    assert os.path.isdir(tmp_path / "file-journal") and not os.path.exists(tmp_path / "not-this"), \
+        "work-dir came from the file"
+    with open(err) as f:
+        log = f.read()
+    assert " info: " in log and " debug: " not in log, "the command line's --log-level beats the file's: " + log
+
+    # A bad value in the environment is refused like a bad flag.
+    bad = subprocess.run([dispatcher, "--listen", "127.0.0.1:0", "--work-dir", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=30,
+                         env=clean_env(FERRY_HEARTBEAT_INTERVAL_MS="often"))
+    assert bad.returncode == 2 and "often" in bad.stderr, bad.stderr
