@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "net/auth.h"
 #include "server/cli.h"
+#include "server/metrics_http.h"
 #include "server/dispatcher_service.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-handshaking", o.max_handshaking,
                  "connections not yet authenticated at most; past it the oldest is closed")
       ->check(CLI::Range(1, 1 << 20));
+  std::string metrics_listen;
+  app.add_option("--metrics", metrics_listen,
+                 "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
   auto token = ferry::net::LoadToken(token_file);
   if (!token.ok()) {
@@ -56,6 +60,17 @@ int main(int argc, char** argv) {
   if (!service.ok()) {
     std::fprintf(stderr, "ferry-dispatcher: %s\n", service.status().ToString().c_str());
     return 1;
+  }
+  std::unique_ptr<ferry::net::HttpServer> metrics;  // destroyed before the service
+  if (!metrics_listen.empty()) {
+    ferry::DispatcherService* svc = service->get();
+    auto m = ferry::StartMetrics(
+        metrics_listen, [svc] { return svc->MetricsText(); }, [svc] { return svc->Ready(); });
+    if (!m.ok()) {
+      std::fprintf(stderr, "ferry-dispatcher: --metrics: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
@@ -79,6 +94,7 @@ int main(int argc, char** argv) {
   const auto st = (*service)->stats();
   ferry::Log("signal %d: exiting after %lld requests, %lld leases, %lld acks", sig, (long long)st.requests,
              (long long)st.core.leases, (long long)st.core.acks);
+  metrics.reset();
   service->reset();
   return 0;
 }

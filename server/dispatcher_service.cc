@@ -5,6 +5,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "core/log.h"
 #include "core/mutex.h"
 #include "data/job_listing.h"
+#include "net/http_server.h"
 #include "net/run_io.h"
 #include "net/connection.h"
 #include "net/handshake.h"
@@ -417,6 +419,78 @@ bool DispatcherService::WaitIdle() { return impl_->WaitIdle(); }
 void DispatcherService::StopWaiting() { impl_->StopWaiting(); }
 DispatcherService::Stats DispatcherService::stats() const {
   return {impl_->requests_.load(), impl_->core_->stats()};
+}
+
+namespace {
+
+// Runs `f` on the io thread and returns its result, or `fallback` after 2 s.
+template <typename T, typename F>
+T OnIo(asio::io_context& io, F f, T fallback) {
+  auto p = std::make_shared<std::promise<T>>();
+  auto result = p->get_future();
+  asio::post(io, [p, f] { p->set_value(f()); });
+  if (result.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return fallback;
+  return result.get();
+}
+
+}  // namespace
+
+std::string DispatcherService::MetricsText() const {
+  Impl* impl = impl_.get();
+  return OnIo<std::string>(
+      impl->io_,
+      [impl] {
+        const dispatch::Dispatcher& d = *impl->core_;
+        const dispatch::DispatcherState& st = d.state();
+        const dispatch::Dispatcher::Stats s = d.stats();
+        net::PromText t;
+        t.One("ferry_dispatcher_requests_total", "counter", "Control-plane requests answered.",
+              double(impl->requests_.load()));
+        t.One("ferry_dispatcher_leases_total", "counter", "Splits leased to workers (re-leases included).",
+              double(s.leases));
+        t.One("ferry_dispatcher_acks_total", "counter", "Split acknowledgements received from consumers (a split acknowledged again counts again).", double(s.acks));
+        t.One("ferry_dispatcher_workers_removed_total", "counter", "Workers declared dead or gone.",
+              double(s.workers_removed));
+        t.One("ferry_dispatcher_journal_records_total", "counter", "Updates written to the journal since start.",
+              double(s.journal_records));
+        t.One("ferry_dispatcher_refused_connections_total", "counter",
+              "Connections closed at accept (--max-connections, --max-handshaking).",
+              double(impl->refused_connections_));
+        t.One("ferry_dispatcher_journal_writable", "gauge", "1 while the journal can be written (0: a full disk).",
+              d.journal_healthy() ? 1 : 0);
+        t.One("ferry_dispatcher_connections", "gauge", "Open control-plane connections.",
+              double(impl->sessions_.size()));
+        int64_t live = 0, draining = 0;
+        for (const auto& [id, w] : st.workers()) (w.draining ? draining : live) += 1;
+        t.Family("ferry_workers", "gauge", "Registered workers, by state.");
+        t.Sample("ferry_workers", {{"state", "serving"}}, double(live));
+        t.Sample("ferry_workers", {{"state", "draining"}}, double(draining));
+        t.One("ferry_jobs", "gauge", "Jobs the dispatcher holds (finished ones until collected).",
+              double(st.jobs().size()));
+        t.Family("ferry_job_consumers", "gauge", "Consumers of each job.");
+        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_consumers", {{"job", name}}, double(j.consumers.size()));
+        t.Family("ferry_job_epoch", "gauge", "Each job's first epoch not yet complete.");
+        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_epoch", {{"job", name}}, double(j.first_open));
+        t.Family("ferry_job_splits", "gauge", "Splits of each job's open epochs, by status.");
+        for (const auto& [name, j] : st.jobs()) {
+          int64_t pending = 0, leased = 0, done = 0;
+          for (const auto& [epoch, e] : j.epochs) {
+            leased += e.leased;
+            done += e.done;
+            pending += int64_t(e.status.size()) - e.leased - e.done;
+          }
+          t.Sample("ferry_job_splits", {{"job", name}, {"status", "pending"}}, double(pending));
+          t.Sample("ferry_job_splits", {{"job", name}, {"status", "leased"}}, double(leased));
+          t.Sample("ferry_job_splits", {{"job", name}, {"status", "done"}}, double(done));
+        }
+        return t.str();
+      },
+      std::string("# the dispatcher's io thread did not answer within 2 s\n"));
+}
+
+bool DispatcherService::Ready() const {
+  Impl* impl = impl_.get();
+  return OnIo<bool>(impl->io_, [impl] { return impl->core_->journal_healthy(); }, false);
 }
 
 }  // namespace ferry

@@ -55,6 +55,11 @@ class DispatcherService {
   };
   Stats stats() const;
 
+  // For --metrics (thread-safe; each asks the io thread, within 2 s): the metrics in
+  // Prometheus text, and whether the dispatcher is ready (its journal can be written).
+  std::string MetricsText() const;
+  bool Ready() const;
+
   class Impl;
 
  private:

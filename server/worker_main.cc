@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "net/auth.h"
 #include "server/cli.h"
+#include "server/metrics_http.h"
 #include "server/worker_service.h"
 
 int main(int argc, char** argv) {
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-handshaking", o.max_handshaking,
                  "connections not yet authenticated at most; past it the oldest is closed")
       ->check(CLI::Range(1, 1 << 20));
+  std::string metrics_listen;
+  app.add_option("--metrics", metrics_listen,
+                 "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
 
   if (exit_when_idle && o.dispatcher.empty()) {
@@ -69,6 +73,17 @@ int main(int argc, char** argv) {
   if (!service.ok()) {
     std::fprintf(stderr, "ferry-worker: %s\n", service.status().ToString().c_str());
     return 1;
+  }
+  std::unique_ptr<ferry::net::HttpServer> metrics;  // destroyed before the service
+  if (!metrics_listen.empty()) {
+    ferry::WorkerService* svc = service->get();
+    auto m = ferry::StartMetrics(
+        metrics_listen, [svc] { return svc->MetricsText(); }, [svc] { return svc->Ready(); });
+    if (!m.ok()) {
+      std::fprintf(stderr, "ferry-worker: --metrics: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
@@ -94,6 +109,7 @@ int main(int argc, char** argv) {
   const auto st = (*service)->stats();
   ferry::Log("drained: %lld connections, %lld streams, %lld batches sent; exiting", (long long)st.connections,
              (long long)st.streams, (long long)st.batches_sent);
+  metrics.reset();
   service->reset();
   return 0;
 }

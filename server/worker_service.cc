@@ -14,6 +14,7 @@
 #include "core/resources.h"
 #include "core/mutex.h"
 #include "data/dataset.h"
+#include "net/http_server.h"
 #include "net/run_io.h"
 #include "net/address.h"
 #include "net/auth.h"
@@ -668,6 +669,37 @@ void WorkerService::Leave() {
 void WorkerService::StopWaiting() {
   if (impl_->link_) impl_->link_->StopWaitingIdle();
 }
+std::string WorkerService::MetricsText() const {
+  const Impl& i = *impl_;
+  net::PromText t;
+  t.One("ferry_worker_connections_total", "counter", "Connections accepted.", double(i.connections_.load()));
+  t.One("ferry_worker_streams_total", "counter", "Streams opened by clients.", double(i.streams_.load()));
+  t.One("ferry_worker_batches_sent_total", "counter", "Batches sent to clients.", double(i.batches_sent_.load()));
+  t.One("ferry_worker_bad_frames_total", "counter", "Malformed frames (each closed its connection).",
+        double(i.bad_frames_.load()));
+  t.One("ferry_worker_auth_failures_total", "counter", "Handshakes refused (token or TLS).",
+        double(i.auth_failures_.load()));
+  t.One("ferry_worker_open_connections", "gauge", "Open connections.", double(i.open_connections_.load()));
+  t.One("ferry_worker_named_streams", "gauge", "Open streams of dispatcher jobs.", double(i.named_streams_.load()));
+  t.One("ferry_worker_memory_budget_bytes", "gauge", "Batch memory the worker may reserve (--max-memory).",
+        double(i.memory_budget_));
+  t.One("ferry_worker_draining", "gauge", "1 once SIGTERM started a drain.", i.drain_started_.load() ? 1 : 0);
+  if (i.link_) {
+    t.One("ferry_worker_registered", "gauge", "1 while registered with the dispatcher.", i.link_->registered() ? 1 : 0);
+    t.One("ferry_worker_leases_held", "gauge", "Splits leased to this worker, by the last heartbeat reply.",
+          double(i.link_->held()));
+    t.One("ferry_worker_heartbeats_total", "counter", "Heartbeats answered by the dispatcher.",
+          double(i.link_->heartbeats()));
+  }
+  return t.str();
+}
+
+bool WorkerService::Ready() const {
+  const Impl& i = *impl_;
+  if (i.drain_started_.load()) return false;
+  return !i.link_ || i.link_->registered();
+}
+
 WorkerService::Stats WorkerService::stats() const {
   return {impl_->connections_.load(), impl_->streams_.load(), impl_->batches_sent_.load(), impl_->bad_frames_.load(),
           impl_->auth_failures_.load(), impl_->open_connections_.load()};

@@ -89,6 +89,11 @@ class WorkerService {
   };
   Stats stats() const;
 
+  // For --metrics (thread-safe): the metrics in Prometheus text, and whether the worker
+  // is ready (serving, and registered when it has a dispatcher; not draining).
+  std::string MetricsText() const;
+  bool Ready() const;
+
   class Impl;
 
  private:

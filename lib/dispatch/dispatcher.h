@@ -120,6 +120,7 @@ class Dispatcher {
   Status Sync();
 
   const DispatcherState& state() const { return state_; }
+  bool journal_healthy() const { return journal_->healthy(); }
   // The work dir's identity (kept in it): clients check it did not change under them.
   const std::string& state_id() const { return state_id_; }
   struct Stats {

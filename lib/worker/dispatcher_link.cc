@@ -84,6 +84,16 @@ int64_t DispatcherLink::heartbeats() const {
   return heartbeats_;
 }
 
+bool DispatcherLink::registered() const {
+  MutexLock lock(&mu_);
+  return registered_;
+}
+
+size_t DispatcherLink::held() const {
+  MutexLock lock(&mu_);
+  return held_;
+}
+
 bool DispatcherLink::stopping() const {
   MutexLock lock(&mu_);
   return stop_;

@@ -84,6 +84,10 @@ class DispatcherLink {
   void StopWaitingIdle() LOCKS_EXCLUDED(mu_);
 
   int64_t heartbeats() const LOCKS_EXCLUDED(mu_);
+  // Registered with the dispatcher (its last heartbeat went through), and the splits
+  // it holds by the last reply: for /readyz and /metrics.
+  bool registered() const LOCKS_EXCLUDED(mu_);
+  size_t held() const LOCKS_EXCLUDED(mu_);
   const std::string& worker_id() const { return o_.worker_id; }
 
  private:
