@@ -128,12 +128,14 @@ class HttpServer::Impl {
     });
   }
 
+  // Connections refer to routes_ and open_: both outlive io_, whose destruction
+  // destroys the handlers still pending.
   const std::map<std::string, Handler> routes_;
+  std::atomic<int> open_{0};
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{asio::make_work_guard(io_)};
   tcp::acceptor acceptor_;
   std::string address_;
-  std::atomic<int> open_{0};
   std::thread thread_;
 };
 

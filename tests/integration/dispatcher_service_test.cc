@@ -130,6 +130,13 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
     ASSERT_TRUE(status.ok());
     EXPECT_FALSE(status->finished);
     EXPECT_EQ(Heartbeat(worker, "w1").size(), 3u) << "acks free room for more leases";
+    // What --metrics serves, read from another thread while the io thread works.
+    const std::string m = (*svc)->MetricsText();
+    EXPECT_NE(m.find("ferry_workers{state=\"serving\"} 1\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("ferry_dispatcher_acks_total 3\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("ferry_dispatcher_leases_total 6\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("ferry_job_splits{job=\"job\",status=\"leased\"} 3\n"), std::string::npos) << m;
+    EXPECT_TRUE((*svc)->Ready());
   }
   // Restarted on the same work dir: the job, its consumer, the acks and the worker's
   // leases come back from the journal.
