@@ -115,6 +115,10 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
     // (journaled: the memory would come back at every restart).
     if (r.epoch > j.first_open + 1) return Status::OutOfRange("ack: an epoch not yet open");
     if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
+    // A ranked job's split is its rank's, assigned or not yet.
+    if (j.spec.ranked() && RankConsumer(j.spec.SplitRank(r.split)) != u.consumer)
+      return Status::FailedPrecondition("ack: split " + std::to_string(r.split) + " belongs to " +
+                                        RankConsumer(j.spec.SplitRank(r.split)) + ", not " + u.consumer);
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end()) {
       const std::string& owner = et->second.consumer[size_t(r.split)];
@@ -157,6 +161,9 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
         r.epoch > u.first_open + 1 || (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
+    if (j.spec.ranked() && RankConsumer(j.spec.SplitRank(r.split)) != u.consumer)
+      return Status::FailedPrecondition("restore: split " + std::to_string(r.split) + " belongs to " +
+                                        RankConsumer(j.spec.SplitRank(r.split)) + ", not " + u.consumer);
     for (const auto* m : {&j.epochs, reopenable ? &j.completed : nullptr}) {
       if (m == nullptr) continue;
       auto et = m->find(r.epoch);

@@ -236,3 +236,30 @@ TEST(StateTest, RefusesInconsistentUpdatesWithoutChangingAnything) {
 
 }  // namespace
 }  // namespace ferry::dispatch
+
+namespace ferry::dispatch {
+namespace {
+
+using namespace ::ferry::dispatch::test;  // NOLINT
+
+// Found by the dispatcher fuzzer: a rank acknowledging (or restoring as done) a split
+// of another rank that no one had been given yet took it over, and that rank would
+// never see it. A ranked job's split is its rank's, assigned or not.
+TEST(StateTest, ARankCannotAcknowledgeOrRestoreAnotherRanksSplit) {
+  DispatcherState s;
+  CreateJob c = Create("job", 40, 10, 1, 2);  // 4 one-batch splits an epoch, 2 ranks
+  c.spec.num_consumers = 2;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "rank-0"});
+  MustApply(s, AddConsumer{"job", "rank-1"});
+  Status st = s.Apply(AckSplits{"job", "rank-1", {{0, 2}}});  // split 2 is rank 0's
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("belongs to rank-0"), std::string::npos) << st.ToString();
+  st = s.Apply(RestoreConsumer{"job", "rank-1", 0, {{0, 1}, {0, 2}}});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  MustApply(s, AckSplits{"job", "rank-1", {{0, 1}}});  // its own
+  MustApply(s, RestoreConsumer{"job", "rank-1", 0, {{0, 1}, {0, 3}}});
+}
+
+}  // namespace
+}  // namespace ferry::dispatch
