@@ -11,6 +11,7 @@
 #   client -> GetJobStatus              <- JobStatus
 #   client -> RestoreConsumer           <- JobStatus   (resuming from a saved state)
 #   client -> ReportWorker              <- WorkerList  (a worker's stream broke and it refuses connections)
+#   tool   -> GetClusterStatus          <- ClusterStatus (ferry-ctl status)
 #   any    <- Error (then the connection closes)
 #
 # A reply that depends on a state change is sent only after the change is in the
@@ -137,4 +138,40 @@ struct RestoreConsumer {
 # timeout, if it has also gone quiet. Its splits go back to pending.
 struct ReportWorker {
   address @0 :Text;
+}
+
+# ferry-ctl status: the dispatcher's whole picture, for a tool (or a client).
+struct GetClusterStatus {}
+
+struct WorkerStatus {
+  id @0 :Text;
+  address @1 :Text;
+  draining @2 :Bool;
+  leases @3 :UInt32;             # splits it holds, not yet acknowledged
+  silentMs @4 :Int64;            # since its last heartbeat
+  servesJob @5 :Text;            # hybrid: only this consumer of this job
+  servesConsumer @6 :Text;
+  unfitJobs @7 :List(UnfitJob);  # jobs it says it cannot serve
+}
+
+struct JobSummary {
+  name @0 :Text;
+  dataset @1 :Text;
+  numSamples @2 :Int64;
+  consumers @3 :List(Text);
+  firstOpen @4 :UInt64;          # the first epoch not yet complete
+  epochs @5 :Int64;              # <= 0: unlimited
+  splitsPerEpoch @6 :Int64;
+  pending @7 :Int64;             # splits of the open epochs, by status
+  leased @8 :Int64;
+  done @9 :Int64;
+  finished @10 :Bool;
+  ranks @11 :Int64;              # a ranked job's world size, else 0
+}
+
+struct ClusterStatus {
+  stateId @0 :Text;
+  journalWritable @1 :Bool;
+  workers @2 :List(WorkerStatus);
+  jobs @3 :List(JobSummary);
 }

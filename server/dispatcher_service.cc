@@ -228,6 +228,12 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
                              return d.RestoreConsumer(m);
                            }),
                       wire::EncodeJobStatus);
+      case MessageType::kGetClusterStatus: {
+        const Status req = wire::DecodeGetClusterStatus(f);
+        return Answer(req.ok() ? Result<wire::ClusterStatusMsg>(d.ClusterStatus(now))
+                               : Result<wire::ClusterStatusMsg>(req),
+                      wire::EncodeClusterStatus);
+      }
       case MessageType::kReportWorker:
         return Answer(Call(wire::DecodeReportWorker(f),
                            [&](const auto& a) -> Result<std::vector<std::string>> { return d.ReportWorker(a, now); }),
@@ -256,6 +262,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         break;
       case MessageType::kGetWorkers:
       case MessageType::kGetJobStatus:
+      case MessageType::kGetClusterStatus:
         ok = role_ == wire::Role::kClient || role_ == wire::Role::kTool;
         break;
       default:

@@ -242,6 +242,48 @@ std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::
   return addresses;
 }
 
+wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
+  wire::ClusterStatusMsg m;
+  m.state_id = state_id_;
+  m.journal_writable = journal_->healthy();
+  std::map<std::string, uint32_t> leases;
+  for (const auto& [name, j] : state_.jobs()) {
+    wire::JobSummaryMsg x;
+    x.name = name;
+    x.dataset = j.spec.dataset;
+    x.num_samples = j.spec.num_samples;
+    x.consumers = j.consumers;
+    x.first_open = j.first_open;
+    x.epochs = j.spec.epochs;
+    x.splits_per_epoch = j.spec.SplitsPerEpoch();
+    x.finished = j.finished();
+    x.ranks = j.spec.ranked() ? j.spec.num_consumers : 0;
+    for (const auto& [epoch, e] : j.epochs) {
+      x.leased += e.leased;
+      x.done += e.done;
+      x.pending += int64_t(e.status.size()) - e.leased - e.done;
+      for (size_t s = 0; s < e.status.size(); ++s) {
+        if (e.status[s] == SplitStatus::kLeased) ++leases[e.worker[s]];
+      }
+    }
+    m.jobs.push_back(std::move(x));
+  }
+  for (const auto& [id, w] : state_.workers()) {
+    wire::WorkerStatusMsg x;
+    x.id = id;
+    x.address = w.address;
+    x.draining = w.draining;
+    x.leases = leases[id];
+    auto seen = last_seen_ms_.find(id);
+    x.silent_ms = seen == last_seen_ms_.end() ? 0 : now_ms - seen->second;
+    x.serves_job = w.serves_job;
+    x.serves_consumer = w.serves_consumer;
+    if (auto u = unfit_.find(id); u != unfit_.end()) x.unfit_jobs = u->second;
+    m.workers.push_back(std::move(x));
+  }
+  return m;
+}
+
 const std::string* Dispatcher::UnfitFor(const std::string& worker, const std::string& job) const {
   if (job.empty()) return nullptr;
   auto it = unfit_.find(worker);

@@ -96,6 +96,8 @@ class Dispatcher {
   // Addresses of the workers that serve (not draining), as consumer `consumer` of
   // `job` sees them: a worker that serves only another consumer (hybrid) is left out.
   std::vector<std::string> Workers(const std::string& job = "", const std::string& consumer = "") const;
+  // Everything a status tool shows (ferry-ctl status): workers and jobs.
+  wire::ClusterStatusMsg ClusterStatus(int64_t now_ms) const;
   // Workers(job, consumer), or FailedPrecondition naming each worker's reason when
   // there are workers and every one has said it cannot serve the job.
   Result<std::vector<std::string>> WorkersFor(const std::string& job, const std::string& consumer) const;

@@ -264,6 +264,97 @@ Result<std::string> DecodeReportWorker(const InFrame& f) {
                                    [](ctl::ReportWorker::Reader r) -> Result<std::string> { return Str(r.getAddress()); });
 }
 
+OutFrame EncodeGetClusterStatus() {
+  return Build(MessageType::kGetClusterStatus, [&](capnp::MessageBuilder& b) { b.initRoot<ctl::GetClusterStatus>(); });
+}
+
+Status DecodeGetClusterStatus(const InFrame& f) {
+  return Decode<ctl::GetClusterStatus>(f, MessageType::kGetClusterStatus,
+                                       [](ctl::GetClusterStatus::Reader) -> Result<bool> { return true; })
+      .status();
+}
+
+OutFrame EncodeClusterStatus(const ClusterStatusMsg& m) {
+  return Build(MessageType::kClusterStatus, [&](capnp::MessageBuilder& b) {
+    auto r = b.initRoot<ctl::ClusterStatus>();
+    r.setStateId(m.state_id);
+    r.setJournalWritable(m.journal_writable);
+    auto ws = r.initWorkers(unsigned(m.workers.size()));
+    for (unsigned i = 0; i < m.workers.size(); ++i) {
+      const WorkerStatusMsg& w = m.workers[i];
+      ws[i].setId(w.id);
+      ws[i].setAddress(w.address);
+      ws[i].setDraining(w.draining);
+      ws[i].setLeases(w.leases);
+      ws[i].setSilentMs(w.silent_ms);
+      ws[i].setServesJob(w.serves_job);
+      ws[i].setServesConsumer(w.serves_consumer);
+      auto u = ws[i].initUnfitJobs(unsigned(w.unfit_jobs.size()));
+      unsigned k = 0;
+      for (const auto& [name, reason] : w.unfit_jobs) {
+        u[k].setName(name);
+        u[k].setReason(reason);
+        ++k;
+      }
+    }
+    auto js = r.initJobs(unsigned(m.jobs.size()));
+    for (unsigned i = 0; i < m.jobs.size(); ++i) {
+      const JobSummaryMsg& j = m.jobs[i];
+      js[i].setName(j.name);
+      js[i].setDataset(j.dataset);
+      js[i].setNumSamples(j.num_samples);
+      auto c = js[i].initConsumers(unsigned(j.consumers.size()));
+      for (unsigned k = 0; k < j.consumers.size(); ++k) c.set(k, j.consumers[k]);
+      js[i].setFirstOpen(j.first_open);
+      js[i].setEpochs(j.epochs);
+      js[i].setSplitsPerEpoch(j.splits_per_epoch);
+      js[i].setPending(j.pending);
+      js[i].setLeased(j.leased);
+      js[i].setDone(j.done);
+      js[i].setFinished(j.finished);
+      js[i].setRanks(j.ranks);
+    }
+  });
+}
+
+Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f) {
+  return Decode<ctl::ClusterStatus>(f, MessageType::kClusterStatus,
+                                    [](ctl::ClusterStatus::Reader r) -> Result<ClusterStatusMsg> {
+    ClusterStatusMsg m;
+    m.state_id = Str(r.getStateId());
+    m.journal_writable = r.getJournalWritable();
+    for (auto w : r.getWorkers()) {
+      WorkerStatusMsg x;
+      x.id = Str(w.getId());
+      x.address = Str(w.getAddress());
+      x.draining = w.getDraining();
+      x.leases = w.getLeases();
+      x.silent_ms = w.getSilentMs();
+      x.serves_job = Str(w.getServesJob());
+      x.serves_consumer = Str(w.getServesConsumer());
+      for (auto u : w.getUnfitJobs()) x.unfit_jobs[Str(u.getName())] = Str(u.getReason());
+      m.workers.push_back(std::move(x));
+    }
+    for (auto j : r.getJobs()) {
+      JobSummaryMsg x;
+      x.name = Str(j.getName());
+      x.dataset = Str(j.getDataset());
+      x.num_samples = j.getNumSamples();
+      for (auto c : j.getConsumers()) x.consumers.push_back(Str(c));
+      x.first_open = j.getFirstOpen();
+      x.epochs = j.getEpochs();
+      x.splits_per_epoch = j.getSplitsPerEpoch();
+      x.pending = j.getPending();
+      x.leased = j.getLeased();
+      x.done = j.getDone();
+      x.finished = j.getFinished();
+      x.ranks = j.getRanks();
+      m.jobs.push_back(std::move(x));
+    }
+    return m;
+  });
+}
+
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f) {
   return Decode<ctl::GetJobStatus>(f, MessageType::kGetJobStatus, [](ctl::GetJobStatus::Reader r) -> Result<GetJobStatusMsg> {
     return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch()};

@@ -108,6 +108,33 @@ OutFrame EncodeJobStatus(const JobStatusMsg& m);
 OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);
 OutFrame EncodeReportWorker(const std::string& address);
 
+// ferry-ctl status (schemas/control.capnp: ClusterStatus).
+struct WorkerStatusMsg {
+  std::string id, address;
+  bool draining = false;
+  uint32_t leases = 0;
+  int64_t silent_ms = 0;
+  std::string serves_job, serves_consumer;
+  std::map<std::string, std::string> unfit_jobs;
+};
+struct JobSummaryMsg {
+  std::string name, dataset;
+  int64_t num_samples = 0;
+  std::vector<std::string> consumers;
+  uint64_t first_open = 0;
+  int64_t epochs = 0, splits_per_epoch = 0, pending = 0, leased = 0, done = 0;
+  bool finished = false;
+  int64_t ranks = 0;
+};
+struct ClusterStatusMsg {
+  std::string state_id;
+  bool journal_writable = true;
+  std::vector<WorkerStatusMsg> workers;
+  std::vector<JobSummaryMsg> jobs;
+};
+OutFrame EncodeGetClusterStatus();
+OutFrame EncodeClusterStatus(const ClusterStatusMsg& m);
+
 Result<RegisterWorkerMsg> DecodeRegisterWorker(const InFrame& f);
 Result<uint32_t> DecodeRegisterWorkerOk(const InFrame& f);
 Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f);
@@ -122,6 +149,8 @@ Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f);
 Result<JobStatusMsg> DecodeJobStatus(const InFrame& f);
 Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f);
 Result<std::string> DecodeReportWorker(const InFrame& f);
+Status DecodeGetClusterStatus(const InFrame& f);
+Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f);
 
 }  // namespace ferry::wire
 

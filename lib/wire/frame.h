@@ -50,6 +50,8 @@ enum class MessageType : uint16_t {
   kJobStatus = 26,
   kRestoreConsumer = 27,
   kReportWorker = 28,
+  kGetClusterStatus = 29,
+  kClusterStatus = 30,
 };
 
 inline const char* MessageTypeName(MessageType t) {
@@ -75,6 +77,8 @@ inline const char* MessageTypeName(MessageType t) {
     case MessageType::kJobStatus: return "JobStatus";
     case MessageType::kRestoreConsumer: return "RestoreConsumer";
     case MessageType::kReportWorker: return "ReportWorker";
+    case MessageType::kGetClusterStatus: return "GetClusterStatus";
+    case MessageType::kClusterStatus: return "ClusterStatus";
     case MessageType::kInvalid: break;
   }
   return "Invalid";
@@ -119,7 +123,7 @@ inline Result<FrameHeader> ParseFrameHeader(const uint8_t in[kFrameHeaderSize], 
     return Status::InvalidArgument("bad frame: protocol version " + std::to_string(h.version) + ", expected " +
                                    std::to_string(kProtocolVersion));
   if (type == 0 || (type > uint16_t(MessageType::kError) && type < uint16_t(MessageType::kRegisterWorker)) ||
-      type > uint16_t(MessageType::kReportWorker))
+      type > uint16_t(MessageType::kClusterStatus))
     return Status::InvalidArgument("bad frame: unknown message type " + std::to_string(type));
   h.type = MessageType(type);
   const uint64_t limit = h.type == MessageType::kBatch ? limits.max_batch_bytes : limits.max_control_bytes;

@@ -107,3 +107,62 @@ def test_flags_from_the_environment_and_a_config_file(ferry_local, tmp_path):
                          capture_output=True, text=True, timeout=30,
                          env=clean_env(FERRY_HEARTBEAT_INTERVAL_MS="often"))
     assert bad.returncode == 2 and "often" in bad.stderr, bad.stderr
+
+
+def ferry_ctl(ferry_local):
+    return os.path.join(os.path.dirname(os.path.dirname(ferry_local)), "client", "ferry-ctl")
+
+
+def test_ferry_ctl_status_shows_jobs_and_workers(ferry, ferry_local, small_tree, tmp_path):
+    """ferry-ctl status on a running cluster: the job (consumers, epoch, splits) and the
+    worker (address, leases), as tables and as JSON; with a token, only with the token."""
+    import json
+    (tmp_path / "token").write_text("s3cret\n")
+    env = clean_env()
+    d, line, _ = start([binary(ferry_local, "ferry-dispatcher"), "--listen", "127.0.0.1:0", "--work-dir",
+                        str(tmp_path / "journal"), "--token-file", str(tmp_path / "token")], env, tmp_path, "d")
+    dispatcher = line.split()[-1]
+    w, wline, _ = start([binary(ferry_local, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads", "1",
+                         "--dispatcher", dispatcher, "--token-file", str(tmp_path / "token")], env, tmp_path, "w")
+    worker = wline.split()[-1]
+    ctl = ferry_ctl(ferry_local)
+    try:
+        loader = ferry.Loader(data=small_tree, pipeline={"decode": "rgb", "ops": [{"op": "center_crop", "size": 16}],
+                                                          "output": {"dtype": "uint8", "layout": "NHWC"}},
+                              batch_size=8, dispatcher=dispatcher, job_name="ctl-job", batches_per_split=2, epochs=2,
+                              token_file=str(tmp_path / "token"))
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        out = subprocess.run([ctl, "status", "--dispatcher", dispatcher, "--token-file", str(tmp_path / "token")],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert "JOBS (1)" in out.stdout and "WORKERS (1)" in out.stdout, out.stdout
+        job_line = [l for l in out.stdout.splitlines() if l.startswith("ctl-job ")]
+        assert job_line and "120" in job_line[0] and "0/2" in job_line[0] and small_tree in job_line[0], out.stdout
+        assert worker in out.stdout and "serving" in out.stdout, out.stdout
+
+        out = subprocess.run([ctl, "status", "--json", "--token-file", str(tmp_path / "token")], capture_output=True,
+                             text=True, timeout=30, env=clean_env(FERRY_DISPATCHER=dispatcher))
+        assert out.returncode == 0, out.stderr
+        s = json.loads(out.stdout)
+        assert s["journal_writable"] is True
+        [job] = s["jobs"]
+        assert job["name"] == "ctl-job" and job["num_samples"] == 120 and len(job["consumers"]) == 1
+        assert job["splits_per_epoch"] == 8 and job["epochs"] == 2 and not job["finished"]
+        assert job["splits"]["done"] + job["splits"]["leased"] + job["splits"]["pending"] <= 16
+        assert job["splits"]["done"] >= 1
+        [wk] = s["workers"]
+        assert wk["address"] == worker and wk["state"] == "serving"
+        assert wk["leases"] == job["splits"]["leased"]
+        loader.close()
+
+        refused = subprocess.run([ctl, "status", "--dispatcher", dispatcher], capture_output=True, text=True,
+                                 timeout=30, env=clean_env())
+        assert refused.returncode == 1 and "token" in refused.stderr, refused.stderr
+    finally:
+        stop(w)
+        stop(d)
+    gone = subprocess.run([ctl, "status", "--dispatcher", dispatcher, "--timeout", "1"], capture_output=True,
+                          text=True, timeout=30, env=clean_env())
+    assert gone.returncode == 1 and dispatcher in gone.stderr, gone.stderr
