@@ -58,7 +58,8 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
-    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker};
+    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker,
+    MessageType::kGetClusterStatus, MessageType::kClusterStatus};
 
 void DecodeAll(InFrame f) {
   for (MessageType t : kAllTypes) {
@@ -142,6 +143,12 @@ void DecodeAll(InFrame f) {
       case MessageType::kReportWorker:
         (void)DecodeReportWorker(f);
         break;
+      case MessageType::kGetClusterStatus:
+        (void)DecodeGetClusterStatus(f);
+        break;
+      case MessageType::kClusterStatus:
+        (void)DecodeClusterStatus(f);
+        break;
       case MessageType::kInvalid:
         break;
     }
@@ -213,6 +220,19 @@ void WriteSeeds(const std::string& dir) {
   WriteSeed(dir, "get_job_status", Flatten(EncodeGetJobStatus({"job", "trainer", 1})));
   WriteSeed(dir, "restore_consumer", Flatten(EncodeRestoreConsumer({"job", "trainer", 1, {{1, 0}, {1, 4}}})));
   WriteSeed(dir, "report_worker", Flatten(EncodeReportWorker("127.0.0.1:7001")));
+  WriteSeed(dir, "get_cluster_status", Flatten(EncodeGetClusterStatus()));
+  {
+    ClusterStatusMsg cs;
+    cs.state_id = "0123456789abcdef";
+    cs.workers.push_back({"w1", "127.0.0.1:7001", false, 4, 120, "", "", {{"gone", "no such directory"}}});
+    JobSummaryMsg j;
+    j.name = "job";
+    j.dataset = "/data";
+    j.consumers = {"rank-0", "rank-1"};
+    j.ranks = 2;
+    cs.jobs.push_back(j);
+    WriteSeed(dir, "cluster_status", Flatten(EncodeClusterStatus(cs)));
+  }
   JobStatusMsg st;
   st.my_splits = {1, 5};
   WriteSeed(dir, "job_status", Flatten(EncodeJobStatus(st)));

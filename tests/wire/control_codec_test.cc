@@ -157,3 +157,51 @@ TEST(ControlCodecTest, BitFlipsOfRealControlFramesNeverCrash) {
 
 }  // namespace
 }  // namespace ferry::wire
+
+namespace ferry::wire {
+namespace {
+
+TEST(ControlCodecTest, ClusterStatusRoundTrips) {
+  EXPECT_TRUE(DecodeGetClusterStatus(ToInFrame(EncodeGetClusterStatus())).ok());
+  ClusterStatusMsg m;
+  m.state_id = "0123456789abcdef";
+  m.journal_writable = false;
+  m.workers.push_back({"w1", "10.0.0.5:7000", true, 3, 250, "job", "rank-1", {{"other", "no such directory"}}});
+  JobSummaryMsg j;
+  j.name = "job";
+  j.dataset = "/data/train";
+  j.num_samples = 1281167;
+  j.consumers = {"rank-0", "rank-1"};
+  j.first_open = 2;
+  j.epochs = 90;
+  j.splits_per_epoch = 5005;
+  j.pending = 10;
+  j.leased = 8;
+  j.done = 4987;
+  j.ranks = 2;
+  m.jobs.push_back(j);
+  Result<ClusterStatusMsg> back = DecodeClusterStatus(ToInFrame(EncodeClusterStatus(m)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->state_id, m.state_id);
+  EXPECT_FALSE(back->journal_writable);
+  ASSERT_EQ(back->workers.size(), 1u);
+  const WorkerStatusMsg& w = back->workers[0];
+  EXPECT_EQ(w.id, "w1");
+  EXPECT_TRUE(w.draining);
+  EXPECT_EQ(w.leases, 3u);
+  EXPECT_EQ(w.silent_ms, 250);
+  EXPECT_EQ(w.serves_consumer, "rank-1");
+  EXPECT_EQ(w.unfit_jobs, m.workers[0].unfit_jobs);
+  ASSERT_EQ(back->jobs.size(), 1u);
+  const JobSummaryMsg& b = back->jobs[0];
+  EXPECT_EQ(b.consumers, j.consumers);
+  EXPECT_EQ(b.num_samples, j.num_samples);
+  EXPECT_EQ(b.first_open, j.first_open);
+  EXPECT_EQ(b.splits_per_epoch, j.splits_per_epoch);
+  EXPECT_EQ(b.pending + b.leased + b.done, j.pending + j.leased + j.done);
+  EXPECT_EQ(b.ranks, 2);
+  EXPECT_FALSE(DecodeClusterStatus(ToInFrame(EncodeGetClusterStatus())).ok()) << "a request is not a reply";
+}
+
+}  // namespace
+}  // namespace ferry::wire

@@ -149,13 +149,17 @@ inline Status DecodeAs(MessageType type, const InFrame& f) {
       return DecodeRestoreConsumer(g).status();
     case MessageType::kReportWorker:
       return DecodeReportWorker(g).status();
+    case MessageType::kGetClusterStatus:
+      return DecodeGetClusterStatus(g);
+    case MessageType::kClusterStatus:
+      return DecodeClusterStatus(g).status();
     case MessageType::kInvalid:
       break;
   }
   return Status::Internal("no decoder");
 }
 
-// Every message type there is: the data plane (1..8), then the control plane (16..28).
+// Every message type there is: the data plane (1..8), then the control plane (16..30).
 constexpr MessageType kAllTypes[] = {
     MessageType::kChallenge,        MessageType::kHello,     MessageType::kHelloOk,
     MessageType::kOpenStream,       MessageType::kCredit,    MessageType::kBatch,
@@ -163,7 +167,8 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kRegisterWorkerOk, MessageType::kHeartbeat, MessageType::kHeartbeatOk,
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
-    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker};
+    MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker,
+    MessageType::kGetClusterStatus, MessageType::kClusterStatus};
 
 // Memory for a tensor: 64-byte aligned and padded to a multiple of 64 bytes.
 struct AlignedBytes {
