@@ -53,6 +53,14 @@ void ReturnLeases(JobState& j, const std::string& worker) {
   }
 }
 
+// Why `consumer` may not hold split `split` of `j` (a ranked job's split is its
+// rank's, whatever the update), or an empty string.
+std::string NotItsRank(const JobState& j, int64_t split, const std::string& consumer) {
+  if (!j.spec.ranked() || RankConsumer(j.spec.SplitRank(split)) == consumer) return {};
+  return "split " + std::to_string(split) + " belongs to " + RankConsumer(j.spec.SplitRank(split)) + ", not " +
+         consumer;
+}
+
 }  // namespace
 
 void DispatcherState::Advance(JobState& j) {
@@ -81,6 +89,8 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
       return Status::OutOfRange("lease: epoch out of range");
     if (l.ref.split < 0 || l.ref.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("lease: split out of range");
     if (!seen.insert(l.ref).second) return Status::InvalidArgument("lease: split listed twice");
+    if (std::string why = NotItsRank(j, l.ref.split, l.consumer); !why.empty())
+      return Status::FailedPrecondition("lease: " + why);
     auto et = j.epochs.find(l.ref.epoch);
     if (et != j.epochs.end()) {
       const size_t s = size_t(l.ref.split);
@@ -116,9 +126,8 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
     if (r.epoch > j.first_open + 1) return Status::OutOfRange("ack: an epoch not yet open");
     if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
     // A ranked job's split is its rank's, assigned or not yet.
-    if (j.spec.ranked() && RankConsumer(j.spec.SplitRank(r.split)) != u.consumer)
-      return Status::FailedPrecondition("ack: split " + std::to_string(r.split) + " belongs to " +
-                                        RankConsumer(j.spec.SplitRank(r.split)) + ", not " + u.consumer);
+    if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())
+      return Status::FailedPrecondition("ack: " + why);
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end()) {
       const std::string& owner = et->second.consumer[size_t(r.split)];
@@ -161,9 +170,8 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
         r.epoch > u.first_open + 1 || (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
-    if (j.spec.ranked() && RankConsumer(j.spec.SplitRank(r.split)) != u.consumer)
-      return Status::FailedPrecondition("restore: split " + std::to_string(r.split) + " belongs to " +
-                                        RankConsumer(j.spec.SplitRank(r.split)) + ", not " + u.consumer);
+    if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())
+      return Status::FailedPrecondition("restore: " + why);
     for (const auto* m : {&j.epochs, reopenable ? &j.completed : nullptr}) {
       if (m == nullptr) continue;
       auto et = m->find(r.epoch);
@@ -179,12 +187,15 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     j.epochs.emplace(u.first_open, std::move(j.completed.at(u.first_open)));
     j.completed.clear();
   } else if (u.first_open < j.first_open) {
-    // Reopen completed epochs (this consumer did every split of them).
+    // Reopen completed epochs (this consumer did every split of them; of a ranked
+    // job, every split of its rank, and the other ranks, gone, theirs).
     for (uint64_t e = u.first_open; e < j.first_open; ++e) {
       EpochState es;
       es.status.assign(n, SplitStatus::kDone);
       es.worker.assign(n, std::string());
       es.consumer.assign(n, u.consumer);
+      if (j.spec.ranked())
+        for (size_t s = 0; s < n; ++s) es.consumer[s] = RankConsumer(j.spec.SplitRank(int64_t(s)));
       es.done = int64_t(n);
       j.epochs.emplace(e, std::move(es));
     }
@@ -251,6 +262,8 @@ Status DispatcherState::ApplyAssign(const AssignSplits& u) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < j.first_open ||
         (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("assign: split out of range");
+    if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())
+      return Status::FailedPrecondition("assign: " + why);
     auto et = j.epochs.find(r.epoch);
     if (et != j.epochs.end() && (et->second.status[size_t(r.split)] != SplitStatus::kPending ||
                                  !et->second.consumer[size_t(r.split)].empty()))

@@ -261,5 +261,37 @@ TEST(StateTest, ARankCannotAcknowledgeOrRestoreAnotherRanksSplit) {
   MustApply(s, RestoreConsumer{"job", "rank-1", 0, {{0, 1}, {0, 3}}});
 }
 
+// Found by a longer run of the dispatcher fuzzer: no update, however it comes, may
+// make a ranked job's split another rank's. Restoring the last rank to an epoch
+// already complete reopened that epoch with every split the restoring rank's, so the
+// other ranks (back later) would never be served theirs; and a lease or a snapshot's
+// assignment could name any consumer.
+TEST(StateTest, NoUpdateGivesARanksSplitToAnotherRank) {
+  DispatcherState s;
+  CreateJob c = Create("job", 40, 10, 1, 2);  // 4 one-batch splits an epoch, 2 ranks
+  c.spec.num_consumers = 2;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "rank-0"});
+  MustApply(s, AddConsumer{"job", "rank-1"});
+  MustApply(s, RegisterWorker{"w1", "a"});
+  Status st = s.Apply(LeaseSplits{"job", "w1", {{{0, 0}, "rank-0"}, {{0, 1}, "rank-0"}}});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("belongs to rank-1"), std::string::npos) << st.ToString();
+  EXPECT_EQ(s.job("job")->epochs.count(0), 0u);  // refused whole
+  st = s.Apply(AssignSplits{"job", "rank-1", {{0, 0}}});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+
+  // Epoch 0 done by both ranks; rank 1 goes; rank 0 restores to epoch 0.
+  MustApply(s, AckSplits{"job", "rank-0", {{0, 0}, {0, 2}}});
+  MustApply(s, AckSplits{"job", "rank-1", {{0, 1}, {0, 3}}});
+  ASSERT_EQ(s.job("job")->first_open, 1u);
+  MustApply(s, RemoveConsumer{"job", "rank-1"});
+  MustApply(s, RestoreConsumer{"job", "rank-0", 0, {{0, 0}}});
+  const EpochState& e = s.job("job")->epochs.at(0);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(e.consumer[size_t(i)], i % 2 == 0 ? "rank-0" : "rank-1") << i;
+  EXPECT_EQ(e.status[2], SplitStatus::kPending);  // rank 0's, not in its saved state
+  EXPECT_EQ(e.status[1], SplitStatus::kDone);     // rank 1's, as it was
+}
+
 }  // namespace
 }  // namespace ferry::dispatch

@@ -14,6 +14,7 @@
 #                            subfolder per target (default: a temporary one, seeded afresh)
 #     FERRY_FUZZ_RUNS        stop each target after this many executions instead (with
 #                            SECONDS as the time limit still)
+# Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time.
 # Crashing inputs are written to $FERRY_FUZZ_BUILD_DIR/artifacts/; reproduce one with
 #   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET FILE
 set -euo pipefail
@@ -52,12 +53,16 @@ for target in "${targets[@]}"; do
   corpus=${FERRY_FUZZ_CORPUS:+$FERRY_FUZZ_CORPUS/$target}
   corpus=${corpus:-$work/$target-corpus}
   mkdir -p "$corpus"
+  # Inputs that once found a bug run first, every time (libFuzzer adds new inputs to
+  # the first folder only).
+  regressions=()
+  [ -d "$root/tests/fuzz/regressions/$target" ] && regressions=("$root/tests/fuzz/regressions/$target")
   echo "fuzz: running $target for ${seconds}s"
   set +e
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$fuzzer" -max_total_time="$seconds" "${runs[@]}" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" 2>&1 | tee "$work/log" |
+    -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" "${regressions[@]}" 2>&1 | tee "$work/log" |
     grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)'
   rc=${PIPESTATUS[0]}
   set -e
