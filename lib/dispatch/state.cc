@@ -341,7 +341,10 @@ Status DispatcherState::Apply(const Update& u) {
           auto it = jobs_.find(x.job);
           if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
           JobState& j = it->second;
-          if (x.first_open < j.first_open) return Status::FailedPrecondition("job progress cannot go back");
+          // Back only on a job just created (a snapshot's job restored to before its
+          // first epoch), never over splits.
+          if (x.first_open < j.first_open && (!j.epochs.empty() || !j.completed.empty()))
+            return Status::FailedPrecondition("job progress cannot go back");
           for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < x.first_open ? j.epochs.erase(e) : std::next(e);
           j.completed.clear();
           j.first_open = x.first_open;
@@ -394,7 +397,9 @@ std::vector<Update> DispatcherState::Snapshot() const {
   for (const auto& [name, j] : jobs_) {
     out.push_back(CreateJob{j.name, j.spec});
     for (const std::string& c : j.consumers) out.push_back(AddConsumer{name, c});
-    if (j.first_open > 0) out.push_back(JobProgress{name, j.first_open});
+    // CreateJob opens the job at its first epoch; a consumer may have restored it
+    // to an earlier one.
+    if (j.first_open != j.spec.first_epoch) out.push_back(JobProgress{name, j.first_open});
     std::map<std::string, AckSplits> acks;
     std::map<std::string, AssignSplits> owned;
     std::map<std::string, LeaseSplits> leases;

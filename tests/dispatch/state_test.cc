@@ -187,6 +187,30 @@ TEST(StateTest, ASnapshotKeepsPendingSplitsOwnersAndRemovedConsumersAcks) {
   EXPECT_EQ(r.job("job")->consumers, (std::vector<std::string>{"c1", "c2"}));
 }
 
+// Found by the dispatcher fuzzer: a job created at its first epoch 2 and restored by
+// its consumer to epoch 0 came back from a snapshot at epoch 2 (the snapshot wrote its
+// progress only when past 0, and CreateJob opens a job at its first epoch).
+TEST(StateTest, ASnapshotKeepsAJobRestoredToBeforeItsFirstEpoch) {
+  DispatcherState s;
+  CreateJob c = Create();
+  c.spec.first_epoch = 2;
+  c.spec.epochs = 4;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "c1"});
+  ASSERT_EQ(s.job("job")->first_open, 2u);
+  MustApply(s, RestoreConsumer{"job", "c1", 0, {}});
+  ASSERT_EQ(s.job("job")->first_open, 0u);
+  DispatcherState r;
+  for (const Update& u : s.Snapshot()) MustApply(r, u);
+  EXPECT_EQ(r.job("job")->first_open, 0u);
+  EXPECT_EQ(r.DebugString(), s.DebugString());
+  // Progress goes back only on a job that holds no split yet.
+  MustApply(r, AckSplits{"job", "c1", {{0, 1}}});
+  EXPECT_EQ(r.Apply(JobProgress{"job", 0}).code(), StatusCode::kOk);  // not back
+  EXPECT_EQ(r.Apply(JobProgress{"job", 1}).code(), StatusCode::kOk);
+  EXPECT_EQ(r.Apply(JobProgress{"job", 0}).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(StateTest, AcksAndRestoresOfEpochsNotYetOpenAreRefused) {
   DispatcherState s;
   JobSpec forever = Create().spec;

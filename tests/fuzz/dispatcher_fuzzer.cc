@@ -384,7 +384,11 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     }
   }
   // The dispatcher logs replays and removals: not wanted a million times.
-  ferry::SetLogQuiet(true);
+  // FERRY_FUZZ_LOG=debug (or info...) shows them, to follow one input.
+  if (const char* level = std::getenv("FERRY_FUZZ_LOG"); level != nullptr && ferry::ParseLogLevel(level))
+    ferry::SetLogLevel(*ferry::ParseLogLevel(level));
+  else
+    ferry::SetLogQuiet(true);
   // A work dir on tmpfs when there is one: each input opens, syncs and reopens it.
   const char* base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   std::string tmpl = std::string(base) + "/ferry-dispatcher-fuzz-XXXXXX";
