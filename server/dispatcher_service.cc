@@ -428,19 +428,7 @@ DispatcherService::Stats DispatcherService::stats() const {
   return {impl_->requests_.load(), impl_->core_->stats()};
 }
 
-namespace {
-
-// Runs `f` on the io thread and returns its result, or `fallback` after 2 s.
-template <typename T, typename F>
-T OnIo(asio::io_context& io, F f, T fallback) {
-  auto p = std::make_shared<std::promise<T>>();
-  auto result = p->get_future();
-  asio::post(io, [p, f] { p->set_value(f()); });
-  if (result.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return fallback;
-  return result.get();
-}
-
-}  // namespace
+using net::OnIo;
 
 std::string DispatcherService::MetricsText() const {
   Impl* impl = impl_.get();
@@ -474,10 +462,12 @@ std::string DispatcherService::MetricsText() const {
         t.Sample("ferry_workers", {{"state", "draining"}}, double(draining));
         t.One("ferry_jobs", "gauge", "Jobs the dispatcher holds (finished ones until collected).",
               double(st.jobs().size()));
+        // Per-job series are labelled ferry_job, not job: Prometheus gives every
+        // scraped series its target's `job` label, and would rename ours exported_job.
         t.Family("ferry_job_consumers", "gauge", "Consumers of each job.");
-        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_consumers", {{"job", name}}, double(j.consumers.size()));
+        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_consumers", {{"ferry_job", name}}, double(j.consumers.size()));
         t.Family("ferry_job_epoch", "gauge", "Each job's first epoch not yet complete.");
-        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_epoch", {{"job", name}}, double(j.first_open));
+        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_epoch", {{"ferry_job", name}}, double(j.first_open));
         t.Family("ferry_job_splits", "gauge", "Splits of each job's open epochs, by status.");
         for (const auto& [name, j] : st.jobs()) {
           int64_t pending = 0, leased = 0, done = 0;
@@ -486,9 +476,9 @@ std::string DispatcherService::MetricsText() const {
             done += e.done;
             pending += int64_t(e.status.size()) - e.leased - e.done;
           }
-          t.Sample("ferry_job_splits", {{"job", name}, {"status", "pending"}}, double(pending));
-          t.Sample("ferry_job_splits", {{"job", name}, {"status", "leased"}}, double(leased));
-          t.Sample("ferry_job_splits", {{"job", name}, {"status", "done"}}, double(done));
+          t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "pending"}}, double(pending));
+          t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "leased"}}, double(leased));
+          t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "done"}}, double(done));
         }
         return t.str();
       },

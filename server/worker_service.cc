@@ -170,6 +170,11 @@ class WorkerService::Impl {
 
   std::atomic<int64_t> connections_{0}, streams_{0}, batches_sent_{0}, bad_frames_{0}, auth_failures_{0};
   std::atomic<int64_t> open_connections_{0};
+  std::atomic<int64_t> bytes_sent_{0};
+  // Stage times and skips of every stream's producer, and each batch's time waiting
+  // in its stream's outbox for a credit (the send stage).
+  const std::shared_ptr<PipelineStats> pipeline_stats_ = std::make_shared<PipelineStats>();
+  Histogram send_wait_;
   const uint64_t memory_budget_;
   uint64_t memory_reserved_ = 0;  // io thread only
   uint64_t next_serial_ = 0;      // io thread only
@@ -432,6 +437,7 @@ class Session : public std::enable_shared_from_this<Session> {
           });
         });
     producer_->SetSyntheticBatchCost(svc_->opts_.synthetic_cost_us);
+    producer_->SetStats(svc_->pipeline_stats_);
     state_ = State::kStreaming;
     ++svc_->streams_;
     producer_->Start();
@@ -472,6 +478,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (synthetic_) SyntheticFill();
     StreamOutbox::Sendable now = outbox_.TakeSendable();
     svc_->batches_sent_ += now.batches;
+    svc_->bytes_sent_ += now.bytes;
+    for (int64_t ns : now.waited_ns) svc_->send_wait_.ObserveNs(ns);
     for (OutFrame& f : now.frames) conn_->Send(std::move(f));
     if (producer_done_ && outbox_.queued() == 0 && state_ == State::kStreaming) {
       state_ = State::kEnding;
@@ -552,6 +560,13 @@ class Session : public std::enable_shared_from_this<Session> {
   bool named_ = false;
   uint64_t listing_ = 0;  // point to point: what this worker lists (0: synthetic, or by name)
   int64_t listed_samples_ = 0;
+
+ public:
+  // For /metrics (io thread): batches queued for credits, and credits unspent.
+  size_t queued() const { return outbox_.queued(); }
+  int64_t credits() const { return outbox_.credits(); }
+
+ private:
   StreamOutbox outbox_;
   bool producer_done_ = false, draining_ = false;
   Status producer_status_;
@@ -675,6 +690,44 @@ std::string WorkerService::MetricsText() const {
   t.One("ferry_worker_connections_total", "counter", "Connections accepted.", double(i.connections_.load()));
   t.One("ferry_worker_streams_total", "counter", "Streams opened by clients.", double(i.streams_.load()));
   t.One("ferry_worker_batches_sent_total", "counter", "Batches sent to clients.", double(i.batches_sent_.load()));
+  t.One("ferry_worker_bytes_sent_total", "counter", "Bytes of frames sent to clients (batches and stream ends).",
+        double(i.bytes_sent_.load()));
+  const PipelineStats& ps = *i.pipeline_stats_;
+  t.One("ferry_worker_samples_total", "counter", "Samples decoded and augmented into batches.",
+        double(ps.samples.load(std::memory_order_relaxed)));
+  t.Family("ferry_worker_skipped_samples_total", "counter",
+           "Samples skipped (reported to the client by path and reason), by reason.");
+  for (int r = 0; r < PipelineStats::kNumReasons; ++r)
+    t.Sample("ferry_worker_skipped_samples_total", {{"reason", std::string(PipelineStats::kReasonNames[size_t(r)])}},
+             double(ps.skipped[size_t(r)].load(std::memory_order_relaxed)));
+  t.Family("ferry_worker_stage_seconds", "histogram",
+           "Time per stage: read, decode and augment per sample; assemble (waiting for batch memory, compacting) "
+           "and send (waiting in the stream for the client's credit) per batch.");
+  t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "read"}}, ps.read.Read());
+  t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "decode"}}, ps.decode.Read());
+  t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "augment"}}, ps.augment.Read());
+  t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "assemble"}}, ps.assemble.Read());
+  t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "send"}}, i.send_wait_.Read());
+  struct Queues {
+    int64_t batches = 0, credits = 0;
+  };
+  Impl* impl = impl_.get();
+  const Queues q = net::OnIo<Queues>(
+      impl->io_,
+      [impl] {
+        Queues q;
+        for (const auto& s : impl->sessions_) {
+          q.batches += int64_t(s->queued());
+          q.credits += s->credits();
+        }
+        return q;
+      },
+      Queues{-1, -1});
+  t.One("ferry_worker_queued_batches", "gauge",
+        "Batches produced and waiting in their streams for a credit (-1: the io thread did not answer).",
+        double(q.batches));
+  t.One("ferry_worker_unspent_credits", "gauge",
+        "Credits clients granted that no batch has used yet: batches the clients wait for.", double(q.credits));
   t.One("ferry_worker_bad_frames_total", "counter", "Malformed frames (each closed its connection).",
         double(i.bad_frames_.load()));
   t.One("ferry_worker_auth_failures_total", "counter", "Handshakes refused (token or TLS).",

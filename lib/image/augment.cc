@@ -6,6 +6,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "core/check.h"
+#include "core/histogram.h"
 #include "core/philox.h"
 #include "image/image_decoder.h"
 #include "image/jpeg_decoder.h"
@@ -33,7 +34,7 @@ SampleProcessor::SampleProcessor(const PipelineSpec& spec) : spec_(spec) {
 }
 
 Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index,
-                                void* out) const {
+                                void* out, int64_t* decoded_ns) const {
   if (encoded.empty()) return Status::DataLoss("zero-byte file");
   const bool gray = spec_.color == PipelineSpec::Color::kGray;
   const int size = spec_.size, channels = spec_.channels();
@@ -71,6 +72,7 @@ Status SampleProcessor::Process(std::string_view encoded, uint64_t seed, uint64_
       region = img(box);
     }
 
+    if (decoded_ns != nullptr) *decoded_ns = MonoNs();
     bool flip = false;
     if (spec_.hflip_p > 0) {
       SampleRng flip_rng(seed, epoch, uint64_t(index), kRngFlip);

@@ -36,7 +36,11 @@ class SampleProcessor {
   // reported with the file's path): DataLoss for corrupt/truncated/empty data,
   // InvalidArgument for non-images, Unimplemented for unsupported formats,
   // ResourceExhausted for images over spec().max_pixels.
-  Status Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index, void* out) const;
+  //
+  // With `decoded_ns`, the steady-clock time (core/histogram.h MonoNs) at which the
+  // decode ended and augmentation began is written there (for the stage metrics).
+  Status Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index, void* out,
+                 int64_t* decoded_ns = nullptr) const;
 
  private:
   PipelineSpec spec_;

@@ -196,4 +196,17 @@ void PromText::Sample(const std::string& name, const std::map<std::string, std::
   out_ += ' ' + Number(value) + '\n';
 }
 
+void PromText::HistogramSamples(const std::string& name, std::map<std::string, std::string> labels,
+                                const Histogram::Snapshot& h) {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    cumulative += h.counts[i];
+    labels["le"] = i < h.bounds.size() ? Number(h.bounds[i]) : "+Inf";
+    Sample(name + "_bucket", labels, double(cumulative));
+  }
+  labels.erase("le");
+  Sample(name + "_sum", labels, h.sum);
+  Sample(name + "_count", labels, double(cumulative));
+}
+
 }  // namespace ferry::net

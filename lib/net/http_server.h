@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "core/histogram.h"
 #include "ferry/status.h"
 
 namespace ferry::net {
@@ -54,6 +55,10 @@ class PromText {
     Family(name, type, help);
     Sample(name, {}, value);
   }
+  // One histogram's samples (_bucket with cumulative counts and `le`, _sum, _count)
+  // under `labels`; call Family(name, "histogram", help) once before.
+  void HistogramSamples(const std::string& name, std::map<std::string, std::string> labels,
+                        const Histogram::Snapshot& h);
   const std::string& str() const { return out_; }
 
  private:

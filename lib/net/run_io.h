@@ -9,7 +9,11 @@
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it in C++20
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
 #include <exception>
+#include <future>
+#include <memory>
 
 #include "core/log.h"
 
@@ -26,6 +30,18 @@ inline void RunIo(boost::asio::io_context& io, const char* what) {
       LogWarn("%s: a handler failed with an unknown exception, going on", what);
     }
   }
+}
+
+// Runs `f` on `io`'s thread and returns its result, or `fallback` after 2 s (an io
+// thread busy or stopped): how another thread (the metrics server's) reads state the
+// io thread owns.
+template <typename T, typename F>
+T OnIo(boost::asio::io_context& io, F f, T fallback) {
+  auto p = std::make_shared<std::promise<T>>();
+  auto result = p->get_future();
+  boost::asio::post(io, [p, f] { p->set_value(f()); });
+  if (result.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return fallback;
+  return result.get();
 }
 
 }  // namespace ferry::net

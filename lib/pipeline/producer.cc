@@ -9,6 +9,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "core/check.h"
+#include "core/histogram.h"
 #include "core/mutex.h"
 #include "core/resources.h"
 #include "core/tsan.h"
@@ -185,6 +186,7 @@ void BatchProducer::Run() {
     auto batch = std::make_unique<ProducedBatch>();
     batch->plan = std::move(*plan);
     const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
+    const int64_t wait_from = MonoNs();
     try {
       batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
     } catch (const std::bad_alloc&) {
@@ -198,14 +200,15 @@ void BatchProducer::Run() {
       MutexLock lock(&mu_);
       ++in_flight_;
     }
+    const int64_t memory_wait_ns = MonoNs() - wait_from;
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
-    arena_->enqueue([this, my_seq, raw] {
+    arena_->enqueue([this, my_seq, raw, memory_wait_ns] {
       FERRY_TSAN_ACQUIRE(raw);
       std::unique_ptr<ProducedBatch> owned(raw);
       try {
-        Fill(owned.get());
+        Fill(owned.get(), memory_wait_ns);
       } catch (const std::bad_alloc&) {
         MutexLock lock(&mu_);
         if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
@@ -231,12 +234,14 @@ void BatchProducer::Run() {
   if (call_done && done_) done_(final_status);
 }
 
-void BatchProducer::Fill(ProducedBatch* b) {
+void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   const BatchMemory& m = b->memory;
   const std::vector<int64_t>& samples = b->plan.samples;
   const int n = int(samples.size());
-  if (dataset_->kind() == "synthetic") return FillSynthetic(b);
+  if (dataset_->kind() == "synthetic") return FillSynthetic(b, memory_wait_ns);
+  PipelineStats* stats = stats_.get();
   std::vector<Status> status(static_cast<size_t>(n));
+  std::vector<uint8_t> read_failed(static_cast<size_t>(n));
   // libtbb forks the chunks after this point and joins them before parallel_for
   // returns; TSan sees neither edge by itself (core/tsan.h).
   FERRY_TSAN_RELEASE(b);
@@ -247,18 +252,37 @@ void BatchProducer::Fill(ProducedBatch* b) {
       const int64_t idx = samples[size_t(i)];
       m.labels[i] = dataset_->Label(idx);
       m.indices[i] = idx;
+      const int64_t t0 = stats != nullptr ? MonoNs() : 0;
       Status st = dataset_->ReadSample(idx, &bytes);
-      if (st.ok()) st = processor_.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_);
+      const int64_t t1 = stats != nullptr ? MonoNs() : 0;
+      if (stats != nullptr) stats->read.ObserveNs(t1 - t0);
+      if (!st.ok()) {
+        read_failed[size_t(i)] = 1;
+      } else {
+        int64_t t2 = 0;
+        st = processor_.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
+                                stats != nullptr ? &t2 : nullptr);
+        if (stats != nullptr && st.ok()) {
+          stats->decode.ObserveNs(t2 - t1);
+          stats->augment.ObserveNs(MonoNs() - t2);
+        }
+      }
       status[size_t(i)] = std::move(st);
     }
     FERRY_TSAN_RELEASE(&status);
   });
   FERRY_TSAN_ACQUIRE(&status);
+  const int64_t compact_from = stats != nullptr ? MonoNs() : 0;
   // Compaction around bad files: only when one left a hole (memmove of later rows).
   int64_t valid = 0;
   for (int i = 0; i < n; ++i) {
     if (!status[size_t(i)].ok()) {
       b->skipped.push_back({samples[size_t(i)], dataset_->Path(samples[size_t(i)]), status[size_t(i)].ToString()});
+      if (stats != nullptr) {
+        const PipelineStats::Reason r =
+            read_failed[size_t(i)] ? PipelineStats::kReadFailed : PipelineStats::DecodeReason(status[size_t(i)].code());
+        stats->skipped[r].fetch_add(1, std::memory_order_relaxed);
+      }
       continue;
     }
     if (i != valid) {
@@ -276,9 +300,13 @@ void BatchProducer::Fill(ProducedBatch* b) {
   } else {
     b->rows = valid;
   }
+  if (stats != nullptr) {
+    stats->samples.fetch_add(valid, std::memory_order_relaxed);
+    stats->assemble.ObserveNs(memory_wait_ns + MonoNs() - compact_from);
+  }
 }
 
-void BatchProducer::FillSynthetic(ProducedBatch* b) {
+void BatchProducer::FillSynthetic(ProducedBatch* b, int64_t memory_wait_ns) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(synthetic_cost_us_);
   const BatchMemory& m = b->memory;
   const std::vector<int64_t>& samples = b->plan.samples;
@@ -294,6 +322,10 @@ void BatchProducer::FillSynthetic(ProducedBatch* b) {
     m.labels[i] = m.indices[i] = -1;
   }
   std::this_thread::sleep_until(until);
+  if (stats_ != nullptr) {
+    stats_->samples.fetch_add(b->valid, std::memory_order_relaxed);
+    stats_->assemble.ObserveNs(memory_wait_ns);
+  }
 }
 
 void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {

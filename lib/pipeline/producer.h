@@ -38,6 +38,7 @@
 #include "ferry/iterator.h"
 #include "ferry/job.h"
 #include "image/augment.h"
+#include "pipeline/stats.h"
 
 namespace ferry {
 
@@ -189,6 +190,8 @@ class BatchProducer {
   // are filled with a byte pattern and the batch takes `cost_us` of wall time, so a
   // worker emits batches at a fixed rate (the scaling benchmark). Before Start().
   void SetSyntheticBatchCost(int64_t cost_us) { synthetic_cost_us_ = cost_us; }
+  // Stage timings and skips are added to `stats` (pipeline/stats.h). Before Start().
+  void SetStats(std::shared_ptr<PipelineStats> stats) { stats_ = std::move(stats); }
 
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
@@ -199,8 +202,8 @@ class BatchProducer {
 
  private:
   void Run();
-  void Fill(ProducedBatch* batch);
-  void FillSynthetic(ProducedBatch* batch);
+  void Fill(ProducedBatch* batch, int64_t memory_wait_ns);
+  void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
 
   const std::shared_ptr<const Dataset> dataset_;
@@ -214,6 +217,7 @@ class BatchProducer {
   const EmitFn emit_;
   const DoneFn done_;
   int64_t synthetic_cost_us_ = 0;
+  std::shared_ptr<PipelineStats> stats_;
   std::thread thread_;
 
   Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls

@@ -1,5 +1,6 @@
 #include "worker/stream_outbox.h"
 
+#include "core/histogram.h"
 #include "wire/codec.h"
 
 namespace ferry {
@@ -8,7 +9,7 @@ void StreamOutbox::AddBatch(wire::OutFrame frame, const BatchProvenance& p, int6
   epoch_batches_ = p.batch_in_epoch + 1;
   epoch_samples_ += valid;
   // Even an empty batch (every file of it bad) goes out: it carries the skips.
-  out_.push_back({std::move(frame), true});
+  out_.push_back({std::move(frame), true, MonoNs()});
   if (!p.last_in_epoch || splits_) return;
   wire::EndOfEpochMsg e{p.epoch, epoch_batches_, epoch_samples_, int64_t(p.epoch) == last_epoch_};
   AddFrame(wire::EncodeEndOfEpoch(e), false, e.last);
@@ -17,7 +18,7 @@ void StreamOutbox::AddBatch(wire::OutFrame frame, const BatchProvenance& p, int6
 
 void StreamOutbox::AddFrame(wire::OutFrame frame, bool needs_credit, bool final_end_of_epoch) {
   if (final_end_of_epoch) final_end_of_epoch_ = true;
-  out_.push_back({std::move(frame), needs_credit});
+  out_.push_back({std::move(frame), needs_credit, needs_credit ? MonoNs() : 0});
 }
 
 StreamOutbox::Sendable StreamOutbox::TakeSendable() {
@@ -26,7 +27,9 @@ StreamOutbox::Sendable StreamOutbox::TakeSendable() {
     if (out_.front().needs_credit) {
       --credits_;
       ++s.batches;
+      s.waited_ns.push_back(MonoNs() - out_.front().queued_ns);
     }
+    s.bytes += int64_t(out_.front().frame.size());
     s.frames.push_back(std::move(out_.front().frame));
     out_.pop_front();
   }

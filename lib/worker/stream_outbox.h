@@ -48,6 +48,8 @@ class StreamOutbox {
   struct Sendable {
     std::vector<wire::OutFrame> frames;  // in order
     int64_t batches = 0;                 // of them, batches (each spent a credit)
+    int64_t bytes = 0;                   // of all the frames
+    std::vector<int64_t> waited_ns;      // each batch's time in the outbox (credits, order)
   };
   // Everything that may go now.
   Sendable TakeSendable();
@@ -61,6 +63,7 @@ class StreamOutbox {
   struct Outgoing {
     wire::OutFrame frame;
     bool needs_credit;
+    int64_t queued_ns = 0;  // MonoNs() when added, for a batch
   };
   bool splits_ = false;
   int64_t last_epoch_ = -1;

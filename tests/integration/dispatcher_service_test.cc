@@ -135,7 +135,7 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
     EXPECT_NE(m.find("ferry_workers{state=\"serving\"} 1\n"), std::string::npos) << m;
     EXPECT_NE(m.find("ferry_dispatcher_acks_total 3\n"), std::string::npos) << m;
     EXPECT_NE(m.find("ferry_dispatcher_leases_total 6\n"), std::string::npos) << m;
-    EXPECT_NE(m.find("ferry_job_splits{job=\"job\",status=\"leased\"} 3\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("ferry_job_splits{ferry_job=\"job\",status=\"leased\"} 3\n"), std::string::npos) << m;
     EXPECT_TRUE((*svc)->Ready());
   }
   // Restarted on the same work dir: the job, its consumer, the acks and the worker's

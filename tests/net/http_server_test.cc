@@ -97,5 +97,28 @@ TEST(HttpServerTest, PrometheusTextEscapesAndFormats) {
             "ferry_y 1e+20\n");
 }
 
+TEST(HttpServerTest, HistogramBucketsAreCumulativeWithSumAndCount) {
+  Histogram h;
+  h.Observe(10e-6);  // first bucket (le 2.5e-05)
+  h.Observe(25e-6);  // on a bound: that bucket
+  h.Observe(1e-3);   // le 0.0016
+  h.Observe(100);    // past the last bound: +Inf only
+  const Histogram::Snapshot s = h.Read();
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_NEAR(s.sum, 100.001035, 1e-6);
+  EXPECT_EQ(s.counts[0], 2u);
+  EXPECT_EQ(s.counts[Histogram::kBuckets], 1u);
+  PromText t;
+  t.Family("ferry_s_seconds", "histogram", "S.");
+  t.HistogramSamples("ferry_s_seconds", {{"stage", "read"}}, s);
+  const std::string& x = t.str();
+  EXPECT_NE(x.find("ferry_s_seconds_bucket{le=\"2.5e-05\",stage=\"read\"} 2\n"), std::string::npos) << x;
+  EXPECT_NE(x.find("ferry_s_seconds_bucket{le=\"0.0008\",stage=\"read\"} 2\n"), std::string::npos) << x;
+  EXPECT_NE(x.find("ferry_s_seconds_bucket{le=\"0.0016\",stage=\"read\"} 3\n"), std::string::npos) << x;
+  EXPECT_NE(x.find("ferry_s_seconds_bucket{le=\"+Inf\",stage=\"read\"} 4\n"), std::string::npos) << x;
+  EXPECT_NE(x.find("ferry_s_seconds_count{stage=\"read\"} 4\n"), std::string::npos) << x;
+  EXPECT_NE(x.find("ferry_s_seconds_sum{stage=\"read\"} 100.001035\n"), std::string::npos) << x;
+}
+
 }  // namespace
 }  // namespace ferry::net

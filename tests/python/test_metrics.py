@@ -55,8 +55,11 @@ def parse(text):
             m = SAMPLE.match(line)
             assert m, "not a sample line: %r" % line
             name = m.group(1)
-            assert name in typed, "a sample before its TYPE: " + line
-            if typed[name] == "counter":
+            family = name
+            if name not in typed:  # a histogram's series
+                family = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert typed.get(family) == "histogram", "a sample before its TYPE: " + line
+            if typed[family] == "counter":
                 assert name.endswith("_total"), "a counter's name ends in _total: " + name
             samples[(name, m.group(2) or "")] = float(m.group(4))
     return samples
@@ -133,6 +136,21 @@ def test_metrics_health_and_readiness_of_a_running_job(ferry, ferry_local, small
         assert w_samples[("ferry_worker_registered", "")] == 1
         assert w_samples[("ferry_worker_streams_total", "")] >= 1
         assert w_samples[("ferry_worker_heartbeats_total", "")] > 0
+        # Per-stage histograms: every sample read, decoded and augmented once; every
+        # batch assembled and sent once. Buckets are cumulative and end at the count.
+        assert w_samples[("ferry_worker_samples_total", "")] == 120
+        assert w_samples[("ferry_worker_bytes_sent_total", "")] >= 120 * 16 * 16 * 3
+        for stage, n in (("read", 120), ("decode", 120), ("augment", 120), ("assemble", batches), ("send", batches)):
+            buckets = sorted((float(k[1].split('le="')[1].split('"')[0]), v) for k, v in w_samples.items()
+                             if k[0] == "ferry_worker_stage_seconds_bucket" and 'stage="%s"' % stage in k[1])
+            assert len(buckets) == 21 and buckets[-1][0] == float("inf"), stage
+            assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), stage + ": buckets not cumulative"
+            count = w_samples[("ferry_worker_stage_seconds_count", '{stage="%s"}' % stage)]
+            assert count == buckets[-1][1] == n, (stage, count, n)
+            assert w_samples[("ferry_worker_stage_seconds_sum", '{stage="%s"}' % stage)] > 0, stage
+        assert sum(v for k, v in w_samples.items() if k[0] == "ferry_worker_skipped_samples_total") == 0
+        assert w_samples[("ferry_worker_skipped_samples_total", '{reason="corrupt"}')] == 0
+        assert w_samples[("ferry_worker_queued_batches", "")] >= 0
 
         deadline = time.time() + 10
         while True:  # the last acks arrive with the client's close
@@ -144,7 +162,7 @@ def test_metrics_health_and_readiness_of_a_running_job(ferry, ferry_local, small
         assert promtool_ok(text)
         assert d_samples[("ferry_dispatcher_acks_total", "")] >= splits, "every split acknowledged"
         # The finished job is collected once its client has gone: until then, its epoch is complete.
-        assert d_samples.get(("ferry_job_epoch", '{job="metrics"}'), 1) == 1, "the job's one epoch is complete"
+        assert d_samples.get(("ferry_job_epoch", '{ferry_job="metrics"}'), 1) == 1, "the job's one epoch is complete"
         assert d_samples[("ferry_dispatcher_leases_total", "")] >= splits
         assert d_samples[("ferry_workers", '{state="serving"}')] == 1
         assert d_samples[("ferry_dispatcher_journal_writable", "")] == 1
