@@ -81,6 +81,7 @@ struct HeartbeatOk {
   known @2 :Bool = true;        # false: re-register (e.g. declared dead)
   newLeases @3 :UInt32;         # how many of `leases` (from the front) are new
   idle @4 :Bool;                # there are jobs and every one has finished
+  drain @5 :Bool;               # an operator drained this worker (ferry-ctl drain): drain and exit
 }
 
 struct GetOrCreateJob {
@@ -142,6 +143,10 @@ struct ReportWorker {
 
 # ferry-ctl status: the dispatcher's whole picture, for a tool (or a client).
 struct GetClusterStatus {}
+
+struct DrainWorker {
+  worker @0 :Text;               # its id or its address; answered with a ClusterStatus
+}
 
 struct WorkerStatus {
   id @0 :Text;

@@ -234,6 +234,9 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
                                : Result<wire::ClusterStatusMsg>(req),
                       wire::EncodeClusterStatus);
       }
+      case MessageType::kDrainWorker:
+        return Answer(Call(wire::DecodeDrainWorker(f), [&](const std::string& w) { return d.DrainWorker(w, now); }),
+                      wire::EncodeClusterStatus);
       case MessageType::kReportWorker:
         return Answer(Call(wire::DecodeReportWorker(f),
                            [&](const auto& a) -> Result<std::vector<std::string>> { return d.ReportWorker(a, now); }),
@@ -246,7 +249,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   // Who may ask what: only workers register and heartbeat (a client that could would
   // take leases, or drain a worker by its id); only clients join jobs, acknowledge,
   // restore and report workers (those change a job's state); a tool (a status CLI, a
-  // benchmark) may only read.
+  // benchmark) may read, and drain a worker (ferry-ctl drain, with the cluster's token).
   Status MayAsk(MessageType t) const {
     bool ok = false;
     switch (t) {
@@ -264,6 +267,9 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kGetJobStatus:
       case MessageType::kGetClusterStatus:
         ok = role_ == wire::Role::kClient || role_ == wire::Role::kTool;
+        break;
+      case MessageType::kDrainWorker:  // an operator's (ferry-ctl drain)
+        ok = role_ == wire::Role::kTool;
         break;
       default:
         return Status::OK();  // refused below as unexpected

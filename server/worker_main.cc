@@ -92,11 +92,14 @@ int main(int argc, char** argv) {
   // Every job finished: stop as if told to (the signal is blocked in every thread, so
   // WaitForTermination takes it). The waiting thread is joined, and the service
   // destroyed in order, before main returns.
+  // An operator's drain (ferry-ctl drain) ends the worker the same way.
   std::thread idle;
-  if (exit_when_idle) {
-    idle = std::thread([&service] {
-      if (!(*service)->WaitIdle()) return;
-      ferry::Log("every job has finished: exiting");
+  if (!o.dispatcher.empty()) {
+    idle = std::thread([&service, exit_when_idle] {
+      const ferry::DispatcherLink::Wake w = (*service)->WaitIdleOrDrain(exit_when_idle);
+      if (w == ferry::DispatcherLink::Wake::kStopped) return;
+      ferry::Log(w == ferry::DispatcherLink::Wake::kIdle ? "every job has finished: exiting"
+                                                         : "drained by an operator: finishing the splits held, then exiting");
       ::kill(::getpid(), SIGTERM);
     });
   }

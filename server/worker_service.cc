@@ -678,6 +678,9 @@ std::string WorkerService::address() const { return impl_->address_; }
 void WorkerService::Drain() { impl_->Drain(); }
 void WorkerService::WaitDrained() { impl_->WaitDrained(); }
 bool WorkerService::WaitIdle() { return impl_->link_ ? impl_->link_->WaitIdle() : false; }
+DispatcherLink::Wake WorkerService::WaitIdleOrDrain(bool idle_ends) {
+  return impl_->link_ ? impl_->link_->WaitIdleOrDrain(idle_ends) : DispatcherLink::Wake::kStopped;
+}
 void WorkerService::Leave() {
   if (impl_->link_) impl_->link_->Leave();
 }

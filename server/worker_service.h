@@ -20,6 +20,7 @@
 #include <string>
 
 #include "net/tls.h"
+#include "worker/dispatcher_link.h"
 #include "wire/frame.h"
 #include "ferry/status.h"
 
@@ -76,6 +77,9 @@ class WorkerService {
   // returns true, or until StopWaiting() and returns false (at once without a
   // dispatcher). Join a thread that waits here before destroying the service.
   bool WaitIdle();
+  // Dispatcher mode: as WaitIdle (idle only when `idle_ends`), and also returns
+  // kDrain once the dispatcher asks this worker to drain (ferry-ctl drain).
+  DispatcherLink::Wake WaitIdleOrDrain(bool idle_ends);
   void StopWaiting();
   // Dispatcher mode, before a hard stop (destruction) with splits still leased: tells
   // the dispatcher this worker is gone, so that they return to pending now rather than

@@ -1,12 +1,16 @@
 // ferry-ctl: an operator's view of a Ferry cluster, through the dispatcher's control
-// plane (authenticated as a tool: it may read, and change nothing).
+// plane (authenticated as a tool: it may read, and drain a worker).
 //
 //   ferry-ctl status --dispatcher HOST:PORT [--json] [--token-file F] [--tls-ca F ...]
+//   ferry-ctl drain WORKER --dispatcher HOST:PORT [--json] [...]
 //
-// prints the dispatcher's jobs (consumers, epoch, splits pending/leased/done) and
-// workers (address, state, leases held, time since the last heartbeat, jobs it cannot
-// serve), as tables or as JSON for scripts. Exits 1 when the dispatcher cannot be
-// reached or refuses, 2 on a bad flag.
+// status prints the dispatcher's jobs (consumers, epoch, splits pending/leased/done)
+// and workers (address, state, leases held, time since the last heartbeat, jobs it
+// cannot serve), as tables or as JSON for scripts. drain takes a worker (its id or
+// address) out of service: it takes no new leases at once, serves the splits it holds
+// until their consumers acknowledge them, then leaves and exits (as on SIGTERM); the
+// status after it is printed. Exits 1 when the dispatcher cannot be reached or
+// refuses (an unknown worker), 2 on a bad flag.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -96,7 +100,10 @@ int main(int argc, char** argv) {
   bool json = false;
   double timeout_s = 10;
   auto* status = app.add_subcommand("status", "jobs and workers, as tables (or --json)");
-  for (CLI::App* sub : {status}) {
+  auto* drain = app.add_subcommand("drain", "drain a worker: no new leases; it finishes what it holds, then exits");
+  std::string worker;
+  drain->add_option("worker", worker, "the worker's id or address (as ferry-ctl status shows)")->required();
+  for (CLI::App* sub : {status, drain}) {
     sub->add_option("--dispatcher", dispatcher, "HOST:PORT of ferry-dispatcher")->required()->envname("FERRY_DISPATCHER");
     sub->add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN)");
     sub->add_option("--tls-ca", tls.ca, "PEM CA the dispatcher's certificate must be signed by (TLS)")
@@ -106,6 +113,7 @@ int main(int argc, char** argv) {
     sub->add_option("--timeout", timeout_s, "seconds to wait for the dispatcher")->check(CLI::PositiveNumber);
   }
   status->add_flag("--json", json, "one JSON object, for scripts");
+  drain->add_flag("--json", json, "the status after the drain as one JSON object");
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
 
   auto token = ferry::net::LoadToken(token_file);
@@ -124,12 +132,13 @@ int main(int argc, char** argv) {
   }
   ferry::net::ControlChannel ch(dispatcher, *token, ferry::wire::Role::kTool, "ferry-ctl",
                                 std::chrono::milliseconds(int64_t(timeout_s * 1000)), context);
-  auto reply = ch.Call(ferry::wire::EncodeGetClusterStatus());
+  auto reply = ch.Call(drain->parsed() ? ferry::wire::EncodeDrainWorker(worker) : ferry::wire::EncodeGetClusterStatus());
   auto m = reply.ok() ? ferry::wire::DecodeClusterStatus(*reply) : ferry::Result<ClusterStatusMsg>(reply.status());
   if (!m.ok()) {
     std::fprintf(stderr, "ferry-ctl: dispatcher %s: %s\n", dispatcher.c_str(), m.status().ToString().c_str());
     return 1;
   }
+  if (drain->parsed() && !json) std::printf("draining %s: no new leases; it exits once its splits are acknowledged\n\n", worker.c_str());
   if (json) std::cout << ToJson(dispatcher, *m).dump(2) << "\n";
   else PrintTables(dispatcher, *m);
   return 0;

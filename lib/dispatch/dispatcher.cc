@@ -159,9 +159,11 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     return reply;
   }
   last_seen_ms_[m.worker_id] = now_ms;
+  // Drained by an operator (DrainWorker) and not yet draining itself: tell it.
+  reply.drain = it->second.draining && !m.draining;
   if (m.draining && !it->second.draining) {
     Log("worker %s is draining", m.worker_id.c_str());
-    FERRY_RETURN_IF_ERROR(Commit(DrainWorker{m.worker_id}));
+    FERRY_RETURN_IF_ERROR(Commit(dispatch::DrainWorker{m.worker_id}));
   }
   // Jobs the worker cannot serve (its dataset is missing there, or lists otherwise):
   // what it holds of them returns to pending, it takes no more, and clients of them are
@@ -240,6 +242,20 @@ std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::
     addresses.push_back(w.address);
   }
   return addresses;
+}
+
+Result<wire::ClusterStatusMsg> Dispatcher::DrainWorker(const std::string& who, int64_t now_ms) {
+  std::string id;
+  for (const auto& [wid, w] : state_.workers()) {
+    if (wid == who || w.address == who) id = wid;
+  }
+  if (id.empty()) return Status::NotFound("no worker " + who + " is registered (ferry-ctl status lists them)");
+  if (!state_.workers().at(id).draining) {
+    FERRY_RETURN_IF_ERROR(Commit(dispatch::DrainWorker{id}));
+    Log("worker %s (%s) drained by an operator: it takes no new leases", id.c_str(),
+        state_.workers().at(id).address.c_str());
+  }
+  return ClusterStatus(now_ms);
 }
 
 wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {

@@ -98,6 +98,10 @@ class Dispatcher {
   std::vector<std::string> Workers(const std::string& job = "", const std::string& consumer = "") const;
   // Everything a status tool shows (ferry-ctl status): workers and jobs.
   wire::ClusterStatusMsg ClusterStatus(int64_t now_ms) const;
+  // ferry-ctl drain: the worker with this id or address takes no new leases (at once,
+  // journaled), and its next heartbeat reply tells it to drain: it serves the splits it
+  // holds until they are acknowledged, then leaves and exits. Returns ClusterStatus.
+  Result<wire::ClusterStatusMsg> DrainWorker(const std::string& id_or_address, int64_t now_ms);
   // Workers(job, consumer), or FailedPrecondition naming each worker's reason when
   // there are workers and every one has said it cannot serve the job.
   Result<std::vector<std::string>> WorkersFor(const std::string& job, const std::string& consumer) const;

@@ -78,6 +78,7 @@ OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
     r.setKnown(m.known);
     r.setNewLeases(m.new_leases);
     r.setIdle(m.idle);
+    r.setDrain(m.drain);
   });
 }
 
@@ -181,6 +182,7 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
     m.known = r.getKnown();
     m.new_leases = r.getNewLeases();
     m.idle = r.getIdle();
+    m.drain = r.getDrain();
     if (m.new_leases > m.leases.size()) return Status::InvalidArgument("HeartbeatOk: newLeases exceeds the leases");
     return m;
   });
@@ -262,6 +264,19 @@ OutFrame EncodeReportWorker(const std::string& address) {
 Result<std::string> DecodeReportWorker(const InFrame& f) {
   return Decode<ctl::ReportWorker>(f, MessageType::kReportWorker,
                                    [](ctl::ReportWorker::Reader r) -> Result<std::string> { return Str(r.getAddress()); });
+}
+
+OutFrame EncodeDrainWorker(const std::string& worker) {
+  return Build(MessageType::kDrainWorker,
+               [&](capnp::MessageBuilder& b) { b.initRoot<ctl::DrainWorker>().setWorker(worker); });
+}
+
+Result<std::string> DecodeDrainWorker(const InFrame& f) {
+  return Decode<ctl::DrainWorker>(f, MessageType::kDrainWorker, [](ctl::DrainWorker::Reader r) -> Result<std::string> {
+    std::string w = Str(r.getWorker());
+    if (w.empty()) return Status::InvalidArgument("DrainWorker names no worker");
+    return w;
+  });
 }
 
 OutFrame EncodeGetClusterStatus() {

@@ -60,6 +60,7 @@ struct HeartbeatOkMsg {
   bool known = true;
   uint32_t new_leases = 0;
   bool idle = false;
+  bool drain = false;
 };
 
 struct GetOrCreateJobMsg {
@@ -107,6 +108,8 @@ OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m);
 OutFrame EncodeJobStatus(const JobStatusMsg& m);
 OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);
 OutFrame EncodeReportWorker(const std::string& address);
+// ferry-ctl drain: a worker by id or address.
+OutFrame EncodeDrainWorker(const std::string& worker);
 
 // ferry-ctl status (schemas/control.capnp: ClusterStatus).
 struct WorkerStatusMsg {
@@ -149,6 +152,7 @@ Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f);
 Result<JobStatusMsg> DecodeJobStatus(const InFrame& f);
 Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f);
 Result<std::string> DecodeReportWorker(const InFrame& f);
+Result<std::string> DecodeDrainWorker(const InFrame& f);
 Status DecodeGetClusterStatus(const InFrame& f);
 Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f);
 

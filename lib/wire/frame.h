@@ -52,6 +52,7 @@ enum class MessageType : uint16_t {
   kReportWorker = 28,
   kGetClusterStatus = 29,
   kClusterStatus = 30,
+  kDrainWorker = 31,
 };
 
 inline const char* MessageTypeName(MessageType t) {
@@ -79,6 +80,7 @@ inline const char* MessageTypeName(MessageType t) {
     case MessageType::kReportWorker: return "ReportWorker";
     case MessageType::kGetClusterStatus: return "GetClusterStatus";
     case MessageType::kClusterStatus: return "ClusterStatus";
+    case MessageType::kDrainWorker: return "DrainWorker";
     case MessageType::kInvalid: break;
   }
   return "Invalid";
@@ -123,7 +125,7 @@ inline Result<FrameHeader> ParseFrameHeader(const uint8_t in[kFrameHeaderSize], 
     return Status::InvalidArgument("bad frame: protocol version " + std::to_string(h.version) + ", expected " +
                                    std::to_string(kProtocolVersion));
   if (type == 0 || (type > uint16_t(MessageType::kError) && type < uint16_t(MessageType::kRegisterWorker)) ||
-      type > uint16_t(MessageType::kClusterStatus))
+      type > uint16_t(MessageType::kDrainWorker))
     return Status::InvalidArgument("bad frame: unknown message type " + std::to_string(type));
   h.type = MessageType(type);
   const uint64_t limit = h.type == MessageType::kBatch ? limits.max_batch_bytes : limits.max_control_bytes;

@@ -67,10 +67,11 @@ bool DispatcherLink::WaitDrained(double timeout_s) {
   return drain_seen_ && held_ == 0;
 }
 
-bool DispatcherLink::WaitIdle() {
+DispatcherLink::Wake DispatcherLink::WaitIdleOrDrain(bool idle_ends) {
   MutexLock lock(&mu_);
-  while (!idle_ && !stop_waiting_idle_) cv_.Wait(&mu_);
-  return idle_;
+  while (!(idle_ && idle_ends) && !drain_asked_ && !stop_waiting_idle_) cv_.Wait(&mu_);
+  if (drain_asked_) return Wake::kDrain;
+  return idle_ && idle_ends ? Wake::kIdle : Wake::kStopped;
 }
 
 void DispatcherLink::StopWaitingIdle() {
@@ -281,6 +282,10 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   ++heartbeats_;
   if (h.draining) drain_seen_ = true;
   if (ok->idle) idle_ = true;
+  if (ok->drain && !drain_asked_) {
+    drain_asked_ = true;
+    Log("the dispatcher asks this worker to drain (an operator's ferry-ctl drain)");
+  }
   cv_.SignalAll();
   return true;
 }

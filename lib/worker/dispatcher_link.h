@@ -78,9 +78,12 @@ class DispatcherLink {
   // Tells the dispatcher this worker is gone (its splits return to pending at once
   // rather than after the heartbeat timeout), then stops the loop.
   void Leave() LOCKS_EXCLUDED(mu_);
-  // Blocks until a heartbeat reply says every job has finished (true), or until
-  // StopWaitingIdle() (false).
-  bool WaitIdle() LOCKS_EXCLUDED(mu_);
+  // Blocks until a heartbeat reply says every job has finished (kIdle, when
+  // `idle_ends` is set), or that an operator drained this worker (kDrain: ferry-ctl
+  // drain), or until StopWaitingIdle() (kStopped).
+  enum class Wake { kStopped, kIdle, kDrain };
+  Wake WaitIdleOrDrain(bool idle_ends) LOCKS_EXCLUDED(mu_);
+  bool WaitIdle() LOCKS_EXCLUDED(mu_) { return WaitIdleOrDrain(true) == Wake::kIdle; }
   void StopWaitingIdle() LOCKS_EXCLUDED(mu_);
 
   int64_t heartbeats() const LOCKS_EXCLUDED(mu_);
@@ -118,7 +121,8 @@ class DispatcherLink {
   bool stop_waiting_idle_ GUARDED_BY(mu_) = false;
   bool registered_ GUARDED_BY(mu_) = false;
   size_t held_ GUARDED_BY(mu_) = 0;
-  bool drain_seen_ GUARDED_BY(mu_) = false;  // a reply came after draining was set
+  bool drain_seen_ GUARDED_BY(mu_) = false;
+  bool drain_asked_ GUARDED_BY(mu_) = false;  // a reply said "drain" (ferry-ctl drain)  // a reply came after draining was set
   bool poked_ GUARDED_BY(mu_) = false;
   int interval_ms_ GUARDED_BY(mu_) = 200;
   int64_t heartbeats_ GUARDED_BY(mu_) = 0;

@@ -1,6 +1,6 @@
 // libFuzzer target for the dispatcher's control plane: the requests a dispatcher
 // session takes from authenticated peers (RegisterWorker, Heartbeat, GetOrCreateJob,
-// GetWorkers, AckSplits, GetJobStatus, RestoreConsumer, ReportWorker), in any order
+// GetWorkers, AckSplits, GetJobStatus, RestoreConsumer, ReportWorker, DrainWorker), in any order
 // and with any arguments, with time passing, ticks, and restarts in between, all
 // against a real Dispatcher (lib/dispatch/dispatcher.h) journaling into a real work
 // dir. The input is a program: each step picks a request and its fields from a small
@@ -348,10 +348,23 @@ struct Run {
         d->Tick(now, in_use);
         return;
       }
-      case 13:
-        if (p.ConsumeIntegralInRange(0, 3) == 0) return Restart();
+      case 13: {
+        const int what = p.ConsumeIntegralInRange(0, 3);
+        if (what == 0) return Restart();
+        if (what == 1) {
+          // An operator drains a worker (ferry-ctl drain), by id or address. Takes no
+          // bytes of its own, so that programs written before it decode as they did.
+          const std::string w = kWorkers[now % 4];
+          auto back = OverTheWire(now % 2 ? w : Address(w), wire::EncodeDrainWorker, wire::DecodeDrainWorker);
+          if (back.ok()) {
+            auto r = d->DrainWorker(*back, now);
+            if (r.ok()) CheckSendable(wire::EncodeClusterStatus(*r));
+            else FUZZ_CHECK(r.status().code() == StatusCode::kNotFound || !d->journal_healthy());
+          }
+        }
         FUZZ_CHECK(d->Sync().ok());
         return;
+      }
       default:
         return Raw(p);
     }

@@ -59,7 +59,7 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
     MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker,
-    MessageType::kGetClusterStatus, MessageType::kClusterStatus};
+    MessageType::kGetClusterStatus, MessageType::kClusterStatus, MessageType::kDrainWorker};
 
 void DecodeAll(InFrame f) {
   for (MessageType t : kAllTypes) {
@@ -146,6 +146,9 @@ void DecodeAll(InFrame f) {
       case MessageType::kGetClusterStatus:
         (void)DecodeGetClusterStatus(f);
         break;
+      case MessageType::kDrainWorker:
+        (void)DecodeDrainWorker(f);
+        break;
       case MessageType::kClusterStatus:
         (void)DecodeClusterStatus(f);
         break;
@@ -221,6 +224,7 @@ void WriteSeeds(const std::string& dir) {
   WriteSeed(dir, "restore_consumer", Flatten(EncodeRestoreConsumer({"job", "trainer", 1, {{1, 0}, {1, 4}}})));
   WriteSeed(dir, "report_worker", Flatten(EncodeReportWorker("127.0.0.1:7001")));
   WriteSeed(dir, "get_cluster_status", Flatten(EncodeGetClusterStatus()));
+  WriteSeed(dir, "drain_worker", Flatten(EncodeDrainWorker("10.0.0.7:7000")));
   {
     ClusterStatusMsg cs;
     cs.state_id = "0123456789abcdef";

@@ -166,3 +166,68 @@ def test_ferry_ctl_status_shows_jobs_and_workers(ferry, ferry_local, small_tree,
     gone = subprocess.run([ctl, "status", "--dispatcher", dispatcher, "--timeout", "1"], capture_output=True,
                           text=True, timeout=30, env=clean_env())
     assert gone.returncode == 1 and dispatcher in gone.stderr, gone.stderr
+
+
+def test_ferry_ctl_drain_takes_a_worker_out_of_service(ferry, ferry_local, small_tree, tmp_path):
+    """ferry-ctl drain WORKER on a running job: the worker takes no new leases at once,
+    serves what it holds, leaves and exits by itself (0); the job goes on with the other
+    worker and every sample of both epochs arrives exactly once. An unknown worker is
+    refused with a clear error."""
+    import json
+    import time
+    env = clean_env()
+    d, line, _ = start([binary(ferry_local, "ferry-dispatcher"), "--listen", "127.0.0.1:0", "--work-dir",
+                        str(tmp_path / "journal"), "--heartbeat-interval-ms", "100"], env, tmp_path, "d")
+    dispatcher = line.split()[-1]
+    workers = []
+    for i in range(2):
+        w, wline, _ = start([binary(ferry_local, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads", "1",
+                             "--dispatcher", dispatcher, "--drain-timeout", "20"], env, tmp_path, "w%d" % i)
+        workers.append((w, wline.split()[-1]))
+    ctl = ferry_ctl(ferry_local)
+    try:
+        loader = ferry.Loader(data=small_tree, pipeline={"decode": "rgb", "ops": [{"op": "center_crop", "size": 16}],
+                                                          "output": {"dtype": "uint8", "layout": "NHWC"}},
+                              batch_size=4, dispatcher=dispatcher, job_name="drained", batches_per_split=1, epochs=2)
+        seen = []
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+            seen.extend(loader.last_batch_info()["indices"].tolist())
+        (victim, victim_address), (survivor, _) = workers
+        out = subprocess.run([ctl, "drain", victim_address, "--dispatcher", dispatcher, "--json"],
+                             capture_output=True, text=True, timeout=30, env=env)
+        assert out.returncode == 0, out.stderr
+        states = {w["address"]: w["state"] for w in json.loads(out.stdout)["workers"]}
+        assert states[victim_address] == "draining", states
+        # The rest of both epochs, while the drained worker finishes and exits.
+        for _ in it:
+            seen.extend(loader.last_batch_info()["indices"].tolist())
+        for _ in loader:
+            seen.extend(loader.last_batch_info()["indices"].tolist())
+        loader.close()
+        assert sorted(seen) == sorted(list(range(120)) * 2), "each sample of each epoch exactly once"
+        assert victim.wait(timeout=30) == 0, "the drained worker exits by itself"
+        assert survivor.poll() is None, "the other worker serves on"
+        err = open(str(tmp_path / "w0.err")).read()
+        assert "drained by an operator" in err, err
+        deadline = time.time() + 10
+        while True:
+            out = subprocess.run([ctl, "status", "--dispatcher", dispatcher, "--json"], capture_output=True, text=True,
+                                 timeout=30, env=env)
+            addresses = [w["address"] for w in json.loads(out.stdout)["workers"]]
+            if victim_address not in addresses or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert victim_address not in addresses, "the drained worker left"
+
+        nobody = subprocess.run([ctl, "drain", "10.9.9.9:1", "--dispatcher", dispatcher], capture_output=True,
+                                text=True, timeout=30, env=env)
+        assert nobody.returncode == 1 and "no worker 10.9.9.9:1" in nobody.stderr, nobody.stderr
+        usage = subprocess.run([ctl, "drain", "--dispatcher", dispatcher], capture_output=True, text=True, timeout=30,
+                               env=env)
+        assert usage.returncode == 2, usage.stderr
+    finally:
+        for w, _ in workers:
+            stop(w)
+        stop(d)

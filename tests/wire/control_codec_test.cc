@@ -79,12 +79,14 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   ok.known = true;
   ok.new_leases = 1;
   ok.idle = true;
+  ok.drain = true;
   Result<HeartbeatOkMsg> r = DecodeHeartbeatOk(ToInFrame(EncodeHeartbeatOk(ok)));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->leases, ok.leases);
   EXPECT_EQ(r->jobs, ok.jobs);
   EXPECT_EQ(r->new_leases, 1u);
   EXPECT_TRUE(r->idle);
+  EXPECT_TRUE(r->drain);
   ok.new_leases = 3;
   EXPECT_FALSE(DecodeHeartbeatOk(ToInFrame(EncodeHeartbeatOk(ok))).ok()) << "more new leases than leases";
 }
@@ -201,6 +203,13 @@ TEST(ControlCodecTest, ClusterStatusRoundTrips) {
   EXPECT_EQ(b.pending + b.leased + b.done, j.pending + j.leased + j.done);
   EXPECT_EQ(b.ranks, 2);
   EXPECT_FALSE(DecodeClusterStatus(ToInFrame(EncodeGetClusterStatus())).ok()) << "a request is not a reply";
+}
+
+TEST(ControlCodecTest, DrainWorkerRoundTripsAndNamesAWorker) {
+  Result<std::string> w = DecodeDrainWorker(ToInFrame(EncodeDrainWorker("10.0.0.7:7000")));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(*w, "10.0.0.7:7000");
+  EXPECT_EQ(DecodeDrainWorker(ToInFrame(EncodeDrainWorker(""))).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -58,8 +58,8 @@ TEST(WireFrameHeaderTest, RefusesWrongVersion) {
 }
 
 TEST(WireFrameHeaderTest, RefusesUnknownTypes) {
-  // Between the data plane's types (1..8) and the control plane's (16..30), and beyond.
-  for (uint16_t t : {0, 9, 12, 15, 31, 99, 0x0100, 0xFFFF}) {
+  // Between the data plane's types (1..8) and the control plane's (16..31), and beyond.
+  for (uint16_t t : {0, 9, 12, 15, 32, 99, 0x0100, 0xFFFF}) {
     Result<FrameHeader> p = Parse(Header("FRY1", kProtocolVersion, t, 64));
     ASSERT_FALSE(p.ok()) << t;
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);

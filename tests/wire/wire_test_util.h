@@ -153,6 +153,8 @@ inline Status DecodeAs(MessageType type, const InFrame& f) {
       return DecodeGetClusterStatus(g);
     case MessageType::kClusterStatus:
       return DecodeClusterStatus(g).status();
+    case MessageType::kDrainWorker:
+      return DecodeDrainWorker(g).status();
     case MessageType::kInvalid:
       break;
   }
@@ -168,7 +170,7 @@ constexpr MessageType kAllTypes[] = {
     MessageType::kGetOrCreateJob,   MessageType::kJobInfo,   MessageType::kGetWorkers,
     MessageType::kWorkerList,       MessageType::kAckSplits, MessageType::kGetJobStatus,
     MessageType::kJobStatus,        MessageType::kRestoreConsumer, MessageType::kReportWorker,
-    MessageType::kGetClusterStatus, MessageType::kClusterStatus};
+    MessageType::kGetClusterStatus, MessageType::kClusterStatus, MessageType::kDrainWorker};
 
 // Memory for a tensor: 64-byte aligned and padded to a multiple of 64 bytes.
 struct AlignedBytes {
