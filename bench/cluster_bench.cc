@@ -5,6 +5,12 @@
 //     rounds alternating. Reports dynamic img/s ÷ static img/s.
 //   scale: N synthetic-cost workers (each batch takes --synthetic-cost-us on a worker,
 //     no decoding) against one such worker: aggregate ÷ (N × single).
+//   advise: the dispatcher's worker-count advice against a sweep. A trainer that needs
+//     a known rate (it computes 1/rate seconds per batch) reads from 1, 2, ...
+//     synthetic-cost workers; at each count, its input wait and the dispatcher's
+//     ferry_job_recommended_workers. The sweep's answer is the fewest workers that
+//     bring the input wait under 10%; the advice should be within one of it, from any
+//     point of the sweep.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -14,7 +20,9 @@
 #include "cluster_bench.h"
 #include "cpu_time.h"
 #include "ferry/client.h"
+#include "net/control_channel.h"
 #include "server/local_cluster.h"
+#include "wire/control.h"
 
 namespace ferry::bench {
 
@@ -159,6 +167,106 @@ int RunScale(const ScaleArgs& a) {
   std::printf("scale workers=%d cost_us=%lld single_batches/s=%.1f aggregate_batches/s=%.1f efficiency=%.3f\n",
               a.workers, (long long)a.synthetic_cost_us, single, aggregate, aggregate / (a.workers * single));
   return 0;
+}
+
+int RunAdvise(const AdviseArgs& a) {
+  const char* kSpec = R"({"decode":"gray","ops":[{"op":"random_resized_crop","size":8}],"output":{"dtype":"uint8","layout":"NHWC"}})";
+  auto spec = PipelineSpec::FromJson(kSpec);
+  if (!spec.ok()) return 1;
+  const double per_worker = 1e6 / double(a.synthetic_cost_us);  // batches/s of one worker
+  int failures = 0;
+  std::printf("advise: each worker %.1f batches/s (1 thread, %lld us per batch of %d); the trainer computes 1/rate per batch\n",
+              per_worker, (long long)a.synthetic_cost_us, a.batch_size);
+  std::printf("%-10s %-8s %-11s %-12s %-12s %s\n", "NEED b/s", "WORKERS", "INPUT WAIT", "GOT b/s", "RECOMMENDED",
+              "LIMITED BY");
+  for (const double rate : a.rates) {
+    int sweep = 0;  // the fewest workers with the input wait under 10%
+    std::vector<int64_t> advice;
+    for (int workers = 1; workers <= a.max_workers; ++workers) {
+      LocalClusterOptions lo;
+      lo.workers = workers;
+      lo.threads_per_worker = 1;
+      lo.worker_args = {"--synthetic-cost-us", std::to_string(a.synthetic_cost_us), "--drain-timeout", "1"};
+      auto cluster = LocalCluster::Start(lo);
+      if (!cluster.ok()) {
+        std::fprintf(stderr, "error: %s\n", cluster.status().ToString().c_str());
+        return 1;
+      }
+      ClientOptions o;
+      o.dispatcher = (*cluster)->dispatcher();
+      o.job_name = "advise";
+      o.job.dataset = "synthetic:";
+      o.job.num_samples = int64_t(1) << 22;  // more than a run takes
+      o.job.pipeline = *spec;
+      o.job.batch_size = a.batch_size;
+      o.job.epochs = 1;
+      o.job.batches_per_split = 2;
+      auto client = Client::Connect(o);
+      if (!client.ok()) {
+        std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
+        return 1;
+      }
+      // The trainer: 1/rate of work per batch (a sleep: the machine's cores stay free
+      // for the workers).
+      const auto step = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(1.0 / rate));
+      double wait0 = 0, t0 = 0;
+      int64_t batches = 0;
+      const double start = WallSeconds();
+      bool timing = false;
+      for (;;) {
+        const double now = WallSeconds();
+        if (!timing && now - start >= a.warmup_s) {
+          timing = true;
+          t0 = now;
+          wait0 = (*client)->stats().wait_seconds;
+          batches = 0;
+        }
+        if (timing && now - t0 >= a.seconds) break;
+        Result<Batch> b = (*client)->Next();
+        if (!b.ok()) {
+          std::fprintf(stderr, "error: %s\n", b.status().ToString().c_str());
+          return 1;
+        }
+        ++batches;
+        std::this_thread::sleep_for(step);
+      }
+      const double wall = WallSeconds() - t0;
+      const double wait = ((*client)->stats().wait_seconds - wait0) / wall;
+      // The dispatcher's advice, as ferry-ctl status reads it.
+      net::ControlChannel ch((*cluster)->dispatcher(), "", wire::Role::kTool, "ferry-bench advise",
+                             std::chrono::seconds(5), nullptr);
+      int64_t recommended = 0;
+      std::string limited;
+      if (auto r = ch.Call(wire::EncodeGetClusterStatus()); r.ok()) {
+        if (auto m = wire::DecodeClusterStatus(*r); m.ok()) {
+          for (const auto& j : m->jobs) {
+            if (j.name != "advise") continue;
+            recommended = j.recommended_workers;
+            limited = j.limited_by;
+          }
+        }
+      }
+      advice.push_back(recommended);
+      std::printf("%-10.0f %-8d %-11.1f %-12.1f %-12lld %s\n", rate, workers, 100 * wait, batches / wall,
+                  (long long)recommended, limited.c_str());
+      std::fflush(stdout);
+      client->reset();
+      (void)(*cluster)->Stop(10);
+      if (wait < 0.10) {
+        sweep = workers;
+        break;
+      }
+    }
+    bool within = sweep > 0;
+    for (int64_t r : advice) within = within && r > 0 && std::abs(r - sweep) <= 1;
+    std::printf("advise need_batches/s=%.0f sweep_workers=%d advice=", rate, sweep);
+    for (size_t i = 0; i < advice.size(); ++i) std::printf("%s%lld", i ? "," : "", (long long)advice[i]);
+    std::printf(" within_one=%s\n", within ? "yes" : "NO");
+    std::fflush(stdout);
+    if (!within) ++failures;
+  }
+  return failures == 0 ? 0 : 3;
 }
 
 }  // namespace ferry::bench

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ferry::bench {
 
@@ -28,6 +29,16 @@ struct ScaleArgs {
   double warmup_s = 2;
 };
 int RunScale(const ScaleArgs& a);
+
+struct AdviseArgs {
+  std::vector<double> rates = {75, 125, 175};  // batches/s the trainer needs
+  int64_t synthetic_cost_us = 20000;           // each worker: 1 thread, 50 batches/s
+  int batch_size = 32;
+  int max_workers = 6;
+  double seconds = 8;
+  double warmup_s = 3;
+};
+int RunAdvise(const AdviseArgs& a);
 
 }  // namespace ferry::bench
 

@@ -19,6 +19,9 @@
 //       last line: consume img/s=<x> wait_frac=<y> samples=<n>
 //   ferry-bench sharding --data DIR [--workers 2] [--epochs 2] [--rounds 3]
 //       last line: sharding workers=<N> static_img/s=<x> dynamic_img/s=<y> ratio=<y/x>
+//   ferry-bench advise [--rates 75 125 175] [--synthetic-cost-us 20000] [--max-workers 6]
+//       per rate, a sweep of 1.. workers: input wait and the dispatcher's advice; last
+//       line per rate: advise need_batches/s=<r> sweep_workers=<k> advice=<a,...> within_one=yes|NO
 //   ferry-bench scale [--workers 32] [--synthetic-cost-us 20000] [--seconds 5]
 //       last line: scale workers=<N> ... single_batches/s=<x> aggregate_batches/s=<y> efficiency=<y/(N x)>
 //   ferry-bench dispatcher-load [--workers 1000] [--seconds S] [--interval-ms 100]
@@ -291,6 +294,15 @@ int main(int argc, char** argv) {
   scale->add_option("--batch-size", sc.batch_size, "samples per batch")->check(CLI::PositiveNumber);
   scale->add_option("--seconds", sc.seconds, "timed window per run")->check(CLI::PositiveNumber);
   scale->add_option("--warmup", sc.warmup_s, "seconds before timing")->check(CLI::NonNegativeNumber);
+  AdviseArgs ad;
+  auto* advise = app.add_subcommand(
+      "advise", "the dispatcher's worker-count advice against a sweep of synthetic-cost workers (exit 3: off by more than one)");
+  advise->add_option("--rates", ad.rates, "batches/s the trainer needs, one sweep each")->check(CLI::PositiveNumber);
+  advise->add_option("--synthetic-cost-us", ad.synthetic_cost_us, "worker time per batch")->check(CLI::PositiveNumber);
+  advise->add_option("--batch-size", ad.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  advise->add_option("--max-workers", ad.max_workers, "the sweep's last point")->check(CLI::Range(1, 64));
+  advise->add_option("--seconds", ad.seconds, "timed window per point")->check(CLI::PositiveNumber);
+  advise->add_option("--warmup", ad.warmup_s, "seconds before timing")->check(CLI::NonNegativeNumber);
 
   DispatcherLoadArgs dl;
   auto* dload = app.add_subcommand("dispatcher-load", "N simulated workers heartbeating and leasing against ferry-dispatcher");
@@ -313,6 +325,7 @@ int main(int argc, char** argv) {
   if (dload->parsed()) return RunDispatcherLoad(dl);
   if (sharding->parsed()) return RunSharding(sh);
   if (scale->parsed()) return RunScale(sc);
+  if (advise->parsed()) return RunAdvise(ad);
   if (pipeline->parsed()) return RunPipeline(p);
   if (decode->parsed()) return RunDecodeBaseline(decode_data, decode_seconds);
   if (list->parsed()) return RunList(list_data);

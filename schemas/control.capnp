@@ -64,6 +64,7 @@ struct Heartbeat {
   leaving @3 :Bool;             # exiting now: its un-acked splits go back to pending
   wantJobs @4 :List(Text);      # jobs a client asked this worker for, whose configs it lacks
   unfitJobs @5 :List(UnfitJob); # jobs this worker cannot serve: it takes no leases of them
+  load @6 :WorkerLoad;
 }
 
 struct UnfitJob {
@@ -108,12 +109,34 @@ struct AckSplits {
   job @0 :Text;
   consumerId @1 :Text;
   splits @2 :List(SplitRef);
+  load @3 :ConsumerLoad;
 }
 
 struct GetJobStatus {
   job @0 :Text;
   consumerId @1 :Text;
   epoch @2 :UInt64;
+  load @3 :ConsumerLoad;
+}
+
+# How a consumer takes its input, cumulative since it started (the dispatcher takes
+# differences over a window): time blocked in Next() (input wait) and the wall time
+# from its first Next() to its last, and the samples yielded.
+struct ConsumerLoad {
+  waitNs @0 :Int64;
+  elapsedNs @1 :Int64;
+  samples @2 :Int64;
+}
+
+# How a worker produces, cumulative since it started: samples into batches; time with
+# at least one stream producing (not waiting for batch memory, i.e. for a consumer, or
+# for splits); and the per-sample stage times, summed.
+struct WorkerLoad {
+  samples @0 :Int64;
+  busyNs @1 :Int64;
+  readNs @2 :Int64;
+  decodeNs @3 :Int64;
+  augmentNs @4 :Int64;
 }
 
 struct JobStatus {
@@ -157,6 +180,8 @@ struct WorkerStatus {
   servesJob @5 :Text;            # hybrid: only this consumer of this job
   servesConsumer @6 :Text;
   unfitJobs @7 :List(UnfitJob);  # jobs it says it cannot serve
+  samplesPerSecond @8 :Float64;  # produced, over the last window
+  capacity @9 :Float64;          # samples per busy second: what it could produce
 }
 
 struct JobSummary {
@@ -172,6 +197,13 @@ struct JobSummary {
   done @9 :Int64;
   finished @10 :Bool;
   ranks @11 :Int64;              # a ranked job's world size, else 0
+  # The advice (see the dispatcher's Advice): over the last window, the consumers'
+  # input wait (fraction of their time), the rate they would take without waiting, the
+  # workers that would remove the wait, and what limits the job.
+  inputWait @12 :Float64;
+  demand @13 :Float64;           # samples/s
+  recommendedWorkers @14 :Int64; # 0: not known yet
+  limitedBy @15 :Text;
 }
 
 struct ClusterStatus {

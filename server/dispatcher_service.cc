@@ -210,14 +210,14 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
       case MessageType::kAckSplits:
         return Answer(Call(wire::DecodeAckSplits(f),
                            [&](const auto& m) {
-                             d.ConsumerSeen(m.job, m.consumer_id, now);
+                             d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
                              return d.AckSplits(m);
                            }),
                       wire::EncodeJobStatus);
       case MessageType::kGetJobStatus:
         return Answer(Call(wire::DecodeGetJobStatus(f),
                            [&](const auto& m) {
-                             d.ConsumerSeen(m.job, m.consumer_id, now);
+                             d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
                              return d.GetJobStatus(m);
                            }),
                       wire::EncodeJobStatus);
@@ -485,6 +485,34 @@ std::string DispatcherService::MetricsText() const {
           t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "pending"}}, double(pending));
           t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "leased"}}, double(leased));
           t.Sample("ferry_job_splits", {{"ferry_job", name}, {"status", "done"}}, double(done));
+        }
+        // The advice (dispatch/advice.h), over the last window; absent until known.
+        std::map<std::string, dispatch::LoadTracker::Advice> advice;
+        for (const auto& [name, j] : st.jobs()) advice[name] = d.Advice(name);
+        t.Family("ferry_job_input_wait_ratio", "gauge",
+                 "Fraction of its consumers' time spent waiting for input (blocked in Next()), last 10 s.");
+        for (const auto& [name, a] : advice)
+          if (a.known) t.Sample("ferry_job_input_wait_ratio", {{"ferry_job", name}}, a.input_wait);
+        t.Family("ferry_job_input_bound", "gauge", "1 when the input wait is 10% or more.");
+        for (const auto& [name, a] : advice)
+          if (a.known)
+            t.Sample("ferry_job_input_bound", {{"ferry_job", name}},
+                     a.input_wait >= dispatch::LoadTracker::kInputBound ? 1 : 0);
+        t.Family("ferry_job_demand_samples_per_second", "gauge",
+                 "Samples per second the job's consumers would take if they never waited.");
+        for (const auto& [name, a] : advice)
+          if (a.known) t.Sample("ferry_job_demand_samples_per_second", {{"ferry_job", name}}, a.demand);
+        t.Family("ferry_job_recommended_workers", "gauge",
+                 "Workers that would serve the job's demand at their measured capacity (scale on this).");
+        for (const auto& [name, a] : advice)
+          if (a.recommended_workers > 0)
+            t.Sample("ferry_job_recommended_workers", {{"ferry_job", name}}, double(a.recommended_workers));
+        t.Family("ferry_dispatcher_worker_capacity_samples_per_second", "gauge",
+                 "Samples a worker produces per busy second (from its heartbeats), last 10 s.");
+        for (const auto& [id, w] : st.workers()) {
+          const dispatch::LoadTracker::WorkerRate r = d.RateOf(id);
+          if (r.known && r.capacity > 0)
+            t.Sample("ferry_dispatcher_worker_capacity_samples_per_second", {{"worker", id}}, r.capacity);
         }
         return t.str();
       },

@@ -86,6 +86,11 @@ class WorkerService::Impl {
     l.serves_job = opts_.serves_job;
     l.serves_consumer = opts_.serves_consumer;
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
+    l.load = [stats = pipeline_stats_] {
+      const Histogram::Snapshot r = stats->read.Read(), d = stats->decode.Read(), a = stats->augment.Read();
+      return wire::WorkerLoad{stats->samples.load(std::memory_order_relaxed), stats->BusyNs(), int64_t(r.sum * 1e9),
+                              int64_t(d.sum * 1e9), int64_t(a.sum * 1e9)};
+    };
     link_ = std::make_unique<DispatcherLink>(std::move(l));
     link_->Start();
   }

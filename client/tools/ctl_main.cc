@@ -44,17 +44,23 @@ void PrintTables(const std::string& dispatcher, const ClusterStatusMsg& m) {
                                                 std::to_string(j.done) + " of " + std::to_string(j.splits_per_epoch);
     std::printf("%-20s %-8lld %-9s %-9s %-24s %s\n", j.name.c_str(), (long long)j.num_samples, consumers.c_str(),
                 Epoch(j).c_str(), splits.c_str(), j.dataset.c_str());
+    if (!j.limited_by.empty()) {
+      std::printf("  input wait %.0f%%, demand %.0f samples/s", 100 * j.input_wait, j.demand);
+      if (j.recommended_workers > 0) std::printf(", recommended workers %lld", (long long)j.recommended_workers);
+      std::printf("; limited by %s\n", j.limited_by.c_str());
+    }
   }
   std::printf("\nWORKERS (%zu)\n", m.workers.size());
-  std::printf("%-32s %-22s %-9s %-7s %-8s %s\n", "ID", "ADDRESS", "STATE", "LEASES", "SILENT", "NOTES");
+  std::printf("%-32s %-22s %-9s %-7s %-8s %-10s %-10s %s\n", "ID", "ADDRESS", "STATE", "LEASES", "SILENT", "SAMPLES/S",
+              "CAPACITY", "NOTES");
   for (const auto& w : m.workers) {
     std::string notes;
     if (!w.serves_job.empty()) notes += "serves only " + w.serves_consumer + " of " + w.serves_job + "; ";
     for (const auto& [job, reason] : w.unfit_jobs) notes += "cannot serve " + job + ": " + reason + "; ";
     char silent[32];
     std::snprintf(silent, sizeof silent, "%.1fs", double(w.silent_ms) / 1000.0);
-    std::printf("%-32s %-22s %-9s %-7u %-8s %s\n", w.id.c_str(), w.address.c_str(),
-                w.draining ? "draining" : "serving", w.leases, silent, notes.c_str());
+    std::printf("%-32s %-22s %-9s %-7u %-8s %-10.0f %-10.0f %s\n", w.id.c_str(), w.address.c_str(),
+                w.draining ? "draining" : "serving", w.leases, silent, w.samples_per_second, w.capacity, notes.c_str());
   }
 }
 
@@ -74,7 +80,11 @@ nlohmann::json ToJson(const std::string& dispatcher, const ClusterStatusMsg& m) 
                          {"epochs", x.epochs},
                          {"splits_per_epoch", x.splits_per_epoch},
                          {"splits", {{"pending", x.pending}, {"leased", x.leased}, {"done", x.done}}},
-                         {"finished", x.finished}});
+                         {"finished", x.finished},
+                         {"input_wait", x.input_wait},
+                         {"demand_samples_per_second", x.demand},
+                         {"recommended_workers", x.recommended_workers},
+                         {"limited_by", x.limited_by}});
   }
   j["workers"] = nlohmann::json::array();
   for (const auto& w : m.workers) {
@@ -85,7 +95,9 @@ nlohmann::json ToJson(const std::string& dispatcher, const ClusterStatusMsg& m) 
                             {"silent_ms", w.silent_ms},
                             {"serves_job", w.serves_job},
                             {"serves_consumer", w.serves_consumer},
-                            {"unfit_jobs", w.unfit_jobs}});
+                            {"unfit_jobs", w.unfit_jobs},
+                            {"samples_per_second", w.samples_per_second},
+                            {"capacity_samples_per_second", w.capacity}});
   }
   return j;
 }

@@ -120,9 +120,11 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   Result<Batch> Next() {
     const auto t0 = std::chrono::steady_clock::now();
     MutexLock lock(&mu_);
+    if (!first_next_) first_next_ = t0;
     auto waited = [&] {
       mu_.AssertHeld();
-      stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      last_return_ = std::chrono::steady_clock::now();
+      stats_.wait_seconds += std::chrono::duration<double>(last_return_ - t0).count();
     };
     for (;;) {
       while (!ledger_.Releasable() && error_.ok() && !Ended()) cv_.Wait(&mu_);
@@ -311,6 +313,11 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     p.acks = ledger_.to_ack();
     p.status_epoch = ledger_.StatusEpoch();
     p.unreachable.swap(unreachable_);
+    if (first_next_) {
+      p.load.wait_ns = int64_t(stats_.wait_seconds * 1e9);
+      p.load.elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(last_return_ - *first_next_).count();
+      p.load.samples = stats_.samples;
+    }
     return p;
   }
 
@@ -369,6 +376,10 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   std::vector<SkippedSample> skipped_ GUARDED_BY(mu_);
   int64_t total_skipped_ GUARDED_BY(mu_) = 0;
   IteratorStats stats_ GUARDED_BY(mu_);
+  // The first Next() call and the last return: the consumer's time, of which
+  // stats_.wait_seconds was spent waiting (reported to the dispatcher as its load).
+  std::optional<std::chrono::steady_clock::time_point> first_next_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_return_ GUARDED_BY(mu_);
   std::map<size_t, int64_t> epochs_done_ GUARDED_BY(mu_);  // point to point: per stream
   size_t streams_opened_ GUARDED_BY(mu_) = 0;
   size_t finished_streams_ GUARDED_BY(mu_) = 0;

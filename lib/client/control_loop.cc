@@ -104,7 +104,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
   ControlHost::Pending p = host_->TakePending();
   // Acknowledge, or ask how the job stands.
   if (!p.acks.empty()) {
-    auto r = channel_.Call(wire::EncodeAckSplits({job.name, config_.consumer_id, p.acks}));
+    auto r = channel_.Call(wire::EncodeAckSplits({job.name, config_.consumer_id, p.acks, p.load}));
     if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
       FERRY_RETURN_IF_ERROR(CheckState());  // gone, or a dispatcher that never knew it?
       host_->OnJobGone();
@@ -115,7 +115,7 @@ Status ControlLoop::Round(bool* joined, std::chrono::steady_clock::time_point* n
     host_->OnAcked(p.acks.size(), s.first_open, s.finished);
   }
   if (p.acks.empty() || config_.deterministic) {
-    auto r = channel_.Call(wire::EncodeGetJobStatus({job.name, config_.consumer_id, p.status_epoch}));
+    auto r = channel_.Call(wire::EncodeGetJobStatus({job.name, config_.consumer_id, p.status_epoch, p.load}));
     if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
       FERRY_RETURN_IF_ERROR(CheckState());
       host_->OnJobGone();

@@ -39,6 +39,7 @@ class ControlHost {
     std::vector<SplitId> acks;  // done and not yet acknowledged (left in place until OnAcked)
     uint64_t status_epoch = 0;
     std::vector<std::string> unreachable;  // taken: Requeue() what could not be reported
+    wire::ConsumerLoad load;               // for the dispatcher's advice
   };
   virtual Pending TakePending() = 0;
   virtual void Requeue(std::vector<std::string> unreachable) = 0;

@@ -159,6 +159,7 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     return reply;
   }
   last_seen_ms_[m.worker_id] = now_ms;
+  load_.Worker(m.worker_id, m.load, now_ms);
   // Drained by an operator (DrainWorker) and not yet draining itself: tell it.
   reply.drain = it->second.draining && !m.draining;
   if (m.draining && !it->second.draining) {
@@ -274,6 +275,11 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
     x.splits_per_epoch = j.spec.SplitsPerEpoch();
     x.finished = j.finished();
     x.ranks = j.spec.ranked() ? j.spec.num_consumers : 0;
+    const LoadTracker::Advice a = Advice(name);
+    x.input_wait = a.input_wait;
+    x.demand = a.demand;
+    x.recommended_workers = a.recommended_workers;
+    x.limited_by = a.limited_by;
     for (const auto& [epoch, e] : j.epochs) {
       x.leased += e.leased;
       x.done += e.done;
@@ -295,6 +301,9 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
     x.serves_job = w.serves_job;
     x.serves_consumer = w.serves_consumer;
     if (auto u = unfit_.find(id); u != unfit_.end()) x.unfit_jobs = u->second;
+    const LoadTracker::WorkerRate r = load_.RateOf(id);
+    x.samples_per_second = r.rate;
+    x.capacity = r.capacity;
     m.workers.push_back(std::move(x));
   }
   return m;
@@ -467,6 +476,23 @@ void Dispatcher::ConsumerSeen(const std::string& job, const std::string& consume
   consumer_seen_ms_[{job, consumer}] = now_ms;
 }
 
+void Dispatcher::ConsumerSeen(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load,
+                              int64_t now_ms) {
+  ConsumerSeen(job, consumer, now_ms);
+  if (consumer_seen_ms_.count({job, consumer})) load_.Consumer(job, consumer, load, now_ms);  // known ones only
+}
+
+LoadTracker::Advice Dispatcher::Advice(const std::string& job) const {
+  const JobState* j = state_.job(job);
+  if (j == nullptr) return {};
+  std::vector<std::string> workers;  // those that may serve it
+  for (const auto& [id, w] : state_.workers()) {
+    if (w.draining || UnfitFor(id, job) != nullptr || (w.ServesOnly() && w.serves_job != job)) continue;
+    workers.push_back(id);
+  }
+  return load_.AdviceFor(job, j->consumers, workers);
+}
+
 void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
   // A journal that could not be written: try again now and then, so that what is
   // queued reaches the disk once there is room, changes or not.
@@ -484,6 +510,13 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
     }
   }
   consumer_seen_ms_ = std::move(seen);
+  {
+    std::set<std::pair<std::string, std::string>> consumers;
+    for (const auto& [key, at] : consumer_seen_ms_) consumers.insert(key);
+    std::set<std::string> workers;
+    for (const auto& [id, w] : state_.workers()) workers.insert(id);
+    load_.Keep(consumers, workers);
+  }
   for (const dispatch::RemoveConsumer& r :
        DecideGoneConsumers(state_, consumer_seen_ms_, now_ms, config_.consumer_timeout_ms)) {
     int64_t splits = 0;

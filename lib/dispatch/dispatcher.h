@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/advice.h"
 #include "dispatch/decisions.h"
 #include "dispatch/journal.h"
 #include "dispatch/state.h"
@@ -111,6 +112,12 @@ class Dispatcher {
   // A request from consumer `consumer` of `job` (any of them: joining, acks, status,
   // worker lists): it is alive.
   void ConsumerSeen(const std::string& job, const std::string& consumer, int64_t now_ms);
+  // As ConsumerSeen, with the load figures its request carried (for the advice).
+  void ConsumerSeen(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load,
+                    int64_t now_ms);
+  // The advice for `job` (dispatch/advice.h), and a worker's production figures.
+  LoadTracker::Advice Advice(const std::string& job) const;
+  LoadTracker::WorkerRate RateOf(const std::string& worker) const { return load_.RateOf(worker); }
 
   // Time passes (the service calls this every half heartbeat interval): dead workers
   // are removed, and finished jobs that no connection uses (`jobs_in_use`) collected.
@@ -163,6 +170,7 @@ class Dispatcher {
   std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle
   // worker -> job -> why it cannot serve it (restated by each heartbeat)
   std::map<std::string, std::map<std::string, std::string>> unfit_;
+  LoadTracker load_;                 // consumers' and workers' load figures: the advice
   int64_t jobs_collected_ = 0;       // finished jobs removed since start
   int64_t idle_since_ms_ = -1;
   bool should_exit_ = false;

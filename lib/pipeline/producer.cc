@@ -169,6 +169,13 @@ void BatchProducer::StopPlanning() {
 void BatchProducer::Run() {
   uint64_t seq = 0;
   Status status;
+  // Busy but for the waits for plans (splits) and for memory (the consumer).
+  PipelineStats* stats = stats_.get();
+  bool busy = false;
+  auto set_busy = [&](bool b) {
+    if (stats != nullptr && b != busy) stats->Busy(b);
+    busy = b;
+  };
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -176,6 +183,7 @@ void BatchProducer::Run() {
       if (stop_ || stop_planning_ || !status_.ok()) break;
     }
     std::optional<BatchPlan> plan;
+    set_busy(false);
     try {
       plan = plans_->Next();
     } catch (const std::exception& e) {
@@ -183,10 +191,12 @@ void BatchProducer::Run() {
       break;
     }
     if (!plan) break;
+    set_busy(true);
     auto batch = std::make_unique<ProducedBatch>();
     batch->plan = std::move(*plan);
     const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
     const int64_t wait_from = MonoNs();
+    set_busy(false);
     try {
       batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
     } catch (const std::bad_alloc&) {
@@ -201,6 +211,7 @@ void BatchProducer::Run() {
       ++in_flight_;
     }
     const int64_t memory_wait_ns = MonoNs() - wait_from;
+    set_busy(true);
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
@@ -219,6 +230,7 @@ void BatchProducer::Run() {
       Finish(my_seq, std::move(owned));
     });
   }
+  set_busy(false);
   bool call_done = false;
   Status final_status;
   {

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/histogram.h"
+#include "core/mutex.h"
 #include "ferry/status.h"
 
 namespace ferry {
@@ -24,6 +25,22 @@ namespace ferry {
 struct PipelineStats {
   Histogram read, decode, augment, assemble;
   std::atomic<int64_t> samples{0};  // decoded into a batch
+
+  // Busy time: while at least one producer is producing, i.e. not waiting for batch
+  // memory (a consumer that has not taken the batches before) nor for splits to
+  // produce. samples / busy time is what the worker could produce (its capacity,
+  // for the dispatcher's advice), whatever its consumers take. Each producer reports
+  // its own changes (Busy(true) once, then alternating).
+  void Busy(bool busy) LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    const int64_t now = MonoNs();
+    if (busy && busy_producers_++ == 0) busy_since_ = now;
+    if (!busy && --busy_producers_ == 0) busy_ns_ += now - busy_since_;
+  }
+  int64_t BusyNs() const LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return busy_ns_ + (busy_producers_ > 0 ? MonoNs() - busy_since_ : 0);
+  }
 
   // Why a sample was skipped: its file could not be read, or, once read, what the
   // decoder said (augment.h lists the codes).
@@ -40,6 +57,11 @@ struct PipelineStats {
     }
   }
   std::array<std::atomic<int64_t>, kNumReasons> skipped{};
+
+ private:
+  mutable Mutex mu_;
+  int busy_producers_ GUARDED_BY(mu_) = 0;
+  int64_t busy_since_ GUARDED_BY(mu_) = 0, busy_ns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ferry

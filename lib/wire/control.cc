@@ -44,6 +44,17 @@ OutFrame EncodeRegisterWorkerOk(uint32_t interval_ms) {
   });
 }
 
+namespace {
+
+void SetLoad(ctl::ConsumerLoad::Builder b, const ConsumerLoad& l) {
+  b.setWaitNs(l.wait_ns);
+  b.setElapsedNs(l.elapsed_ns);
+  b.setSamples(l.samples);
+}
+ConsumerLoad GetLoad(ctl::ConsumerLoad::Reader r) { return {r.getWaitNs(), r.getElapsedNs(), r.getSamples()}; }
+
+}  // namespace
+
 OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
   return Build(MessageType::kHeartbeat, [&](capnp::MessageBuilder& b) {
     auto r = b.initRoot<ctl::Heartbeat>();
@@ -60,6 +71,12 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
       unfit[i].setReason(reason);
       ++i;
     }
+    auto load = r.initLoad();
+    load.setSamples(m.load.samples);
+    load.setBusyNs(m.load.busy_ns);
+    load.setReadNs(m.load.read_ns);
+    load.setDecodeNs(m.load.decode_ns);
+    load.setAugmentNs(m.load.augment_ns);
   });
 }
 
@@ -121,6 +138,7 @@ OutFrame EncodeAckSplits(const AckSplitsMsg& m) {
       l[i].setEpoch(m.splits[i].first);
       l[i].setSplit(m.splits[i].second);
     }
+    SetLoad(r.initLoad(), m.load);
   });
 }
 
@@ -130,6 +148,7 @@ OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m) {
     r.setJob(m.job);
     r.setConsumerId(m.consumer_id);
     r.setEpoch(m.epoch);
+    SetLoad(r.initLoad(), m.load);
   });
 }
 
@@ -167,6 +186,8 @@ Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
     HeartbeatMsg m{Str(r.getWorkerId()), r.getDraining(), r.getWantLeases(), r.getLeaving(), {}, {}};
     for (auto j : r.getWantJobs()) m.want_jobs.push_back(Str(j));
     for (auto u : r.getUnfitJobs()) m.unfit_jobs[Str(u.getName())] = Str(u.getReason());
+    auto l = r.getLoad();
+    m.load = {l.getSamples(), l.getBusyNs(), l.getReadNs(), l.getDecodeNs(), l.getAugmentNs()};
     return m;
   });
 }
@@ -226,6 +247,7 @@ Result<AckSplitsMsg> DecodeAckSplits(const InFrame& f) {
     m.job = Str(r.getJob());
     m.consumer_id = Str(r.getConsumerId());
     for (auto s : r.getSplits()) m.splits.push_back({s.getEpoch(), s.getSplit()});
+    m.load = GetLoad(r.getLoad());
     return m;
   });
 }
@@ -304,6 +326,8 @@ OutFrame EncodeClusterStatus(const ClusterStatusMsg& m) {
       ws[i].setSilentMs(w.silent_ms);
       ws[i].setServesJob(w.serves_job);
       ws[i].setServesConsumer(w.serves_consumer);
+      ws[i].setSamplesPerSecond(w.samples_per_second);
+      ws[i].setCapacity(w.capacity);
       auto u = ws[i].initUnfitJobs(unsigned(w.unfit_jobs.size()));
       unsigned k = 0;
       for (const auto& [name, reason] : w.unfit_jobs) {
@@ -328,6 +352,10 @@ OutFrame EncodeClusterStatus(const ClusterStatusMsg& m) {
       js[i].setDone(j.done);
       js[i].setFinished(j.finished);
       js[i].setRanks(j.ranks);
+      js[i].setInputWait(j.input_wait);
+      js[i].setDemand(j.demand);
+      js[i].setRecommendedWorkers(j.recommended_workers);
+      js[i].setLimitedBy(j.limited_by);
     }
   });
 }
@@ -348,6 +376,8 @@ Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f) {
       x.serves_job = Str(w.getServesJob());
       x.serves_consumer = Str(w.getServesConsumer());
       for (auto u : w.getUnfitJobs()) x.unfit_jobs[Str(u.getName())] = Str(u.getReason());
+      x.samples_per_second = w.getSamplesPerSecond();
+      x.capacity = w.getCapacity();
       m.workers.push_back(std::move(x));
     }
     for (auto j : r.getJobs()) {
@@ -364,6 +394,10 @@ Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f) {
       x.done = j.getDone();
       x.finished = j.getFinished();
       x.ranks = j.getRanks();
+      x.input_wait = j.getInputWait();
+      x.demand = j.getDemand();
+      x.recommended_workers = j.getRecommendedWorkers();
+      x.limited_by = Str(j.getLimitedBy());
       m.jobs.push_back(std::move(x));
     }
     return m;
@@ -372,7 +406,7 @@ Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f) {
 
 Result<GetJobStatusMsg> DecodeGetJobStatus(const InFrame& f) {
   return Decode<ctl::GetJobStatus>(f, MessageType::kGetJobStatus, [](ctl::GetJobStatus::Reader r) -> Result<GetJobStatusMsg> {
-    return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch()};
+    return GetJobStatusMsg{Str(r.getJob()), Str(r.getConsumerId()), r.getEpoch(), GetLoad(r.getLoad())};
   });
 }
 

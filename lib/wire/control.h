@@ -45,6 +45,16 @@ struct GetWorkersMsg {
   std::string job, consumer_id;  // who asks; empty: anyone
 };
 
+// Cumulative load figures for the dispatcher's advice (schemas/control.capnp).
+struct ConsumerLoad {
+  int64_t wait_ns = 0, elapsed_ns = 0, samples = 0;
+  bool operator==(const ConsumerLoad&) const = default;
+};
+struct WorkerLoad {
+  int64_t samples = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, augment_ns = 0;
+  bool operator==(const WorkerLoad&) const = default;
+};
+
 struct HeartbeatMsg {
   std::string worker_id;
   bool draining = false;
@@ -52,6 +62,7 @@ struct HeartbeatMsg {
   bool leaving = false;
   std::vector<std::string> want_jobs;
   std::map<std::string, std::string> unfit_jobs;  // job -> why this worker cannot serve it
+  WorkerLoad load = {};
 };
 
 struct HeartbeatOkMsg {
@@ -75,11 +86,13 @@ struct GetOrCreateJobMsg {
 struct AckSplitsMsg {
   std::string job, consumer_id;
   std::vector<SplitId> splits;
+  ConsumerLoad load = {};
 };
 
 struct GetJobStatusMsg {
   std::string job, consumer_id;
   uint64_t epoch = 0;
+  ConsumerLoad load = {};
 };
 
 struct JobStatusMsg {
@@ -119,6 +132,7 @@ struct WorkerStatusMsg {
   int64_t silent_ms = 0;
   std::string serves_job, serves_consumer;
   std::map<std::string, std::string> unfit_jobs;
+  double samples_per_second = 0, capacity = 0;
 };
 struct JobSummaryMsg {
   std::string name, dataset;
@@ -128,6 +142,9 @@ struct JobSummaryMsg {
   int64_t epochs = 0, splits_per_epoch = 0, pending = 0, leased = 0, done = 0;
   bool finished = false;
   int64_t ranks = 0;
+  double input_wait = 0, demand = 0;
+  int64_t recommended_workers = 0;
+  std::string limited_by;
 };
 struct ClusterStatusMsg {
   std::string state_id;

@@ -215,6 +215,7 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
 bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
   wire::HeartbeatMsg h;
   h.worker_id = o_.worker_id;
+  if (o_.load) h.load = o_.load();
   {
     MutexLock lock(&mu_);
     h.draining = draining_;

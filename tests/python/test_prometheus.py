@@ -6,6 +6,7 @@ metrics` passes on each endpoint. The test command installs Prometheus; elsewher
 test is skipped when it is missing (under CI=true it fails instead)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -132,6 +133,20 @@ def test_prometheus_scrapes_a_dispatcher_and_two_workers_during_a_job(ferry, fer
             time.sleep(0.5)
         assert decode_p50 and 0 < float(decode_p50[0]["value"][1]) < 1, decode_p50
         assert read, "the client read batches"
+
+        # The dispatcher's view of the job's input (its consumers report their wait
+        # with their acks), in Prometheus and in ferry-ctl status.
+        deadline = time.time() + 30
+        while True:
+            wait = query(base, 'ferry_job_input_wait_ratio{ferry_job="scraped"}')
+            if wait or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert wait and 0 <= float(wait[0]["value"][1]) <= 1, wait
+        ctl = os.path.join(os.path.dirname(os.path.dirname(ferry_local)), "client", "ferry-ctl")
+        out = subprocess.run([ctl, "status", "--dispatcher", dispatcher], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"input wait \d+%, demand \d+ samples/s", out.stdout), out.stdout
 
         # promtool on each endpoint, during the job.
         for port in [dport] + wports:

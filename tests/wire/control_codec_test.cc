@@ -63,7 +63,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   ASSERT_TRUE(interval.ok());
   EXPECT_EQ(*interval, 250u);
 
-  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}}};
+  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}}, {100, 2, 3, 4, 5}};
   Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->worker_id, "w1");
@@ -72,6 +72,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_TRUE(hb->leaving);
   EXPECT_EQ(hb->want_jobs, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(hb->unfit_jobs, (std::map<std::string, std::string>{{"gone", "no such directory"}}));
+  EXPECT_EQ(hb->load, h.load);
 
   HeartbeatOkMsg ok;
   ok.leases = {{"run7", 2, 5, "c1"}, {"run7", 2, 6, "c2"}};
@@ -97,15 +98,18 @@ TEST(ControlCodecTest, ClientMessagesRoundTrip) {
   EXPECT_EQ(*w, (std::vector<std::string>{"a:1", "b:2"}));
   EXPECT_TRUE(DecodeGetWorkers(ToInFrame(EncodeGetWorkers())).ok());
 
-  Result<AckSplitsMsg> ack = DecodeAckSplits(ToInFrame(EncodeAckSplits({"run7", "c1", {{0, 1}, {3, 9}}})));
+  Result<AckSplitsMsg> ack =
+      DecodeAckSplits(ToInFrame(EncodeAckSplits({"run7", "c1", {{0, 1}, {3, 9}}, {7000000, 9000000, 320}})));
   ASSERT_TRUE(ack.ok());
   EXPECT_EQ(ack->job, "run7");
   EXPECT_EQ(ack->consumer_id, "c1");
   EXPECT_EQ(ack->splits, (std::vector<SplitId>{{0, 1}, {3, 9}}));
+  EXPECT_EQ(ack->load, (ConsumerLoad{7000000, 9000000, 320}));
 
-  Result<GetJobStatusMsg> q = DecodeGetJobStatus(ToInFrame(EncodeGetJobStatus({"run7", "c1", 4})));
+  Result<GetJobStatusMsg> q = DecodeGetJobStatus(ToInFrame(EncodeGetJobStatus({"run7", "c1", 4, {1, 2, 3}})));
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->epoch, 4u);
+  EXPECT_EQ(q->load, (ConsumerLoad{1, 2, 3}));
   Result<JobStatusMsg> st = DecodeJobStatus(ToInFrame(EncodeJobStatus({3, true, {1, 4, 7}, true})));
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->first_open, 3u);
@@ -168,7 +172,8 @@ TEST(ControlCodecTest, ClusterStatusRoundTrips) {
   ClusterStatusMsg m;
   m.state_id = "0123456789abcdef";
   m.journal_writable = false;
-  m.workers.push_back({"w1", "10.0.0.5:7000", true, 3, 250, "job", "rank-1", {{"other", "no such directory"}}});
+  m.workers.push_back({"w1", "10.0.0.5:7000", true, 3, 250, "job", "rank-1", {{"other", "no such directory"}}, 812.5,
+                       1024.25});
   JobSummaryMsg j;
   j.name = "job";
   j.dataset = "/data/train";
@@ -181,6 +186,10 @@ TEST(ControlCodecTest, ClusterStatusRoundTrips) {
   j.leased = 8;
   j.done = 4987;
   j.ranks = 2;
+  j.input_wait = 0.25;
+  j.demand = 4000;
+  j.recommended_workers = 5;
+  j.limited_by = "workers: decode (80% of a sample's time)";
   m.jobs.push_back(j);
   Result<ClusterStatusMsg> back = DecodeClusterStatus(ToInFrame(EncodeClusterStatus(m)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -194,6 +203,8 @@ TEST(ControlCodecTest, ClusterStatusRoundTrips) {
   EXPECT_EQ(w.silent_ms, 250);
   EXPECT_EQ(w.serves_consumer, "rank-1");
   EXPECT_EQ(w.unfit_jobs, m.workers[0].unfit_jobs);
+  EXPECT_EQ(w.samples_per_second, 812.5);
+  EXPECT_EQ(w.capacity, 1024.25);
   ASSERT_EQ(back->jobs.size(), 1u);
   const JobSummaryMsg& b = back->jobs[0];
   EXPECT_EQ(b.consumers, j.consumers);
@@ -202,6 +213,10 @@ TEST(ControlCodecTest, ClusterStatusRoundTrips) {
   EXPECT_EQ(b.splits_per_epoch, j.splits_per_epoch);
   EXPECT_EQ(b.pending + b.leased + b.done, j.pending + j.leased + j.done);
   EXPECT_EQ(b.ranks, 2);
+  EXPECT_EQ(b.input_wait, 0.25);
+  EXPECT_EQ(b.demand, 4000);
+  EXPECT_EQ(b.recommended_workers, 5);
+  EXPECT_EQ(b.limited_by, j.limited_by);
   EXPECT_FALSE(DecodeClusterStatus(ToInFrame(EncodeGetClusterStatus())).ok()) << "a request is not a reply";
 }
 

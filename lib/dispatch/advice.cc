@@ -1,0 +1,134 @@
+#include "dispatch/advice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace ferry::dispatch {
+
+namespace {
+
+// Cumulative figures that went back: the peer restarted (a new process under the same
+// name). Its old series says nothing about the new one.
+bool WentBack(const wire::ConsumerLoad& before, const wire::ConsumerLoad& now) {
+  return now.elapsed_ns < before.elapsed_ns || now.wait_ns < before.wait_ns || now.samples < before.samples;
+}
+bool WentBack(const wire::WorkerLoad& before, const wire::WorkerLoad& now) {
+  return now.samples < before.samples || now.busy_ns < before.busy_ns;
+}
+
+std::string Percent(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", 100.0 * f);
+  return b;
+}
+
+}  // namespace
+
+template <typename T>
+void LoadTracker::Series<T>::Add(int64_t now_ms, const T& v) {
+  if (!points.empty() && (WentBack(points.back().second, v) || now_ms < points.back().first)) points.clear();
+  points.emplace_back(now_ms, v);
+  // Keep one point at or before the window's start, as the base of the differences.
+  while (points.size() >= 2 && points[1].first <= now_ms - kWindowMs) points.pop_front();
+  while (points.size() > 512) points.pop_front();  // heartbeats every few ms: still bounded
+}
+
+void LoadTracker::Consumer(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load,
+                           int64_t now_ms) {
+  if (load.elapsed_ns <= 0) return;  // not started yet (nothing yielded)
+  consumers_[{job, consumer}].Add(now_ms, load);
+}
+
+void LoadTracker::Worker(const std::string& worker, const wire::WorkerLoad& load, int64_t now_ms) {
+  workers_[worker].Add(now_ms, load);
+}
+
+void LoadTracker::Keep(const std::set<std::pair<std::string, std::string>>& consumers,
+                       const std::set<std::string>& workers) {
+  std::erase_if(consumers_, [&](const auto& kv) { return consumers.count(kv.first) == 0; });
+  std::erase_if(workers_, [&](const auto& kv) { return workers.count(kv.first) == 0; });
+}
+
+LoadTracker::WorkerRate LoadTracker::RateOf(const std::string& worker) const {
+  WorkerRate r;
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || it->second.points.size() < 2) return r;
+  const auto& [t0, a] = it->second.points.front();
+  const auto& [t1, b] = it->second.points.back();
+  const double dt = double(t1 - t0) / 1e3;
+  if (dt < 1.0) return r;
+  const double samples = double(b.samples - a.samples), busy = double(b.busy_ns - a.busy_ns) / 1e9;
+  r.known = true;
+  r.rate = samples / dt;
+  r.busy = std::min(1.0, busy / dt);
+  r.capacity = busy > 0.05 && samples > 0 ? samples / busy : 0;
+  r.read = double(b.read_ns - a.read_ns) / 1e9;
+  r.decode = double(b.decode_ns - a.decode_ns) / 1e9;
+  r.augment = double(b.augment_ns - a.augment_ns) / 1e9;
+  return r;
+}
+
+LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::vector<std::string>& consumers,
+                                           const std::vector<std::string>& workers) const {
+  Advice a;
+  double wait = 0, elapsed = 0;
+  for (const std::string& c : consumers) {
+    auto it = consumers_.find({job, c});
+    if (it == consumers_.end() || it->second.points.size() < 2) continue;
+    const wire::ConsumerLoad& x = it->second.points.front().second;
+    const wire::ConsumerLoad& y = it->second.points.back().second;
+    const double e = double(y.elapsed_ns - x.elapsed_ns) / 1e9, w = double(y.wait_ns - x.wait_ns) / 1e9;
+    if (e < 1.0) continue;
+    // A trainer that does nothing between batches (a loader benchmark) would take any
+    // rate: its compute time is floored at 2% of its time, so the advice stays finite.
+    const double compute = std::max(e - w, 0.02 * e);
+    a.demand += double(y.samples - x.samples) / compute;
+    wait += w;
+    elapsed += e;
+    a.known = true;
+  }
+  if (!a.known) return a;
+  a.input_wait = std::min(1.0, wait / elapsed);
+
+  double capacity = 0, busy = 0, read = 0, decode = 0, augment = 0;
+  int known = 0;
+  for (const std::string& w : workers) {
+    const WorkerRate r = RateOf(w);
+    if (!r.known || r.capacity <= 0) continue;
+    capacity += r.capacity;
+    busy += r.busy;
+    read += r.read;
+    decode += r.decode;
+    augment += r.augment;
+    ++known;
+  }
+  if (known > 0) {
+    capacity /= known;
+    busy /= known;
+    // The smallest count whose capacity covers the demand (the 1e-9: a demand of
+    // exactly 3 workers' capacity needs 3, not 4).
+    a.recommended_workers = std::max<int64_t>(1, int64_t(std::ceil(a.demand / capacity - 1e-9)));
+  }
+  const bool bound = a.input_wait >= kInputBound;
+  if (!bound) {
+    a.limited_by = "the trainer (input wait " + Percent(a.input_wait) + ")";
+  } else if (known == 0) {
+    a.limited_by = "input (wait " + Percent(a.input_wait) + "); no worker reports production yet";
+  } else if (busy < 0.7) {
+    a.limited_by = "the path to the trainer (network, or splits to lease): workers busy " + Percent(busy) +
+                   " while the trainer waits " + Percent(a.input_wait);
+  } else {
+    const double stages = read + decode + augment;
+    std::string stage = "their capacity";
+    if (stages > 0) {
+      const double top = std::max({read, decode, augment});
+      const char* name = top == read ? "storage reads" : top == decode ? "decode" : "augment";
+      stage = std::string(name) + " (" + Percent(top / stages) + " of a sample's time)";
+    }
+    a.limited_by = "workers: " + stage + "; input wait " + Percent(a.input_wait);
+  }
+  return a;
+}
+
+}  // namespace ferry::dispatch

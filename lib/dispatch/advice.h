@@ -1,0 +1,79 @@
+// LoadTracker: the dispatcher's view of how fast each job is consumed and produced, and
+// its advice: is the job input-bound, what limits it, and how many workers remove the
+// stall (ferry_job_recommended_workers, ferry-ctl status).
+//
+// Inputs, cumulative figures that the peers send anyway:
+//   consumers  with each AckSplits and GetJobStatus (wire::ConsumerLoad): time blocked
+//              in Next(), wall time from the first Next() to the last, samples yielded;
+//   workers    with each heartbeat (wire::WorkerLoad): samples produced, busy time
+//              (some stream producing, not waiting for its consumer or for splits),
+//              and the read/decode/augment time summed over samples.
+// Each is kept as a short series, and the figures below are differences over the last
+// kWindowMs (so a lost message loses nothing, and a trainer that changes pace is seen
+// within a window). In memory only: a restarted dispatcher learns them again.
+//
+// The model: a consumer that waited w of its elapsed time e and yielded n samples
+// computes for e - w, so without waiting it would take demand = n / (e - w) samples/s.
+// A worker produced m samples in b busy seconds: its capacity is m / b, whatever its
+// consumers took. The job needs ceil(sum of demands / mean capacity) workers. This
+// holds while a worker serves one job at a time (its capacity is shared otherwise, and
+// the advice then errs towards more workers).
+#ifndef FERRY_DISPATCH_ADVICE_H_
+#define FERRY_DISPATCH_ADVICE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wire/control.h"
+
+namespace ferry::dispatch {
+
+class LoadTracker {
+ public:
+  static constexpr int64_t kWindowMs = 10000;
+  // Input wait over this fraction of the consumers' time makes a job input-bound.
+  static constexpr double kInputBound = 0.10;
+
+  void Consumer(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load, int64_t now_ms);
+  void Worker(const std::string& worker, const wire::WorkerLoad& load, int64_t now_ms);
+  // Forgets the consumers and workers not in these sets (gone, collected).
+  void Keep(const std::set<std::pair<std::string, std::string>>& consumers, const std::set<std::string>& workers);
+
+  struct WorkerRate {
+    bool known = false;     // a window of at least a second, with busy time
+    double rate = 0;        // samples/s produced
+    double capacity = 0;    // samples per busy second
+    double busy = 0;        // fraction of the window busy
+    double read = 0, decode = 0, augment = 0;  // stage seconds in the window
+  };
+  WorkerRate RateOf(const std::string& worker) const;
+
+  struct Advice {
+    bool known = false;            // the consumers reported a window
+    double input_wait = 0;         // fraction of the consumers' time waiting
+    double demand = 0;             // samples/s the consumers would take
+    int64_t recommended_workers = 0;  // 0: no worker capacity known yet
+    std::string limited_by;        // in words
+  };
+  // `consumers`: the job's live consumers; `workers`: those that may serve it.
+  Advice AdviceFor(const std::string& job, const std::vector<std::string>& consumers,
+                   const std::vector<std::string>& workers) const;
+
+ private:
+  template <typename T>
+  struct Series {
+    std::deque<std::pair<int64_t, T>> points;  // (now_ms, cumulative figures)
+    void Add(int64_t now_ms, const T& v);
+  };
+  std::map<std::pair<std::string, std::string>, Series<wire::ConsumerLoad>> consumers_;
+  std::map<std::string, Series<wire::WorkerLoad>> workers_;
+};
+
+}  // namespace ferry::dispatch
+
+#endif  // FERRY_DISPATCH_ADVICE_H_

@@ -1,0 +1,97 @@
+// The dispatcher's advice (lib/dispatch/advice.h) from load series, without sockets:
+// demand from the consumers' compute time, capacity from the workers' busy time, the
+// recommended count, and what limits the job.
+#include "dispatch/advice.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry::dispatch {
+namespace {
+
+constexpr int64_t kS = 1000000000;  // ns per second
+
+// A consumer at `rate_needed` samples/s of compute that got `rate_got` samples/s over
+// `seconds`, reporting every 100 ms; workers each producing `each` samples/s, busy the
+// given fraction of the time.
+void Feed(LoadTracker& t, double rate_needed, double rate_got, const std::vector<std::pair<double, double>>& workers,
+          int seconds = 5) {
+  for (int step = 0; step <= seconds * 10; ++step) {
+    const double s = step / 10.0;
+    const double samples = rate_got * s;
+    const double compute = samples / rate_needed;  // seconds the trainer computed
+    t.Consumer("job", "c1", {int64_t((s - compute) * kS), int64_t(s * kS), int64_t(samples)}, int64_t(s * 1000));
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const auto [each, busy] = workers[w];
+      t.Worker("w" + std::to_string(w), {int64_t(each * s), int64_t(busy * s * kS), 0, int64_t(0.6 * each * s * 1e6), 0},
+               int64_t(s * 1000));
+    }
+  }
+}
+
+TEST(AdviceTest, AnInputBoundJobGetsTheWorkersItsDemandNeeds) {
+  LoadTracker t;
+  // Needs 1000 samples/s; 2 workers of capacity 400 (busy all the time) give 800.
+  Feed(t, 1000, 800, {{400, 1.0}, {400, 1.0}});
+  const LoadTracker::Advice a = t.AdviceFor("job", {"c1"}, {"w0", "w1"});
+  ASSERT_TRUE(a.known);
+  EXPECT_NEAR(a.input_wait, 0.2, 0.01);
+  EXPECT_NEAR(a.demand, 1000, 1);
+  EXPECT_EQ(a.recommended_workers, 3);  // ceil(1000 / 400)
+  EXPECT_NE(a.limited_by.find("workers: decode"), std::string::npos) << a.limited_by;
+  const LoadTracker::WorkerRate r = t.RateOf("w0");
+  EXPECT_NEAR(r.capacity, 400, 1);
+  EXPECT_NEAR(r.busy, 1.0, 0.01);
+}
+
+TEST(AdviceTest, ATrainerBoundJobIsAdvisedFewerWorkersAndBlamesTheTrainer) {
+  LoadTracker t;
+  // Needs 300 samples/s, gets it; 4 workers each busy 15% of the time at capacity 500.
+  Feed(t, 300, 300, {{75, 0.15}, {75, 0.15}, {75, 0.15}, {75, 0.15}});
+  const LoadTracker::Advice a = t.AdviceFor("job", {"c1"}, {"w0", "w1", "w2", "w3"});
+  EXPECT_NEAR(a.input_wait, 0, 0.01);
+  EXPECT_EQ(a.recommended_workers, 1);
+  EXPECT_NE(a.limited_by.find("the trainer"), std::string::npos) << a.limited_by;
+}
+
+TEST(AdviceTest, IdleWorkersAndAWaitingTrainerPointAtThePathBetween) {
+  LoadTracker t;
+  Feed(t, 1000, 500, {{250, 0.3}, {250, 0.3}});
+  const LoadTracker::Advice a = t.AdviceFor("job", {"c1"}, {"w0", "w1"});
+  EXPECT_NE(a.limited_by.find("the path to the trainer"), std::string::npos) << a.limited_by;
+}
+
+TEST(AdviceTest, UnknownUntilAWindowIsReportedAndForgottenWhenGone) {
+  LoadTracker t;
+  EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {}).known);
+  t.Consumer("job", "c1", {0, kS / 2, 10}, 0);
+  t.Consumer("job", "c1", {0, kS, 20}, 500);  // half a second: not a window yet
+  EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {}).known);
+  Feed(t, 100, 100, {{100, 1.0}});
+  EXPECT_TRUE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
+  EXPECT_EQ(t.AdviceFor("job", {"c1"}, {}).recommended_workers, 0) << "no worker capacity known";
+  t.Keep({}, {});
+  EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
+  EXPECT_FALSE(t.RateOf("w0").known);
+}
+
+TEST(AdviceTest, ARestartedPeerStartsAFreshSeries) {
+  LoadTracker t;
+  Feed(t, 1000, 800, {{400, 1.0}});
+  // The consumer restarted: its cumulative figures start again from zero.
+  t.Consumer("job", "c1", {0, kS / 10, 10}, 6000);
+  EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
+}
+
+TEST(AdviceTest, TheWindowKeepsTheLastTenSeconds) {
+  LoadTracker t;
+  Feed(t, 1000, 1000, {{1000, 1.0}}, 30);  // 30 s at no wait...
+  for (int step = 1; step <= 100; ++step) {  // ...then 10 s waiting half the time
+    const double s = 30 + step / 10.0;
+    t.Consumer("job", "c1", {int64_t(step / 10.0 * 0.5 * kS), int64_t(s * kS), int64_t(30000 + 500 * step / 10.0)},
+               int64_t(s * 1000));
+  }
+  EXPECT_NEAR(t.AdviceFor("job", {"c1"}, {}).input_wait, 0.5, 0.02);
+}
+
+}  // namespace
+}  // namespace ferry::dispatch
