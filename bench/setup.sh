@@ -18,7 +18,7 @@ readonly PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
   prometheus
-  python3-torch python3-torchvision python3-numpy python3-pybind11 python3-pytest
+  python3-torch python3-torchvision python3-numpy python3-pybind11 python3-pytest python3-yaml
   python3-pip python3-venv python3-setuptools python3-wheel
 )
 

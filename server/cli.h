@@ -28,6 +28,14 @@ inline void AddLogFlag(CLI::App& app) {
          },
          "debug (every lease and acknowledgement), info (the default), warn, error or off; else $FERRY_LOG_LEVEL")
       ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error", "off"}));
+  app.add_option_function<std::string>(
+         "--log-format",
+         [](const std::string& s) {
+           SetLogJson(s == "json");
+           setenv("FERRY_LOG_FORMAT", s.c_str(), 1);
+         },
+         "text (the default) or json (one object per line: ts, program, level, msg); else $FERRY_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}));
 }
 
 // --tls-cert/--tls-key/--tls-ca, the same on both daemons (see lib/net/tls.h).

@@ -7,6 +7,11 @@
 // info (the default: peers coming and going, jobs), warn (refusals, lost peers, skipped
 // samples), error (what stops a daemon). The level comes from --log-level, else from
 // FERRY_LOG_LEVEL, else info. Thread-safe (one fprintf per line).
+//
+// --log-format json (or FERRY_LOG_FORMAT=json) writes one JSON object per line instead,
+// for log collectors (Loki, Cloud Logging, Elasticsearch):
+//
+//   {"ts":"2026-11-23T17:40:01.123Z","program":"ferry-dispatcher","level":"info","msg":"..."}
 #ifndef FERRY_CORE_LOG_H_
 #define FERRY_CORE_LOG_H_
 
@@ -17,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <sys/time.h>
 
@@ -67,6 +73,39 @@ inline void SetLogLevel(LogLevel l) { LogLevelFlag().store(int(l), std::memory_o
 inline LogLevel GetLogLevel() { return LogLevel(LogLevelFlag().load(std::memory_order_relaxed)); }
 inline bool LogEnabled(LogLevel l) { return int(l) >= LogLevelFlag().load(std::memory_order_relaxed); }
 
+// Text (the default) or JSON lines.
+inline std::atomic<bool>& LogJsonFlag() {
+  static std::atomic<bool> json{[] {
+    const char* env = std::getenv("FERRY_LOG_FORMAT");
+    return env != nullptr && std::strcmp(env, "json") == 0;
+  }()};
+  return json;
+}
+inline void SetLogJson(bool json) { LogJsonFlag().store(json, std::memory_order_relaxed); }
+
+// `s` as the inside of a JSON string.
+inline void AppendJsonEscaped(std::string_view s, char* out, size_t cap, size_t* len) {
+  auto put = [&](char c) {
+    if (*len + 1 < cap) out[(*len)++] = c;
+  };
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      put('\\');
+      put(char(c));
+    } else if (c == '\n') {
+      put('\\');
+      put('n');
+    } else if (c < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", c);
+      for (char* p = u; *p; ++p) put(*p);
+    } else {
+      put(char(c));
+    }
+  }
+  out[*len] = '\0';
+}
+
 // Quiet: nothing at all (fuzzers, which run the daemons' code millions of times).
 inline void SetLogQuiet(bool quiet) { SetLogLevel(quiet ? LogLevel::kOff : LogLevel::kInfo); }
 
@@ -78,6 +117,16 @@ inline void VLogAt(LogLevel level, const char* fmt, va_list ap) {
   gettimeofday(&tv, nullptr);
   tm t;
   gmtime_r(&tv.tv_sec, &t);
+  if (LogJsonFlag().load(std::memory_order_relaxed)) {
+    char escaped[sizeof msg * 2];
+    size_t n = 0;
+    AppendJsonEscaped(msg, escaped, sizeof escaped, &n);
+    std::fprintf(stderr,
+                 "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"program\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n",
+                 t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, int(tv.tv_usec / 1000),
+                 LogProgramName(), LogLevelName(level), escaped);
+    return;
+  }
   std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s %s: %s\n", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
                t.tm_hour, t.tm_min, t.tm_sec, int(tv.tv_usec / 1000), LogProgramName(), LogLevelName(level), msg);
 }

@@ -231,3 +231,29 @@ def test_ferry_ctl_drain_takes_a_worker_out_of_service(ferry, ferry_local, small
         for w, _ in workers:
             stop(w)
         stop(d)
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_json_logs(ferry_local, tmp_path, how):
+    """--log-format json (or FERRY_LOG_FORMAT=json): every stderr line is one JSON object
+    with ts, program, level and msg, quotes and newlines escaped; a bad format is usage."""
+    import json
+    env = clean_env(FERRY_LOG_FORMAT="json") if how == "env" else clean_env()
+    argv = [binary(ferry_local, "ferry-dispatcher"), "--listen", "127.0.0.1:0", "--work-dir",
+            str(tmp_path / 'a "quoted"\ndir')]
+    if how == "flag":
+        argv += ["--log-format", "json"]
+    d, line, err = start(argv, env, tmp_path, "d")
+    assert line.startswith("listening on "), line
+    stop(d)
+    lines = [l for l in open(err).read().splitlines() if l]
+    assert lines, "the dispatcher logged nothing"
+    records = [json.loads(l) for l in lines]
+    for r in records:
+        assert set(r) == {"ts", "program", "level", "msg"}, r
+        assert r["program"] == "ferry-dispatcher" and r["level"] in ("debug", "info", "warn", "error"), r
+        assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", r["ts"]), r
+    assert any('a "quoted"\ndir' in r["msg"] for r in records), records
+    bad = subprocess.run([binary(ferry_local, "ferry-worker"), "--log-format", "xml"], capture_output=True, text=True,
+                         timeout=30, env=clean_env())
+    assert bad.returncode == 2 and "--log-format" in bad.stderr, bad.stderr

@@ -2,7 +2,8 @@
 ferry-workers while they serve a job (issue 12). Checked through Prometheus' own HTTP
 query API: all three targets are up, both workers' sample counters and per-stage
 histograms are stored, and the dispatcher's job series are there; `promtool check
-metrics` passes on each endpoint. The test command installs Prometheus; elsewhere the
+metrics` passes on each endpoint; every query of the Grafana dashboard
+(deploy/grafana) runs and names only metrics Ferry exported. The test command installs Prometheus; elsewhere the
 test is skipped when it is missing (under CI=true it fails instead)."""
 import json
 import os
@@ -147,6 +148,28 @@ def test_prometheus_scrapes_a_dispatcher_and_two_workers_during_a_job(ferry, fer
         out = subprocess.run([ctl, "status", "--dispatcher", dispatcher], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert re.search(r"input wait \d+%, demand \d+ samples/s", out.stdout), out.stdout
+
+        # The Grafana dashboard (deploy/grafana): every query runs on this Prometheus,
+        # and every metric it names is one Ferry exported here.
+        dashboard = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "grafana",
+                                                "ferry-dashboard.json")))
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+        exprs += [v["definition"].replace("label_values(", "").split(",")[0] for v in dashboard["templating"]["list"]
+                  if v.get("definition")]
+        assert len(exprs) >= 10, exprs
+        wanted = set()
+        for e in exprs:
+            wanted |= set(re.findall(r"\b(ferry_[a-z_]+|up)\b(?!\s*\()", e)) - {"ferry_job"}
+        deadline = time.time() + 30
+        while True:
+            with urllib.request.urlopen(base + "/api/v1/label/__name__/values", timeout=5) as r:
+                stored = set(json.loads(r.read().decode())["data"])
+            if wanted <= stored or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert wanted <= stored, "the dashboard names metrics Ferry did not export: %s" % sorted(wanted - stored)
+        for e in exprs:
+            query(base, e.replace("$job", ".*"))  # a bad query fails here
 
         # promtool on each endpoint, during the job.
         for port in [dport] + wports:
