@@ -125,3 +125,68 @@ def test_the_harness_leaves_nothing_behind_when_killed(can, tmp_path):
     # No link of the harness in this namespace either.
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "port0" not in links and "br0" not in links, links
+
+
+def resource_config(tmp_path, current):
+    """A SageMaker heterogeneous cluster's resourceconfig.json, as seen on `current`."""
+    c = {"current_host": current, "current_instance_type": "ml.c5.18xlarge", "current_group_name":
+         "data_group" if current in ("algo-1", "algo-2") else "train_group",
+         "hosts": ["algo-1", "algo-2", "algo-3"],
+         "instance_groups": [
+             {"instance_group_name": "data_group", "instance_type": "ml.c5.18xlarge", "hosts": ["algo-1", "algo-2"]},
+             {"instance_group_name": "train_group", "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-3"]}],
+         "network_interface_name": "eth0"}
+    path = tmp_path / ("resourceconfig-%s.json" % current)
+    path.write_text(json.dumps(c))
+    return str(path)
+
+
+def test_ferry_launch_from_a_resource_config_on_each_host(can, ferry, ferry_local, small_tree, tmp_path):
+    """ferry-launch, the same command on three hosts of a fake heterogeneous cluster: the
+    data group's first host runs the dispatcher and a worker, the second a worker, the
+    training host the trainer with FERRY_DISPATCHER set; an epoch arrives exactly once
+    and the data group exits by itself when training ends."""
+    bindir = os.path.dirname(ferry_local)
+    launch = os.path.join(bindir, "ferry-launch")
+    pydir = os.path.dirname(os.path.dirname(ferry.__file__))
+    with netns.Hosts(["algo-1", "algo-2", "algo-3"]) as h:
+        mapping = []
+        for name in ("algo-1", "algo-2", "algo-3"):
+            mapping += ["--host-address", "%s=%s" % (name, h.ip(name))]
+        data = []
+        for name in ("algo-1", "algo-2"):
+            data.append(h.popen(name, [launch, "--resource-config", resource_config(tmp_path, name), "--work-dir",
+                                       str(tmp_path / ("work-" + name))] + mapping,
+                                stderr=open(str(tmp_path / ("%s.log" % name)), "w")))
+        out = tmp_path / "trainer.json"
+        t = h.popen("algo-3", [launch, "--resource-config", resource_config(tmp_path, "algo-3")] + mapping +
+                    ["--", "/usr/bin/python3", TRAINER, "--python-dir", pydir, "--data", small_tree, "--out", str(out)],
+                    stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "algo-3.log"), "w"))
+        assert t.wait(timeout=120) == 0, open(str(tmp_path / "algo-3.log")).read()[-3000:]
+        [epoch] = json.load(open(str(out)))["epochs"]
+        assert sorted(epoch) == list(range(120))
+        for name, p in zip(("algo-1", "algo-2"), data):
+            try:
+                rc = p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the data group did not exit after training: " + open(str(tmp_path / (name + ".log"))).read())
+            assert rc == 0, open(str(tmp_path / (name + ".log"))).read()
+        log1 = open(str(tmp_path / "algo-1.log")).read()
+        assert "ferry-dispatcher on" in log1 and "ferry-worker on" in log1, log1
+        assert "ferry-dispatcher on" not in open(str(tmp_path / "algo-2.log")).read()
+        assert "dispatcher %s:7000" % h.ip("algo-1") in open(str(tmp_path / "algo-3.log")).read()
+
+
+def test_ferry_launch_refuses_a_bad_config_clearly(ferry_local, tmp_path):
+    launch = os.path.join(os.path.dirname(ferry_local), "ferry-launch")
+    r = subprocess.run([launch, "--resource-config", str(tmp_path / "nope.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "cannot read the resource config" in r.stderr, r.stderr
+    (tmp_path / "flat.json").write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"]}))
+    r = subprocess.run([launch, "--resource-config", str(tmp_path / "flat.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "instance_groups" in r.stderr, r.stderr
+    r = subprocess.run([launch, "--resource-config", resource_config(tmp_path, "algo-3")], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "trainer command" in r.stderr, r.stderr
+    r = subprocess.run([launch, "--resource-config", resource_config(tmp_path, "algo-1"), "--data-group", "gpu"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no data group 'gpu'" in r.stderr, r.stderr
