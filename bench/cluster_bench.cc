@@ -57,6 +57,31 @@ RunResult Drain(BatchIterator& it, double warmup_s = 0, double seconds = 0) {
   return r;
 }
 
+// A local cluster of `workers` synthetic-cost workers (one thread each), and a job of
+// 8x8 grey samples on it: the bytes are not what is measured.
+Result<std::unique_ptr<LocalCluster>> SyntheticCluster(int workers, int64_t cost_us) {
+  LocalClusterOptions lo;
+  lo.workers = workers;
+  lo.threads_per_worker = 1;
+  lo.worker_args = {"--synthetic-cost-us", std::to_string(cost_us), "--drain-timeout", "1"};
+  return LocalCluster::Start(lo);
+}
+
+ClientOptions SyntheticJob(const std::string& dispatcher, const std::string& name, int batch_size,
+                           int64_t batches_per_split, int64_t samples) {
+  const char* kSpec = R"({"decode":"gray","ops":[{"op":"random_resized_crop","size":8}],"output":{"dtype":"uint8","layout":"NHWC"}})";
+  ClientOptions o;
+  o.dispatcher = dispatcher;
+  o.job_name = name;
+  o.job.dataset = "synthetic:";
+  o.job.num_samples = samples;
+  o.job.pipeline = *PipelineSpec::FromJson(kSpec);
+  o.job.batch_size = batch_size;
+  o.job.epochs = 1;
+  o.job.batches_per_split = batches_per_split;
+  return o;
+}
+
 }  // namespace
 
 int RunSharding(const ShardingArgs& a) {
@@ -117,32 +142,14 @@ int RunSharding(const ShardingArgs& a) {
 }
 
 int RunScale(const ScaleArgs& a) {
-  // 8x8 grey uint8 samples: the bytes are not what is measured.
-  const char* kSpec = R"({"decode":"gray","ops":[{"op":"random_resized_crop","size":8}],"output":{"dtype":"uint8","layout":"NHWC"}})";
-  auto spec = PipelineSpec::FromJson(kSpec);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
-    return 1;
-  }
   auto measure = [&](int workers, double* batches_per_s) -> bool {
-    LocalClusterOptions lo;
-    lo.workers = workers;
-    lo.threads_per_worker = 1;
-    lo.worker_args = {"--synthetic-cost-us", std::to_string(a.synthetic_cost_us), "--drain-timeout", "1"};
-    auto cluster = LocalCluster::Start(lo);
+    auto cluster = SyntheticCluster(workers, a.synthetic_cost_us);
     if (!cluster.ok()) {
       std::fprintf(stderr, "error: %s\n", cluster.status().ToString().c_str());
       return false;
     }
-    ClientOptions o;
-    o.dispatcher = (*cluster)->dispatcher();
-    o.job_name = "scale";
-    o.job.dataset = "synthetic:";
-    o.job.num_samples = int64_t(1) << 20;  // 32768 batches: more than a run takes
-    o.job.pipeline = *spec;
-    o.job.batch_size = a.batch_size;
-    o.job.epochs = 1;
-    o.job.batches_per_split = 4;
+    // 32768 batches: more than a run takes.
+    ClientOptions o = SyntheticJob((*cluster)->dispatcher(), "scale", a.batch_size, 4, int64_t(1) << 20);
     auto client = Client::Connect(o);
     if (!client.ok()) {
       std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
@@ -170,9 +177,6 @@ int RunScale(const ScaleArgs& a) {
 }
 
 int RunAdvise(const AdviseArgs& a) {
-  const char* kSpec = R"({"decode":"gray","ops":[{"op":"random_resized_crop","size":8}],"output":{"dtype":"uint8","layout":"NHWC"}})";
-  auto spec = PipelineSpec::FromJson(kSpec);
-  if (!spec.ok()) return 1;
   const double per_worker = 1e6 / double(a.synthetic_cost_us);  // batches/s of one worker
   int failures = 0;
   std::printf("advise: each worker %.1f batches/s (1 thread, %lld us per batch of %d); the trainer computes 1/rate per batch\n",
@@ -183,24 +187,13 @@ int RunAdvise(const AdviseArgs& a) {
     int sweep = 0;  // the fewest workers with the input wait under 10%
     std::vector<int64_t> advice;
     for (int workers = 1; workers <= a.max_workers; ++workers) {
-      LocalClusterOptions lo;
-      lo.workers = workers;
-      lo.threads_per_worker = 1;
-      lo.worker_args = {"--synthetic-cost-us", std::to_string(a.synthetic_cost_us), "--drain-timeout", "1"};
-      auto cluster = LocalCluster::Start(lo);
+      auto cluster = SyntheticCluster(workers, a.synthetic_cost_us);
       if (!cluster.ok()) {
         std::fprintf(stderr, "error: %s\n", cluster.status().ToString().c_str());
         return 1;
       }
-      ClientOptions o;
-      o.dispatcher = (*cluster)->dispatcher();
-      o.job_name = "advise";
-      o.job.dataset = "synthetic:";
-      o.job.num_samples = int64_t(1) << 22;  // more than a run takes
-      o.job.pipeline = *spec;
-      o.job.batch_size = a.batch_size;
-      o.job.epochs = 1;
-      o.job.batches_per_split = 2;
+      // More samples than a run takes.
+      ClientOptions o = SyntheticJob((*cluster)->dispatcher(), "advise", a.batch_size, 2, int64_t(1) << 22);
       auto client = Client::Connect(o);
       if (!client.ok()) {
         std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());

@@ -17,7 +17,7 @@ readonly PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
-  prometheus
+  prometheus iproute2
   python3-torch python3-torchvision python3-numpy python3-pybind11 python3-pytest python3-yaml
   python3-pip python3-venv python3-setuptools python3-wheel
 )

@@ -30,7 +30,7 @@ struct IteratorStats {
   int64_t batches = 0;
   int64_t samples = 0;         // valid rows yielded
   int64_t skipped = 0;         // bad files left out (including listing problems)
-  double wait_seconds = 0;     // total time Next() spent waiting for a batch
+  double wait_seconds = 0;     // total time Next() and WaitReady() spent waiting for a batch
 };
 
 class BatchIterator {

@@ -150,12 +150,18 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     }
   }
 
+  // Waiting here is waiting for input too (the Python binding waits here, with the GIL
+  // released, before it calls Next()): it counts in wait_seconds and the load.
   bool WaitReady(double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
     const auto deadline = DeadlineIn(seconds);
     MutexLock lock(&mu_);
+    if (!first_next_) first_next_ = t0;
     while (!ledger_.Releasable() && error_.ok() && !Ended()) {
       if (!cv_.WaitUntil(&mu_, deadline)) break;
     }
+    last_return_ = std::chrono::steady_clock::now();
+    stats_.wait_seconds += std::chrono::duration<double>(last_return_ - t0).count();
     return ledger_.Releasable() || !error_.ok() || Ended();
   }
 

@@ -48,11 +48,13 @@ class Loader::Impl {
   }
 
   bool WaitReady(double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
     const auto deadline = DeadlineIn(seconds);
     MutexLock lock(&mu_);
     while (ready_.empty() && !done_) {
       if (!ready_cv_.WaitUntil(&mu_, deadline)) break;
     }
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return !ready_.empty() || done_;
   }
 

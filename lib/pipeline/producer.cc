@@ -169,13 +169,6 @@ void BatchProducer::StopPlanning() {
 void BatchProducer::Run() {
   uint64_t seq = 0;
   Status status;
-  // Busy but for the waits for plans (splits) and for memory (the consumer).
-  PipelineStats* stats = stats_.get();
-  bool busy = false;
-  auto set_busy = [&](bool b) {
-    if (stats != nullptr && b != busy) stats->Busy(b);
-    busy = b;
-  };
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -183,7 +176,6 @@ void BatchProducer::Run() {
       if (stop_ || stop_planning_ || !status_.ok()) break;
     }
     std::optional<BatchPlan> plan;
-    set_busy(false);
     try {
       plan = plans_->Next();
     } catch (const std::exception& e) {
@@ -191,12 +183,10 @@ void BatchProducer::Run() {
       break;
     }
     if (!plan) break;
-    set_busy(true);
     auto batch = std::make_unique<ProducedBatch>();
     batch->plan = std::move(*plan);
     const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
     const int64_t wait_from = MonoNs();
-    set_busy(false);
     try {
       batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
     } catch (const std::bad_alloc&) {
@@ -211,13 +201,14 @@ void BatchProducer::Run() {
       ++in_flight_;
     }
     const int64_t memory_wait_ns = MonoNs() - wait_from;
-    set_busy(true);
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
     arena_->enqueue([this, my_seq, raw, memory_wait_ns] {
       FERRY_TSAN_ACQUIRE(raw);
       std::unique_ptr<ProducedBatch> owned(raw);
+      // Busy while some batch is being made (PipelineStats::Busy).
+      if (stats_ != nullptr) stats_->Busy(true);
       try {
         Fill(owned.get(), memory_wait_ns);
       } catch (const std::bad_alloc&) {
@@ -227,10 +218,10 @@ void BatchProducer::Run() {
         MutexLock lock(&mu_);
         if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
       }
+      if (stats_ != nullptr) stats_->Busy(false);
       Finish(my_seq, std::move(owned));
     });
   }
-  set_busy(false);
   bool call_done = false;
   Status final_status;
   {

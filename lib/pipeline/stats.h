@@ -26,11 +26,12 @@ struct PipelineStats {
   Histogram read, decode, augment, assemble;
   std::atomic<int64_t> samples{0};  // decoded into a batch
 
-  // Busy time: while at least one producer is producing, i.e. not waiting for batch
-  // memory (a consumer that has not taken the batches before) nor for splits to
-  // produce. samples / busy time is what the worker could produce (its capacity,
-  // for the dispatcher's advice), whatever its consumers take. Each producer reports
-  // its own changes (Busy(true) once, then alternating).
+  // Busy time: while at least one batch is being made (decoded, augmented,
+  // assembled) by any producer; not while they wait for batch memory (a consumer that
+  // has not taken the batches before) or for splits. samples / busy time is what the
+  // worker could produce (its capacity, for the dispatcher's advice), whatever its
+  // consumers take. Each batch task calls Busy(true) as it starts, Busy(false) as it
+  // ends.
   void Busy(bool busy) LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     const int64_t now = MonoNs();

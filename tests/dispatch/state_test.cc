@@ -266,16 +266,21 @@ namespace {
 
 using namespace ::ferry::dispatch::test;  // NOLINT
 
+// A job of 4 one-batch splits an epoch and 2 ranks, both joined.
+void StartTwoRanks(DispatcherState& s) {
+  CreateJob c = Create("job", 40, 10, 1, 2);
+  c.spec.num_consumers = 2;
+  MustApply(s, c);
+  MustApply(s, AddConsumer{"job", "rank-0"});
+  MustApply(s, AddConsumer{"job", "rank-1"});
+}
+
 // Found by the dispatcher fuzzer: a rank acknowledging (or restoring as done) a split
 // of another rank that no one had been given yet took it over, and that rank would
 // never see it. A ranked job's split is its rank's, assigned or not.
 TEST(StateTest, ARankCannotAcknowledgeOrRestoreAnotherRanksSplit) {
   DispatcherState s;
-  CreateJob c = Create("job", 40, 10, 1, 2);  // 4 one-batch splits an epoch, 2 ranks
-  c.spec.num_consumers = 2;
-  MustApply(s, c);
-  MustApply(s, AddConsumer{"job", "rank-0"});
-  MustApply(s, AddConsumer{"job", "rank-1"});
+  StartTwoRanks(s);
   Status st = s.Apply(AckSplits{"job", "rank-1", {{0, 2}}});  // split 2 is rank 0's
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("belongs to rank-0"), std::string::npos) << st.ToString();
@@ -292,11 +297,7 @@ TEST(StateTest, ARankCannotAcknowledgeOrRestoreAnotherRanksSplit) {
 // assignment could name any consumer.
 TEST(StateTest, NoUpdateGivesARanksSplitToAnotherRank) {
   DispatcherState s;
-  CreateJob c = Create("job", 40, 10, 1, 2);  // 4 one-batch splits an epoch, 2 ranks
-  c.spec.num_consumers = 2;
-  MustApply(s, c);
-  MustApply(s, AddConsumer{"job", "rank-0"});
-  MustApply(s, AddConsumer{"job", "rank-1"});
+  StartTwoRanks(s);
   MustApply(s, RegisterWorker{"w1", "a"});
   Status st = s.Apply(LeaseSplits{"job", "w1", {{{0, 0}, "rank-0"}, {{0, 1}, "rank-0"}}});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
