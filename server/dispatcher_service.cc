@@ -361,6 +361,11 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     conn_->CloseAfterWrites();
   }
 
+ public:
+  // For /metrics (io thread): "handshaking", or the peer's role once authenticated.
+  const char* RoleLabel() const { return authenticated_ ? wire::RoleName(role_) : "handshaking"; }
+
+ private:
   DispatcherService::Impl* svc_;
   std::shared_ptr<net::FrameConnection> conn_;
   const uint64_t serial_;  // order of acceptance
@@ -461,6 +466,19 @@ std::string DispatcherService::MetricsText() const {
               d.journal_healthy() ? 1 : 0);
         t.One("ferry_dispatcher_connections", "gauge", "Open control-plane connections.",
               double(impl->sessions_.size()));
+        std::map<std::string, int64_t> roles = {{"client", 0}, {"worker", 0}, {"tool", 0}, {"handshaking", 0}};
+        for (const auto& s : impl->sessions_) ++roles[s->RoleLabel()];
+        t.Family("ferry_dispatcher_connections_by_role", "gauge",
+                 "Open control-plane connections by the peer's role (handshaking: not yet authenticated).");
+        for (const auto& [role, n] : roles) t.Sample("ferry_dispatcher_connections_by_role", {{"role", role}}, double(n));
+        t.One("ferry_dispatcher_splits_returned_total", "counter",
+              "Leased splits that went back to pending (their worker dead, gone, drained away or unfit): each is "
+              "leased again.",
+              double(s.returned));
+        t.One("ferry_dispatcher_journal_bytes", "gauge", "Bytes of the journal's current generation (compacted now and then).",
+              double(d.journal().size()));
+        t.Family("ferry_dispatcher_journal_sync_seconds", "histogram", "fdatasync latency of the journal.");
+        t.HistogramSamples("ferry_dispatcher_journal_sync_seconds", {}, d.journal().sync_seconds().Read());
         int64_t live = 0, draining = 0;
         for (const auto& [id, w] : st.workers()) (w.draining ? draining : live) += 1;
         t.Family("ferry_workers", "gauge", "Registered workers, by state.");

@@ -110,7 +110,14 @@ Status Dispatcher::Sync() {
 }
 
 Dispatcher::Stats Dispatcher::stats() const {
-  return {leases_.load(), acks_.load(), workers_removed_.load(), journal_records_.load(), replayed_};
+  return {leases_.load(), acks_.load(), workers_removed_.load(), journal_records_.load(), replayed_, returned_.load()};
+}
+
+int64_t Dispatcher::LeasedTo(const std::string& worker, const std::string& job) const {
+  int64_t n = 0;
+  for (const auto& [j, l] : state_.LeasesOf(worker))
+    if (job.empty() || j == job) n += int64_t(l.size());
+  return n;
 }
 
 // --- Workers -------------------------------------------------------------------------
@@ -134,7 +141,9 @@ Result<uint32_t> Dispatcher::RegisterWorker(const wire::RegisterWorkerMsg& m, in
 }
 
 bool Dispatcher::RemoveWorker(const std::string& id) {
+  const int64_t held = LeasedTo(id);
   if (!Commit(dispatch::RemoveWorker{id}).ok()) return false;  // (the journal is down: the next tick tries again)
+  returned_ += held;
   ++workers_removed_;
   last_seen_ms_.erase(id);
   told_idle_.erase(id);
@@ -151,7 +160,9 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   }
   if (m.leaving) {
     Log("worker %s is leaving", m.worker_id.c_str());
+    const int64_t held = LeasedTo(m.worker_id);
     FERRY_RETURN_IF_ERROR(Commit(dispatch::RemoveWorker{m.worker_id}));
+    returned_ += held;
     last_seen_ms_.erase(m.worker_id);
     told_idle_.erase(m.worker_id);
     unfit_.erase(m.worker_id);
@@ -179,7 +190,10 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     if (!before.count(job))
       LogWarn("worker %s cannot serve job %s (%s): it takes no splits of it", m.worker_id.c_str(), job.c_str(),
               reason.c_str());
-    if (held_before.count(job)) (void)Commit(ReturnSplits{job, m.worker_id});  // (else: the next heartbeat)
+    if (held_before.count(job)) {  // (if refused: the next heartbeat)
+      const int64_t held = LeasedTo(m.worker_id, job);
+      if (Commit(ReturnSplits{job, m.worker_id}).ok()) returned_ += held;
+    }
   }
   for (const auto& [job, reason] : before) {
     if (!unfit.count(job) && state_.job(job) != nullptr)

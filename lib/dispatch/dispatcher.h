@@ -134,11 +134,13 @@ class Dispatcher {
 
   const DispatcherState& state() const { return state_; }
   bool journal_healthy() const { return journal_->healthy(); }
+  const Journal& journal() const { return *journal_; }
   // The work dir's identity (kept in it): clients check it did not change under them.
   const std::string& state_id() const { return state_id_; }
   struct Stats {
     int64_t leases = 0, acks = 0, workers_removed = 0, journal_records = 0;
     int64_t replayed = 0;  // updates replayed from the journal at start
+    int64_t returned = 0;  // leased splits that went back to pending (a worker dead, gone or unfit): re-leased
   };
   // Thread-safe.
   Stats stats() const;
@@ -174,7 +176,9 @@ class Dispatcher {
   int64_t jobs_collected_ = 0;       // finished jobs removed since start
   int64_t idle_since_ms_ = -1;
   bool should_exit_ = false;
-  std::atomic<int64_t> leases_{0}, acks_{0}, workers_removed_{0}, journal_records_{0};
+  std::atomic<int64_t> leases_{0}, acks_{0}, workers_removed_{0}, journal_records_{0}, returned_{0};
+  // Splits leased to `worker` (of `job`, or of every job).
+  int64_t LeasedTo(const std::string& worker, const std::string& job = "") const;
   int64_t replayed_ = 0;
 };
 

@@ -493,7 +493,9 @@ Status Journal::Sync() {
       size_ += r.size();
     }
   }
+  const int64_t t0 = MonoNs();
   if (::fdatasync(fd_) != 0) return Break(Io("journal fdatasync"));
+  sync_seconds_.ObserveNs(MonoNs() - t0);
   synced_size_ = size_;
   unsynced_.clear();
   broken_ = false;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/histogram.h"
 #include "dispatch/state.h"
 #include "ferry/status.h"
 
@@ -51,6 +52,9 @@ class Journal {
   // failure the current generation goes on.
   Status Compact(const DispatcherState& state);
   bool healthy() const { return !broken_; }
+  // For /metrics: bytes of the current generation's file, and fdatasync latency.
+  uint64_t size() const { return size_; }
+  const Histogram& sync_seconds() const { return sync_seconds_; }
 
   uint64_t generation() const { return generation_; }
   uint64_t records_since_snapshot() const { return records_; }
@@ -71,6 +75,7 @@ class Journal {
   std::vector<std::string> unsynced_;  // records since the last good Sync(), encoded
   bool broken_ = false;
   Status last_error_;
+  Histogram sync_seconds_;
 };
 
 }  // namespace ferry::dispatch

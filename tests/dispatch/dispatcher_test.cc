@@ -197,6 +197,7 @@ TEST_F(DispatcherTest, ASilentWorkersSplitsGoToAnother) {
   }
   EXPECT_EQ(d->state().workers().count("w1"), 0u) << "removed after the heartbeat timeout";
   EXPECT_EQ(d->stats().workers_removed, 1);
+  EXPECT_EQ(d->stats().returned, 2) << "both of w1's splits went back";
   std::set<std::pair<uint64_t, int64_t>> again;
   for (const auto& l : NewLeases(*d, "w2", 1300)) again.insert({l.epoch, l.split});
   for (const auto& l : held) EXPECT_TRUE(again.count({l.epoch, l.split})) << "split " << l.split << " re-leased";
@@ -247,6 +248,33 @@ TEST_F(DispatcherTest, DrainingTakesNoLeasesAndLeavingReturnsTheRest) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->known);
   EXPECT_EQ(d->state().workers().count("w1"), 0u);
+  EXPECT_EQ(d->stats().returned, 1) << "the split it still held";
+}
+
+// ferry-ctl drain: by id or address, journaled at once (no new leases), then the
+// worker's next heartbeat tells it to drain until it says it is.
+TEST_F(DispatcherTest, AnOperatorDrainsAWorkerByIdOrAddress) {
+  auto d = Open();
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"w2", "b:1"}, 0).ok());
+  CreateJob(*d, "c1");
+  EXPECT_EQ(d->DrainWorker("nobody:1", 5).status().code(), StatusCode::kNotFound);
+  auto status = d->DrainWorker("a:1", 5);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  for (const auto& w : status->workers) EXPECT_EQ(w.draining, w.id == "w1") << w.id;
+  ASSERT_TRUE(d->DrainWorker("w1", 6).ok()) << "again, by id: no change";
+  auto r = d->Heartbeat({"w1", false, true, false, {}, {}}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->drain);
+  EXPECT_EQ(r->new_leases, 0u) << "a drained worker takes no leases";
+  EXPECT_EQ(d->Workers(), std::vector<std::string>{"b:1"});
+  r = d->Heartbeat({"w1", /*draining=*/true, true, false, {}, {}}, 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->drain) << "it drains: no need to say it again";
+  ASSERT_TRUE(d->Sync().ok());
+  d.reset();
+  d = Open();
+  EXPECT_TRUE(d->state().workers().at("w1").draining) << "journaled";
 }
 
 TEST_F(DispatcherTest, FinishedJobsNobodyUsesAreCollected) {

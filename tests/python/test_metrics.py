@@ -167,5 +167,9 @@ def test_metrics_health_and_readiness_of_a_running_job(ferry, ferry_local, small
         assert d_samples[("ferry_workers", '{state="serving"}')] == 1
         assert d_samples[("ferry_dispatcher_journal_writable", "")] == 1
         assert d_samples[("ferry_dispatcher_requests_total", "")] > 0
+        assert d_samples[("ferry_dispatcher_connections_by_role", '{role="worker"}')] >= 1
+        assert d_samples[("ferry_dispatcher_journal_bytes", "")] > 0
+        assert d_samples[("ferry_dispatcher_journal_sync_seconds_count", "")] > 0, "every change is synced"
+        assert d_samples[("ferry_dispatcher_splits_returned_total", "")] == 0, "no worker died"
     finally:
         stop([w, lonely, d])
