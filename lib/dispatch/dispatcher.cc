@@ -444,7 +444,15 @@ wire::JobStatusMsg Dispatcher::StatusOf(const std::string& job, const std::strin
 
 Result<wire::JobStatusMsg> Dispatcher::AckSplits(const wire::AckSplitsMsg& m) {
   dispatch::AckSplits u{m.job, m.consumer_id, {}};
-  for (const auto& [e, s] : m.splits) u.splits.push_back({e, s});
+  const JobState* j = state_.job(m.job);
+  for (const auto& [e, s] : m.splits) {
+    // Splits are leased at most one epoch ahead of the first open one, so no honest
+    // ack is further ahead; a far-future one would make the state hold whole epochs
+    // (journaled: the memory would come back at every restart). Checked here, not in
+    // the state: a snapshot's acks may be further ahead (see ApplyAck).
+    if (j != nullptr && e > j->first_open + 1) return Status::OutOfRange("ack: an epoch not yet open");
+    u.splits.push_back({e, s});
+  }
   FERRY_RETURN_IF_ERROR(Commit(u));
   acks_ += int64_t(u.splits.size());
   if (LogEnabled(LogLevel::kDebug)) {

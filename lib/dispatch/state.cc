@@ -120,10 +120,9 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   for (const SplitRef& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
     if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
-    // Splits are leased at most one epoch ahead of the first open one, so no honest
-    // ack is further ahead; a far-future one would make the state hold whole epochs
-    // (journaled: the memory would come back at every restart).
-    if (r.epoch > j.first_open + 1) return Status::OutOfRange("ack: an epoch not yet open");
+    // (A consumer's ack of an epoch past the next is refused before it gets here, by
+    // Dispatcher::AckSplits. A snapshot may hold such acks: a consumer that restored
+    // an older state moved first_open back below what another one had done.)
     if (r.epoch < j.first_open) continue;  // already complete: a duplicate ack is harmless
     // A ranked job's split is its rank's, assigned or not yet.
     if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())

@@ -277,6 +277,17 @@ TEST_F(DispatcherTest, AnOperatorDrainsAWorkerByIdOrAddress) {
   EXPECT_TRUE(d->state().workers().at("w1").draining) << "journaled";
 }
 
+// A consumer's ack past the next epoch would make the state hold whole epochs (and
+// the journal replay them at every start): refused at the request.
+TEST_F(DispatcherTest, AcksOfEpochsNotYetOpenAreRefused) {
+  auto d = Open();
+  CreateJob(*d, "c1", /*epochs=*/0);
+  EXPECT_TRUE(d->AckSplits({"job", "c1", {{1, 0}}}).ok()) << "one epoch ahead: leases reach it";
+  auto far = d->AckSplits({"job", "c1", {{uint64_t(1) << 30, 0}}});
+  EXPECT_EQ(far.status().code(), StatusCode::kOutOfRange) << far.status().ToString();
+  EXPECT_LE(d->state().job("job")->epochs.size(), 2u);
+}
+
 TEST_F(DispatcherTest, FinishedJobsNobodyUsesAreCollected) {
   auto d = Open();
   ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 0).ok());

@@ -211,16 +211,38 @@ TEST(StateTest, ASnapshotKeepsAJobRestoredToBeforeItsFirstEpoch) {
   EXPECT_EQ(r.Apply(JobProgress{"job", 0}).code(), StatusCode::kFailedPrecondition);
 }
 
-TEST(StateTest, AcksAndRestoresOfEpochsNotYetOpenAreRefused) {
+TEST(StateTest, RestoresOfEpochsNotYetOpenAreRefused) {
   DispatcherState s;
   JobSpec forever = Create().spec;
   forever.epochs = 0;
   MustApply(s, CreateJob{"job", forever});
   MustApply(s, AddConsumer{"job", "c1"});
-  EXPECT_TRUE(s.Apply(AckSplits{"job", "c1", {{1, 0}}}).ok()) << "one epoch ahead: leases reach it";
-  EXPECT_EQ(s.Apply(AckSplits{"job", "c1", {{1u << 30, 0}}}).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(s.Apply(RestoreConsumer{"job", "c1", 0, {{5, 0}}}).code(), StatusCode::kOutOfRange);
-  EXPECT_LE(s.job("job")->epochs.size(), 2u);
+  EXPECT_TRUE(s.job("job")->epochs.empty());
+}
+
+// Found by review: a consumer alone in a job restored an older state (epoch 3) after
+// another consumer, since removed, had done splits in epoch 5. The snapshot then held
+// an ack two epochs past first_open, which replay refused as "an epoch not yet open":
+// the dispatcher could not reopen its work dir. (Reachable with a live consumer too,
+// one epoch back.) Far-future acks are refused at the request (DispatcherTest), not in
+// the state.
+TEST(StateTest, ASnapshotReplaysAfterAConsumerRestoresEpochsBack) {
+  DispatcherState s;
+  MustApply(s, Create("job", 40, 10, 1, 8));  // 4 splits an epoch, 8 epochs
+  MustApply(s, AddConsumer{"job", "a"});
+  MustApply(s, AddConsumer{"job", "b"});
+  for (uint64_t e = 0; e < 5; ++e) {
+    MustApply(s, AckSplits{"job", "a", {{e, 0}, {e, 1}}});
+    MustApply(s, AckSplits{"job", "b", {{e, 2}, {e, 3}}});
+  }
+  MustApply(s, AckSplits{"job", "b", {{5, 2}}});
+  MustApply(s, RemoveConsumer{"job", "b"});
+  MustApply(s, RestoreConsumer{"job", "a", 3, {}});
+  ASSERT_EQ(s.job("job")->first_open, 3u);
+  DispatcherState r;
+  for (const Update& u : s.Snapshot()) MustApply(r, u);
+  EXPECT_EQ(r.DebugString(), s.DebugString());
 }
 
 TEST(StateTest, AckOfAPendingSplitCounts) {
