@@ -57,6 +57,7 @@ struct PipelineArgs {
   int64_t epochs = 0;
   std::string errors;
   std::string last_batch = "keep";
+  std::string bad_samples = "skip";
   uint64_t seed = 0;
   int prefetch = 2;
   bool progress = false;
@@ -90,6 +91,7 @@ int RunPipeline(const PipelineArgs& a) {
     return 2;
   }
   o.job.last_batch = *last_batch;
+  o.job.bad_samples = *ParseBadSamples(a.bad_samples);  // CLI checked it
   const bool timed = a.epochs <= 0;
   o.job.epochs = timed ? 0 : a.epochs;  // 0 = forever, until the timed window ends
   auto loader_or = Loader::Open(o);
@@ -243,6 +245,8 @@ int main(int argc, char** argv) {
   pipeline->add_option("--epochs", p.epochs, "run exactly this many epochs instead of a timed window");
   pipeline->add_option("--errors", p.errors, "write `path<TAB>reason` per skipped file here");
   pipeline->add_option("--last-batch", p.last_batch, "drop, pad or keep (default keep)");
+  pipeline->add_option("--bad-samples", p.bad_samples, "skip (default) or refill")
+      ->check(CLI::IsMember({"skip", "refill"}));
   pipeline->add_option("--seed", p.seed, "seed of the epoch order and the augmentation");
   pipeline->add_option("--prefetch", p.prefetch, "batches in flight")->check(CLI::PositiveNumber);
   pipeline->add_flag("--progress", p.progress, "draw a progress bar on stderr even when it is not a terminal");

@@ -81,6 +81,11 @@ enum LastBatch {
   keep @2;
 }
 
+enum BadSamples {
+  skip @0;                   # compact the batch around a bad sample
+  refill @1;                 # the split's next good sample takes its row
+}
+
 enum ProcessingMode {
   distributedEpoch @0;       # each sample once per epoch across all workers
   parallelEpochs @1;         # every worker yields every epoch by itself
@@ -110,6 +115,7 @@ struct Job {
   firstEpoch @13 :UInt64;    # a dispatcher job's first epoch
   takenBegin @14 :List(Int64);  # a remainder job: positions [takenBegin[i], takenEnd[i])
   takenEnd @15 :List(Int64);    # of the epoch's order already yielded
+  badSamples @16 :BadSamples;   # ferry::BadSamples
 }
 
 struct ResumeState {

@@ -223,12 +223,12 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
       [release](void* p, size_t) { release(p); });
 }
 
-// The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, epochs,
+// The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs,
 // world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known).
 JobSpec JobFrom(Options& o) {
   JobSpec job;
-  std::string pipeline = "imagenet-train", last_batch = "drop";
+  std::string pipeline = "imagenet-train", last_batch = "drop", bad_samples = "skip";
   bool deterministic = false;
   o.Get("data", &job.dataset);
   o.Get("pipeline", &pipeline);
@@ -236,6 +236,7 @@ JobSpec JobFrom(Options& o) {
   o.Get("seed", &job.seed);
   o.Get("shuffle", &job.shuffle);
   o.Get("last_batch", &last_batch);
+  o.Get("bad_samples", &bad_samples);
   o.Get("epochs", &job.epochs);
   o.Get("world_size", &job.num_consumers);
   o.Get("deterministic", &deterministic);
@@ -245,6 +246,7 @@ JobSpec JobFrom(Options& o) {
   o.Get("num_samples", &job.num_samples);
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
+  job.bad_samples = Check(ParseBadSamples(bad_samples));
   job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
   return job;
 }

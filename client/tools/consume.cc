@@ -77,6 +77,7 @@ int RunConsume(const ConsumeArgs& a) {
     return 2;
   }
   o.job.last_batch = *last_batch;
+  o.job.bad_samples = *ParseBadSamples(a.bad_samples);  // CLI checked it
   std::ofstream dump;
   if (!a.dump_indices.empty()) {
     dump.open(a.dump_indices, std::ios::app);
@@ -195,6 +196,10 @@ void AddConsumeOptions(CLI::App* consume, ConsumeArgs* c) {
   consume->add_option("--epochs", c->epochs, "epochs to read (<= 0: forever)");
   consume->add_option("--batch-size", c->batch_size, "samples per batch")->check(CLI::PositiveNumber);
   consume->add_option("--last-batch", c->last_batch, "keep (default), drop or pad");
+  consume->add_option("--bad-samples", c->bad_samples,
+                      "skip (default): a bad file leaves its batch a row short; refill: the split's next good "
+                      "sample takes its row")
+      ->check(CLI::IsMember({"skip", "refill"}));
   consume->add_option("--dump-indices", c->dump_indices, "append every delivered sample index to FILE");
   consume->add_flag("--dump-epochs", c->dump_epochs, "--dump-indices lines are 'epoch index'");
   consume->add_option("--dump-digests", c->dump_digests, "append 'epoch split batch hash-of-pixels' per batch to FILE");

@@ -37,6 +37,7 @@ struct ConsumeArgs {
   int64_t epochs = 1;
   int batch_size = 64;
   std::string last_batch = "keep";
+  std::string bad_samples = "skip";
   std::string dump_indices;
   bool dump_epochs = false;  // dump "epoch index" lines
   std::string dump_digests;  // one line per batch: epoch split batch_in_split hash-of-pixels

@@ -62,8 +62,25 @@ enum class Ordering : uint8_t {
   kDeterministic = 1,  // (epoch, split, batch) order: the same sequence whatever the workers
 };
 
+// What happens to a sample that cannot be read or decoded (it is always reported, by
+// path and reason). The values are the wire's.
+enum class BadSamples : uint8_t {
+  // The batch is compacted around it: one row shorter (or one more padding row under
+  // LastBatch::kPad).
+  kSkip = 0,
+  // Its row is taken by the next good sample of the same split's order, and so on
+  // down the split: every batch of the split is full of real samples but the split's
+  // last, which is short by the split's bad samples (padded under kPad). No sample is
+  // repeated or lost, and the batch count does not change. A split here is the refill
+  // group BatchPlan::refill_group names: a dispatcher's split, or batches_per_split
+  // consecutive batches of a stream (in-process, point to point).
+  kRefill = 1,
+};
+
 std::string_view LastBatchName(LastBatch l);  // "drop", "pad", "keep"
 Result<LastBatch> ParseLastBatch(std::string_view name);
+std::string_view BadSamplesName(BadSamples b);  // "skip", "refill"
+Result<BadSamples> ParseBadSamples(std::string_view name);
 
 // Batches in an epoch of `samples` samples under the last-batch policy.
 int64_t BatchesIn(int64_t samples, int64_t batch_size, LastBatch last_batch);
@@ -87,6 +104,7 @@ struct JobSpec {
   int32_t batch_size = 256;
   // The default is torch.utils.data.DataLoader's (drop_last=False).
   LastBatch last_batch = LastBatch::kKeep;
+  BadSamples bad_samples = BadSamples::kSkip;
   // Dispatcher jobs only.
   ProcessingMode mode = ProcessingMode::kDistributedEpoch;
   Ordering ordering = Ordering::kArrival;

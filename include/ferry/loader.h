@@ -21,8 +21,9 @@ namespace ferry {
 
 struct LoaderOptions {
   // The job: dataset (an ImageFolder root, a .tsv list, or .tar shards), pipeline,
-  // seed, shuffle, epochs, batch size and last-batch policy. Its dispatcher fields
-  // (mode, ordering, batches_per_split) have no meaning in-process.
+  // seed, shuffle, epochs, batch size, last-batch and bad-sample policies. Its
+  // dispatcher fields (mode, ordering) have no meaning in-process; batches_per_split
+  // is the size of bad_samples = kRefill's groups, as it is a dispatcher's split's.
   JobSpec job;
   int threads = 0;          // decode threads (the TBB arena's size); 0 = all cores
   int prefetch = 2;         // batches produced ahead of the consumer (>= 1)

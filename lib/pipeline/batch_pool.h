@@ -31,9 +31,11 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   }
 
   // Blocks until a buffer is free or Cancel() was called (then returns nullptr).
-  std::shared_ptr<void> Acquire() {
+  // wait = false: does not wait, and may go past the capacity (a few exceptional
+  // buffers, see BatchProducer's refill); they count until released or detached.
+  std::shared_ptr<void> Acquire(bool wait = true) {
     MutexLock lock(&mu_);
-    while (!cancelled_ && in_pipeline_ >= capacity_) cv_.Wait(&mu_);
+    while (wait && !cancelled_ && in_pipeline_ >= capacity_) cv_.Wait(&mu_);
     if (cancelled_) return nullptr;
     void* p;
     if (!free_.empty()) {

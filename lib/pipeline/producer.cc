@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/histogram.h"
+#include "core/log.h"
 #include "core/mutex.h"
 #include "core/resources.h"
 #include "core/tsan.h"
@@ -17,6 +18,47 @@
 #include "pipeline/batch_pool.h"
 
 namespace ferry {
+
+// ---------------------------------------------------------------------------------
+// Refill groups and ResumePlan
+
+void SetRefillGroup(const JobSpec& job, int64_t t, int64_t count, BatchPlan* plan) {
+  if (job.bad_samples != BadSamples::kRefill) return;
+  const int64_t k = std::max<int64_t>(1, job.batches_per_split);
+  plan->refill_group = t / k;
+  plan->last_in_group = (t + 1) % k == 0 || t + 1 >= count;
+}
+
+std::optional<BatchPlan> ResumePlan::Next() {
+  if (!replay_.empty()) {
+    BatchPlan p = std::move(replay_.back());
+    replay_.pop_back();
+    return p;
+  }
+  auto same_group = [](const BatchPlan& a, const BatchPlan& b) {
+    return a.refill_group >= 0 && a.epoch == b.epoch && a.refill_group == b.refill_group;
+  };
+  for (;;) {
+    std::optional<BatchPlan> p = inner_->Next();
+    if (!p || reached_) return p;
+    if (p->epoch > epoch_ || (p->epoch == epoch_ && p->batch_in_epoch >= done_)) {
+      reached_ = true;
+      if (group_.empty() || !same_group(group_.back(), *p)) return p;
+      // The resume point is inside a refill group: its earlier batches are made
+      // again (their bad samples decide this one's rows) and not emitted.
+      replay_.push_back(std::move(*p));
+      for (auto it = group_.rbegin(); it != group_.rend(); ++it) {
+        it->discard = true;
+        replay_.push_back(std::move(*it));
+      }
+      group_.clear();
+      return Next();
+    }
+    if (p->refill_group < 0) continue;
+    if (!group_.empty() && !same_group(group_.back(), *p)) group_.clear();
+    group_.push_back(std::move(*p));
+  }
+}
 
 // ---------------------------------------------------------------------------------
 // StaticShardPlan
@@ -64,6 +106,7 @@ std::optional<BatchPlan> StaticShardPlan::Next() {
   plan.batches_in_epoch = per_epoch;
   plan.batches_in_split = per_epoch;  // in-process, the whole shard epoch is one split
   plan.batch_in_split = next_batch_;
+  SetRefillGroup(job_, next_batch_, per_epoch, &plan);
   ++next_batch_;
   return plan;
 }
@@ -80,10 +123,14 @@ PooledBatchAllocator::PooledBatchAllocator(int64_t max_rows, size_t sample_bytes
       indices_offset_(labels_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows))),
       pool_(BatchPool::Create(indices_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows)), capacity)) {}
 
-BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_t sample_bytes) {
+BatchMemory PooledBatchAllocator::Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) {
+  return Allocate(plan, rows, sample_bytes, /*wait=*/true);
+}
+
+BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_t sample_bytes, bool wait) {
   BatchMemory m;
   FERRY_CHECK(size_t(rows) * sample_bytes <= labels_offset_);
-  m.owner = pool_->Acquire();
+  m.owner = pool_->Acquire(wait);
   if (m.owner == nullptr) return m;
   auto* base = static_cast<uint8_t*>(m.owner.get());
   m.images = base;
@@ -91,6 +138,10 @@ BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_
   m.indices = reinterpret_cast<int64_t*>(base + indices_offset_);
   m.size = indices_offset_ + (indices_offset_ - labels_offset_);  // [images | labels | indices]
   return m;
+}
+
+BatchMemory PooledBatchAllocator::AllocateNow(const BatchPlan& plan, int64_t rows, size_t sample_bytes) {
+  return Allocate(plan, rows, sample_bytes, /*wait=*/false);
 }
 
 void PooledBatchAllocator::Cancel() { pool_->Cancel(); }
@@ -153,8 +204,12 @@ void BatchProducer::Stop() {
   plans_->Cancel();
   allocator_->Cancel();
   if (thread_.joinable()) thread_.join();
-  MutexLock lock(&mu_);
-  while (in_flight_ != 0 || done_running_) cv_.Wait(&mu_);
+  {
+    MutexLock lock(&mu_);
+    while (in_flight_ != 0 || done_running_) cv_.Wait(&mu_);
+  }
+  MutexLock emit_lock(&emit_mu_);
+  held_.clear();  // their buffers go back to the pool
 }
 
 void BatchProducer::StopPlanning() {
@@ -234,7 +289,10 @@ void BatchProducer::Run() {
       final_status = status_;
     }
   }
-  if (call_done && done_) done_(final_status);
+  if (call_done) {
+    DropHeld();
+    if (done_) done_(final_status);
+  }
 }
 
 void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
@@ -348,8 +406,14 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
       }
       failed = !status_.ok();
     }
-    if (!failed) {
-      for (auto& b : ready) emit_(std::move(*b));
+    if (failed) {
+      held_.clear();
+    } else {
+      std::vector<std::unique_ptr<ProducedBatch>> final;
+      for (auto& b : ready) Refill(std::move(b), &final);
+      for (auto& b : final) {
+        if (!b->plan.discard) emit_(std::move(*b));
+      }
     }
   }
   bool call_done = false;
@@ -366,11 +430,115 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
     cv_.SignalAll();
   }
   if (call_done) {
+    DropHeld();
     if (done_) done_(final_status);
     MutexLock lock(&mu_);
     done_running_ = false;
     cv_.SignalAll();
   }
+}
+
+// ---------------------------------------------------------------------------------
+// Refill (BadSamples::kRefill)
+//
+// A refill group's batches, in plan order, take its good rows in order: batch i of the
+// group gets good rows [i*B, (i+1)*B) of the group's concatenated good rows, B its
+// planned samples. So a batch is final once it is full, or once the group's last
+// batch has been made; until then it is held here. Rows only move up the group: a
+// newly made batch pours its leading good rows into the held ones, front first, and
+// keeps the rest at its own front. Only the front held batch is ever partly full;
+// the ones behind it are empty, and an empty held batch gives its buffer back (it
+// takes the next made batch's buffer, rows and all, when its turn comes), so refill
+// holds at most one buffer more than skip does, however many samples are bad.
+
+namespace {
+
+int64_t Target(const ProducedBatch& b) { return int64_t(b.plan.samples.size()); }
+
+bool SameGroup(const BatchPlan& a, const BatchPlan& b) {
+  return a.refill_group >= 0 && a.epoch == b.epoch && a.refill_group == b.refill_group;
+}
+
+// Moves rows [from_row, from_row + n) of `from` to [to_row, to_row + n) of `to` (the
+// same memory, or another batch's).
+void MoveRows(const BatchMemory& from, int64_t from_row, const BatchMemory& to, int64_t to_row, int64_t n,
+              size_t sample_bytes) {
+  if (n <= 0 || (&from == &to && from_row == to_row)) return;
+  std::memmove(to.images + size_t(to_row) * sample_bytes, from.images + size_t(from_row) * sample_bytes,
+               size_t(n) * sample_bytes);
+  std::memmove(to.labels + to_row, from.labels + from_row, size_t(n) * sizeof(int64_t));
+  std::memmove(to.indices + to_row, from.indices + from_row, size_t(n) * sizeof(int64_t));
+}
+
+}  // namespace
+
+void BatchProducer::Refill(std::unique_ptr<ProducedBatch> b, std::vector<std::unique_ptr<ProducedBatch>>* out) {
+  if (!held_.empty() && !SameGroup(held_.front()->plan, b->plan)) DropHeldLocked();
+  if (b->plan.refill_group < 0) {
+    out->push_back(std::move(b));
+    return;
+  }
+  int64_t from = 0;  // b's rows poured so far
+  for (auto& h : held_) {
+    if (from == b->valid) break;
+    const int64_t need = Target(*h) - h->valid;
+    if (need <= 0) continue;
+    if (h->memory.owner == nullptr) {
+      // h is empty and gave its buffer back: it takes b's, with b's remaining rows
+      // moved to the front. They fit: only a group's last batch plans fewer samples.
+      FERRY_CHECK(b->valid - from <= need);
+      MoveRows(b->memory, from, b->memory, 0, b->valid - from, sample_bytes_);
+      h->memory = std::move(b->memory);
+      b->memory = BatchMemory{};
+      h->valid = b->valid - from;
+      b->valid = 0;
+      from = 0;
+      break;
+    }
+    const int64_t n = std::min(need, b->valid - from);
+    MoveRows(b->memory, from, h->memory, h->valid, n, sample_bytes_);
+    h->valid += n;
+    from += n;
+  }
+  if (from > 0) {
+    MoveRows(b->memory, from, b->memory, 0, b->valid - from, sample_bytes_);
+    b->valid -= from;
+  }
+  const bool last = b->plan.last_in_group;
+  if (b->valid == 0 && !last) b->memory = BatchMemory{};  // an empty held batch holds no buffer
+  held_.push_back(std::move(b));
+  while (!held_.empty() && (last || held_.front()->valid >= Target(*held_.front()))) {
+    std::unique_ptr<ProducedBatch> f = std::move(held_.front());
+    held_.pop_front();
+    if (f->memory.owner == nullptr) {
+      // Emptied by bad samples: it is still emitted (the batch count does not change),
+      // in a buffer past the bound (rare: a batch's worth of bad samples in a group).
+      f->memory = allocator_->AllocateNow(f->plan, std::max<int64_t>(f->plan.rows, 1), sample_bytes_);
+      if (f->memory.owner == nullptr) continue;  // cancelled: nothing is emitted any more
+    }
+    f->rows = f->plan.pad ? f->plan.rows : f->valid;
+    if (f->rows > f->valid) {
+      std::memset(f->memory.images + size_t(f->valid) * sample_bytes_, 0, size_t(f->rows - f->valid) * sample_bytes_);
+      for (int64_t i = f->valid; i < f->rows; ++i) f->memory.labels[i] = f->memory.indices[i] = -1;
+    }
+    out->push_back(std::move(f));
+  }
+}
+
+void BatchProducer::DropHeldLocked() {
+  if (held_.empty()) return;
+  // The group was cut short (the stream stopped or was drained mid-split): its held
+  // batches are incomplete and never emitted; the split is not acknowledged, so it is
+  // made again, whole, wherever it goes next.
+  LogDebug("refill: %zu batch(es) of epoch %llu group %lld not emitted: the group was cut short", held_.size(),
+           static_cast<unsigned long long>(held_.front()->plan.epoch),
+           static_cast<long long>(held_.front()->plan.refill_group));
+  held_.clear();
+}
+
+void BatchProducer::DropHeld() {
+  MutexLock emit_lock(&emit_mu_);
+  DropHeldLocked();
 }
 
 }  // namespace ferry

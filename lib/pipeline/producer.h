@@ -19,11 +19,14 @@
 //   Finished batches are re-ordered and emitted strictly in plan order.
 //
 // Bad files are skipped: the batch is compacted around them (or padded, under
-// LastBatch::kPad) and each is reported in ProducedBatch::skipped.
+// LastBatch::kPad) and each is reported in ProducedBatch::skipped. Under
+// BadSamples::kRefill, later good samples of the same refill group take their rows
+// instead (Refill in producer.cc).
 #ifndef FERRY_PIPELINE_PRODUCER_H_
 #define FERRY_PIPELINE_PRODUCER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,6 +54,14 @@ struct BatchPlan {
   std::vector<int64_t> samples;  // global sample indices, in order
   int64_t rows = 0;              // tensor rows to allocate (>= samples.size())
   bool pad = false;              // keep `rows` rows, padding after the valid ones
+  // BadSamples::kRefill: consecutive plans of one producer with the same (epoch,
+  // refill_group) pass good rows up the group to take bad samples' places (see
+  // BatchProducer). -1: the plan refills nothing (BadSamples::kSkip).
+  int64_t refill_group = -1;
+  bool last_in_group = false;
+  // Made, because a later batch of its refill group needs its rows, but not emitted: a
+  // resumed stream's consumer already yielded it (ResumePlan).
+  bool discard = false;
 
   BatchProvenance provenance() const {
     BatchProvenance p;
@@ -64,6 +75,12 @@ struct BatchPlan {
     return p;
   }
 };
+
+// Under BadSamples::kRefill, makes `plan` the t-th of `count` plans a producer makes of
+// its epoch: refill groups are batches_per_split consecutive plans. In-process and
+// point to point with one stream, they are the dispatcher's splits, so all three
+// modes yield the same batches.
+void SetRefillGroup(const JobSpec& job, int64_t t, int64_t count, BatchPlan* plan);
 
 // Decides the batches. Called from one thread only (thread-compatible).
 class PlanSource {
@@ -105,22 +122,23 @@ class StaticShardPlan : public PlanSource {
 };
 
 // Skips the plans of `inner` before (epoch, batch_in_epoch) = (epoch, batches_done):
-// a resumed stream continues exactly after what its consumer already yielded.
+// a resumed stream continues exactly after what its consumer already yielded. Under
+// refill, a batch's rows depend on the bad samples before it in its refill group, so
+// the group's earlier plans are made again, marked `discard`.
 class ResumePlan : public PlanSource {
  public:
   ResumePlan(std::unique_ptr<PlanSource> inner, uint64_t epoch, int64_t batches_done)
       : inner_(std::move(inner)), epoch_(epoch), done_(batches_done) {}
-  std::optional<BatchPlan> Next() override {
-    for (;;) {
-      std::optional<BatchPlan> p = inner_->Next();
-      if (!p || p->epoch > epoch_ || (p->epoch == epoch_ && p->batch_in_epoch >= done_)) return p;
-    }
-  }
+  std::optional<BatchPlan> Next() override;
+  void Cancel() override { inner_->Cancel(); }
 
  private:
   std::unique_ptr<PlanSource> inner_;
   const uint64_t epoch_;
   const int64_t done_;
+  bool reached_ = false;
+  std::vector<BatchPlan> group_;   // skipped plans of the current refill group
+  std::vector<BatchPlan> replay_;  // to return before anything else, reversed
 };
 
 // Where a batch's tensors live. `owner` keeps the memory alive; `tag` is for the
@@ -140,6 +158,8 @@ class BatchAllocator {
   // Memory for `rows` rows of `sample_bytes` each. Blocks while the allocator's bound
   // is reached; returns memory with a null owner once Cancel() was called.
   virtual BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) = 0;
+  // Like Allocate, but never blocks: may go past the bound (refill's emptied batches).
+  virtual BatchMemory AllocateNow(const BatchPlan& plan, int64_t rows, size_t sample_bytes) = 0;
   virtual void Cancel() = 0;
 };
 
@@ -152,6 +172,7 @@ class PooledBatchAllocator : public BatchAllocator {
  public:
   PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity);
   BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
+  BatchMemory AllocateNow(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
   void Cancel() override;
   // The batch whose buffer starts at `images` went to the consumer: it no longer
   // counts against the bound (see BatchPool).
@@ -160,6 +181,7 @@ class PooledBatchAllocator : public BatchAllocator {
   size_t buffer_bytes() const;
 
  private:
+  BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes, bool wait);
   const size_t labels_offset_, indices_offset_;
   const std::shared_ptr<BatchPool> pool_;
 };
@@ -205,6 +227,12 @@ class BatchProducer {
   void Fill(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
+  // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
+  // whose rows are final (see producer.cc).
+  void Refill(std::unique_ptr<ProducedBatch> b, std::vector<std::unique_ptr<ProducedBatch>>* out)
+      EXCLUSIVE_LOCKS_REQUIRED(emit_mu_);
+  void DropHeldLocked() EXCLUSIVE_LOCKS_REQUIRED(emit_mu_);
+  void DropHeld() LOCKS_EXCLUDED(emit_mu_);
 
   const std::shared_ptr<const Dataset> dataset_;
   const SampleProcessor processor_;
@@ -232,6 +260,8 @@ class BatchProducer {
   Status status_ GUARDED_BY(mu_);
   uint64_t next_emit_ GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_ GUARDED_BY(mu_);
+  // Refill: batches in plan order whose rows are not final yet (one refill group's).
+  std::deque<std::unique_ptr<ProducedBatch>> held_ GUARDED_BY(emit_mu_);
 };
 
 // An arena of exactly `threads` worker threads (0 = all cores) for BatchProducers.

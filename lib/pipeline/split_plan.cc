@@ -45,6 +45,10 @@ std::vector<BatchPlan> SplitPlans(const JobSpec& job, const std::vector<int64_t>
     p.split = s;
     p.batch_in_split = j - first;
     p.batches_in_split = end - first;
+    if (job.bad_samples == BadSamples::kRefill) {
+      p.refill_group = s;  // the same groups as SetRefillGroup's in-process
+      p.last_in_group = j + 1 == end;
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -63,7 +67,10 @@ std::optional<BatchPlan> RankPlan::Next() {
     if (next_ < per_epoch) {
       const int64_t j = next_;
       next_ += shard_.num_shards;
-      return BatchPlanOf(job_, perm_, epoch, rank_, j);
+      BatchPlan p = BatchPlanOf(job_, perm_, epoch, rank_, j);
+      const int64_t k = shard_.num_shards;
+      SetRefillGroup(job_, (j - shard_.shard_index) / k, (per_epoch - shard_.shard_index + k - 1) / k, &p);
+      return p;
     }
     next_ = -1;
     ++epoch_offset_;

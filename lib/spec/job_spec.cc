@@ -22,6 +22,15 @@ Result<LastBatch> ParseLastBatch(std::string_view name) {
   return Status::InvalidArgument("last batch policy must be 'drop', 'pad' or 'keep', not '" + std::string(name) + "'");
 }
 
+std::string_view BadSamplesName(BadSamples b) { return b == BadSamples::kRefill ? "refill" : "skip"; }
+
+Result<BadSamples> ParseBadSamples(std::string_view name) {
+  for (BadSamples b : {BadSamples::kSkip, BadSamples::kRefill}) {
+    if (name == BadSamplesName(b)) return b;
+  }
+  return Status::InvalidArgument("bad-sample policy must be 'skip' or 'refill', not '" + std::string(name) + "'");
+}
+
 int64_t BatchesIn(int64_t samples, int64_t batch_size, LastBatch last_batch) {
   if (batch_size <= 0 || samples <= 0) return 0;
   return samples / batch_size + ((samples % batch_size) != 0 && last_batch != LastBatch::kDrop ? 1 : 0);
@@ -57,6 +66,8 @@ Status JobSpec::Validate() const {
         " bytes is " + std::to_string(BatchBytes() >> 20) + " MiB; the most is " + std::to_string(kMaxBatchBytes >> 20) +
         " MiB: use a smaller batch_size or image size");  // batch_size > 0 and size <= 8192: no overflow
   if (batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
+  if (bad_samples != BadSamples::kSkip && bad_samples != BadSamples::kRefill)
+    return Status::InvalidArgument("unknown bad-sample policy");
   if (num_samples < 0) return Status::InvalidArgument("num_samples must be >= 0");
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
   if (epochs > 0 && first_epoch >= uint64_t(epochs))
@@ -166,6 +177,8 @@ uint64_t JobSpec::ConfigFingerprint() const {
   f.AddU64(shuffle ? 1 : 0);
   f.AddU64(uint64_t(batch_size));
   f.AddU64(uint64_t(last_batch));
+  // Only when not the default, so that states saved before the field existed restore.
+  if (bad_samples != BadSamples::kSkip) f.AddU64(0x7265'6669'6c6c'0000ull | uint64_t(bad_samples));
   f.AddU64(uint64_t(mode));
   f.AddU64(uint64_t(ordering));
   f.AddU64(uint64_t(batches_per_split));

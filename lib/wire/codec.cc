@@ -319,6 +319,7 @@ namespace codec {
 static_assert(uint16_t(schema::LastBatch::DROP) == uint16_t(LastBatch::kDrop));
 static_assert(uint16_t(schema::LastBatch::PAD) == uint16_t(LastBatch::kPad));
 static_assert(uint16_t(schema::LastBatch::KEEP) == uint16_t(LastBatch::kKeep));
+static_assert(uint16_t(schema::BadSamples::REFILL) == uint16_t(BadSamples::kRefill));
 static_assert(uint16_t(schema::ProcessingMode::PARALLEL_EPOCHS) == uint16_t(ProcessingMode::kParallelEpochs));
 static_assert(uint16_t(schema::Ordering::DETERMINISTIC) == uint16_t(Ordering::kDeterministic));
 
@@ -330,6 +331,7 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setEpochs(job.epochs);
   b.setBatchSize(job.batch_size);
   b.setLastBatch(schema::LastBatch(uint16_t(job.last_batch)));
+  b.setBadSamples(schema::BadSamples(uint16_t(job.bad_samples)));
   b.setMode(schema::ProcessingMode(uint16_t(job.mode)));
   b.setOrdering(schema::Ordering(uint16_t(job.ordering)));
   b.setBatchesPerSplit(job.batches_per_split);
@@ -362,6 +364,9 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
       ord > uint16_t(Ordering::kDeterministic))
     return Status::InvalidArgument("job: unknown last-batch policy, mode or ordering");
   job.last_batch = LastBatch(lb);
+  if (uint16_t(r.getBadSamples()) > uint16_t(BadSamples::kRefill))
+    return Status::InvalidArgument("job: unknown bad-sample policy");
+  job.bad_samples = BadSamples(uint16_t(r.getBadSamples()));
   job.mode = ProcessingMode(mode);
   job.ordering = Ordering(ord);
   job.batches_per_split = r.getBatchesPerSplit();

@@ -57,6 +57,24 @@ TEST(JobSpecTest, LastBatchNames) {
   EXPECT_NE(bad.status().message().find("truncate"), std::string::npos);
 }
 
+TEST(JobSpecTest, BadSamplesNamesAndFingerprint) {
+  for (BadSamples b : {BadSamples::kSkip, BadSamples::kRefill}) {
+    Result<BadSamples> back = ParseBadSamples(BadSamplesName(b));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, b);
+  }
+  Result<BadSamples> bad = ParseBadSamples("repeat");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("repeat"), std::string::npos);
+  EXPECT_EQ(JobSpec{}.bad_samples, BadSamples::kSkip);
+  // Refill moves samples between batches: a state saved under one policy names other
+  // batches under the other, so the config fingerprint tells them apart.
+  JobSpec a = Job(95, 10, 3, LastBatch::kKeep), b = a;
+  b.bad_samples = BadSamples::kRefill;
+  EXPECT_NE(a.ConfigFingerprint(), b.ConfigFingerprint());
+  EXPECT_FALSE(a.SameJobAs(b));
+}
+
 TEST(JobSpecTest, Validate) {
   EXPECT_TRUE(Job(10, 2, 1, LastBatch::kKeep).Validate().ok());
   JobSpec j = Job(10, 0, 1, LastBatch::kKeep);

@@ -80,6 +80,7 @@ TEST(WireCodecTest, OpenStreamRoundTripsInline) {
   m.job.epochs = -1;
   m.job.batch_size = 256;
   m.job.last_batch = LastBatch::kPad;
+  m.job.bad_samples = BadSamples::kRefill;
   m.job.fingerprint = 0x1234567890ABCDEFull;
   m.first_epoch = 7;
   m.shard_index = 3;

@@ -89,6 +89,13 @@ class Loader(torch.utils.data.IterableDataset):
 
     epochs: how many epochs the loader yields in all (None: no limit).
     drop_last: drop each epoch's final short batch (world_size 1: else it comes short).
+    bad_samples: what a file that cannot be read or decoded does to its batch (it is
+      always reported, see skipped()): "skip" (default) leaves the batch a row short
+      (or with one more padding row); "refill" gives its row to the next good sample
+      of the same split (batches_per_split batches), and so on down the split, so
+      every batch is full of real samples but the split's last, and no sample is
+      repeated or lost. A state saved under refill resumes mid-epoch with the same
+      world size only.
     prefetch: batches decoded ahead (local), or per worker (remote).
     pin_memory: copy each batch to pinned memory for fast host-to-GPU copies, when CUDA
       is available (ignored, with a warning, when it is not).
@@ -114,7 +121,7 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
-                 world_size=None, device=None, trainer_normalize=None, local_threads=0):
+                 world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip"):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
         if dispatcher and workers:
@@ -125,6 +132,9 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("batch_size must be > 0")
         if epochs is not None and epochs <= 0:
             raise ValueError("epochs must be > 0, or None for no limit")
+        if bad_samples not in ("skip", "refill"):
+            raise ValueError("bad_samples must be 'skip' or 'refill', not %r" % (bad_samples,))
+        self.bad_samples = bad_samples
         self.data = str(data)
         self.pipeline = _pipeline_string(pipeline)
         self.batch_size = int(batch_size)
@@ -288,7 +298,7 @@ class Loader(torch.utils.data.IterableDataset):
     def _job_options(self):
         o = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": self.batch_size, "seed": self.seed,
              "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
-             "deterministic": self.deterministic}
+             "deterministic": self.deterministic, "bad_samples": self.bad_samples}
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
         if self._taken:
@@ -301,7 +311,7 @@ class Loader(torch.utils.data.IterableDataset):
         remaining = 0 if self.epochs is None else self.epochs - self._epoch
         o = self._job_options()
         if self.mode == "local":
-            del o["deterministic"], o["batches_per_split"]
+            del o["deterministic"]  # batches_per_split stays: refill's groups
             o.update(epochs=1 if self._taken else remaining, first_epoch=self._epoch,
                      resume_batches=self._batches_done, threads=self.threads, prefetch=self.prefetch)
             self._it = _ferry.open_local(o)
@@ -486,7 +496,7 @@ class Loader(torch.utils.data.IterableDataset):
         sd = {"version": self._STATE_VERSION, "mode": self.mode, "rank": self.rank, "world_size": self.world_size,
               "ranked": self.ranked, "epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed,
               "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline,
-              "last_batch": self._last_batch()}
+              "last_batch": self._last_batch(), "bad_samples": self.bad_samples}
         sd["job_name"] = self.job_name
         # The job being read, as elastic resume needs it to work out what was yielded.
         sd["job"] = {"name": self._segment_name, "first_epoch": self._job_first_epoch,
@@ -551,6 +561,11 @@ class Loader(torch.utils.data.IterableDataset):
         if any(x["job"] != job for x in states):
             raise ValueError("the old ranks' states are of different jobs")
         mid_epoch = any(int(x["batches_done"]) > 0 for x in states)
+        if mid_epoch and any(x.get("bad_samples", "skip") == "refill" for x in states):
+            # Under refill a yielded batch holds the split's next good samples, not the
+            # positions its plan names, so the old ranks' positions are not known.
+            raise ValueError("a state saved mid-epoch under bad_samples='refill' resumes with the same world size "
+                             "only (or save at an epoch boundary)")
         if self.mode == "workers" and mid_epoch:
             raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
         taken = [tuple(t) for t in job["taken"]]  # the old world's own remainder of this epoch
@@ -605,6 +620,10 @@ class Loader(torch.utils.data.IterableDataset):
             if sd.get(key) != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
                                                                                         getattr(self, key)))
+        if sd.get("bad_samples", "skip") != self.bad_samples:
+            # Saved by a loader of the other policy: its positions name other batches.
+            raise ValueError("state_dict was saved with bad_samples=%r, this loader has %r"
+                             % (sd.get("bad_samples", "skip"), self.bad_samples))
 
     # -- observability -------------------------------------------------------------------
 
