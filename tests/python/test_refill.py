@@ -111,3 +111,18 @@ def test_refill_resumes_mid_epoch_through_a_dispatcher(ferry, hostile_tree, daem
                          deterministic=True)
     with pytest.raises(ValueError, match="bad_samples"):
         other.load_state_dict(state)
+
+
+def test_refill_is_exact_through_a_killed_worker(ferry, hostile_tree, daemons):
+    """A worker killed mid-epoch: its splits are made again, from their start, by the
+    other; the batches are still the in-process ones, each good sample once."""
+    root, bad = hostile_tree
+    local, _ = read(make(ferry, root))
+    loader = make(ferry, root, dispatcher=daemons.dispatcher, job_name="killed", deterministic=True, prefetch=1)
+    got = []
+    for k, _ in enumerate(loader):
+        info = loader.last_batch_info()
+        got.append(info["indices"][:info["valid"]].tolist())
+        if k == 3:
+            daemons.kill_worker(0)
+    assert [b for b in got if b] == [b[0] for b in local if b[0]]
