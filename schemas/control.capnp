@@ -145,6 +145,16 @@ struct JobStatus {
   # The splits of `epoch` (the request's) assigned to this consumer so far, in order.
   mySplits @2 :List(Int64);
   epochFullyAssigned @3 :Bool;  # no split of `epoch` is left without a consumer
+  # The same, packed (ferry::wire::PackSplitSet): a consumer's splits are runs (a
+  # rank's are every W-th), so a few bytes hold what the list holds in 8 bytes each.
+  # Senders fill this one when the splits are sorted and >= 0, else mySplits.
+  mySplitsPacked @4 :Data;
+}
+
+# Splits of one epoch, packed as in JobStatus.mySplitsPacked.
+struct EpochSplits {
+  epoch @0 :UInt64;
+  splits @1 :Data;
 }
 
 # A consumer resuming from a saved iterator state: the epochs before firstOpen and the
@@ -155,6 +165,7 @@ struct RestoreConsumer {
   consumerId @1 :Text;
   firstOpen @2 :UInt64;
   done @3 :List(SplitRef);
+  donePacked @4 :List(EpochSplits);  # more of `done`, packed (see JobStatus)
 }
 
 # A client lost its stream to the worker at `address` and cannot reconnect (connection

@@ -1,6 +1,11 @@
 // The control plane's codec (schemas/control.capnp).
 #include "wire/control.h"
 
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+
 #include "control.capnp.h"
 #include "wire/decode.h"
 #include "wire/job_codec.h"
@@ -26,7 +31,74 @@ Result<NamedJob> GetNamedJob(ctl::NamedJob::Reader r) {
   return j;
 }
 
+// Packed split sets: splits per epoch the dispatcher tracks at most, and how far a
+// split number may go (state.h's kMaxSplitsPerEpoch is 2^22; anything past this is
+// refused by the state anyway).
+constexpr size_t kMaxPackedSplits = size_t(1) << 22;
+constexpr int64_t kMaxPackedSplit = int64_t(1) << 40;
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(char(uint8_t(v) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(char(v));
+}
+
+bool GetVarint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p == end) return false;
+    const uint8_t b = *p++;
+    *v |= uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return shift < 63 || b <= 1;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::optional<std::string> PackSplitSet(const std::vector<int64_t>& s) {
+  std::string out;
+  int64_t prev = -1;
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] <= prev || s[i] > kMaxPackedSplit) return std::nullopt;
+    size_t j = i + 1;
+    int64_t step = 1;
+    if (j < s.size() && s[j] > s[i] && s[j] <= kMaxPackedSplit) {
+      step = s[j] - s[i];
+      while (j < s.size() && s[j] - s[j - 1] == step) ++j;
+    }
+    PutVarint(&out, uint64_t(s[i] - prev - 1));
+    PutVarint(&out, uint64_t(step - 1));
+    PutVarint(&out, uint64_t(j - i - 1));
+    prev = s[j - 1];
+    i = j;
+  }
+  return out;
+}
+
+Result<std::vector<int64_t>> UnpackSplitSet(const void* data, size_t size, size_t max_count, int64_t max_split) {
+  std::vector<int64_t> out;
+  const auto* p = static_cast<const uint8_t*>(data);
+  const uint8_t* end = p + size;
+  int64_t prev = -1;
+  while (p != end) {
+    uint64_t gap, step, count;
+    if (!GetVarint(p, end, &gap) || !GetVarint(p, end, &step) || !GetVarint(p, end, &count))
+      return Status::InvalidArgument("packed splits: truncated");
+    // Bounds before arithmetic: every value stays within [0, max_split].
+    if (out.size() >= max_count || count >= max_count - out.size())
+      return Status::InvalidArgument("packed splits: more than " + std::to_string(max_count));
+    if (gap > uint64_t(max_split) || step >= uint64_t(max_split) || prev + 1 + int64_t(gap) > max_split ||
+        int64_t(count) * int64_t(step + 1) > max_split - (prev + 1 + int64_t(gap)))
+      return Status::InvalidArgument("packed splits: a split number out of range");
+    const int64_t first = prev + 1 + int64_t(gap);
+    for (uint64_t k = 0; k <= count; ++k) out.push_back(first + int64_t(k * (step + 1)));
+    prev = out.back();
+  }
+  return out;
+}
 
 OutFrame EncodeRegisterWorker(const RegisterWorkerMsg& m) {
   return Build(MessageType::kRegisterWorker, [&](capnp::MessageBuilder& b) {
@@ -157,8 +229,12 @@ OutFrame EncodeJobStatus(const JobStatusMsg& m) {
     auto r = b.initRoot<ctl::JobStatus>();
     r.setFirstOpen(m.first_open);
     r.setFinished(m.finished);
-    auto l = r.initMySplits(unsigned(m.my_splits.size()));
-    for (unsigned i = 0; i < m.my_splits.size(); ++i) l.set(i, m.my_splits[i]);
+    if (std::optional<std::string> packed = PackSplitSet(m.my_splits)) {
+      r.setMySplitsPacked(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(packed->data()), packed->size()));
+    } else {
+      auto l = r.initMySplits(unsigned(m.my_splits.size()));
+      for (unsigned i = 0; i < m.my_splits.size(); ++i) l.set(i, m.my_splits[i]);
+    }
     r.setEpochFullyAssigned(m.epoch_fully_assigned);
   });
 }
@@ -258,6 +334,28 @@ OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m) {
     r.setJob(m.job);
     r.setConsumerId(m.consumer_id);
     r.setFirstOpen(m.first_open);
+    // Packed per epoch where every epoch's splits pack; else the plain list.
+    std::map<uint64_t, std::vector<int64_t>> by_epoch;
+    for (const SplitId& s : m.done) by_epoch[s.first].push_back(s.second);
+    std::vector<std::pair<uint64_t, std::string>> packed;
+    bool packs = true;
+    for (auto& [epoch, splits] : by_epoch) {
+      std::optional<std::string> p = PackSplitSet(splits);
+      if (!p) {
+        packs = false;
+        break;
+      }
+      packed.emplace_back(epoch, std::move(*p));
+    }
+    if (packs) {
+      auto l = r.initDonePacked(unsigned(packed.size()));
+      for (unsigned i = 0; i < packed.size(); ++i) {
+        l[i].setEpoch(packed[i].first);
+        l[i].setSplits(
+            capnp::Data::Reader(reinterpret_cast<const kj::byte*>(packed[i].second.data()), packed[i].second.size()));
+      }
+      return;
+    }
     auto done = r.initDone(unsigned(m.done.size()));
     for (unsigned i = 0; i < m.done.size(); ++i) {
       done[i].setEpoch(m.done[i].first);
@@ -274,6 +372,14 @@ Result<RestoreConsumerMsg> DecodeRestoreConsumer(const InFrame& f) {
         m.consumer_id = Str(r.getConsumerId());
         m.first_open = r.getFirstOpen();
         for (auto s : r.getDone()) m.done.push_back({s.getEpoch(), s.getSplit()});
+        for (auto e : r.getDonePacked()) {
+          auto bytes = e.getSplits();
+          // All epochs together are bounded like one reply's splits.
+          const size_t room = kMaxPackedSplits - std::min(m.done.size(), kMaxPackedSplits);
+          FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> splits,
+                                 UnpackSplitSet(bytes.begin(), bytes.size(), room, kMaxPackedSplit));
+          for (int64_t s : splits) m.done.push_back({e.getEpoch(), s});
+        }
         return m;
       });
 }
@@ -416,6 +522,11 @@ Result<JobStatusMsg> DecodeJobStatus(const InFrame& f) {
     m.first_open = r.getFirstOpen();
     m.finished = r.getFinished();
     for (int64_t s : r.getMySplits()) m.my_splits.push_back(s);
+    if (r.hasMySplitsPacked()) {
+      if (!m.my_splits.empty()) return Status::InvalidArgument("JobStatus: splits both listed and packed");
+      auto packed = r.getMySplitsPacked();
+      FERRY_ASSIGN_OR_RETURN(m.my_splits, UnpackSplitSet(packed.begin(), packed.size(), kMaxPackedSplits, kMaxPackedSplit));
+    }
     m.epoch_fully_assigned = r.getEpochFullyAssigned();
     return m;
   });

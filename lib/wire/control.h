@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,6 +118,16 @@ OutFrame EncodeJobInfo(const NamedJob& job);
 OutFrame EncodeGetWorkers(const GetWorkersMsg& m = {});
 OutFrame EncodeWorkerList(const std::vector<std::string>& addresses);
 OutFrame EncodeAckSplits(const AckSplitsMsg& m);
+// A set of splits (sorted, distinct, >= 0) packed as runs of equal steps: varints
+// (gap from the previous run's last split + 1, step - 1, count - 1). A rank's splits (every
+// W-th) are one run an epoch, a shared consumer's a few bytes a split at worst, so a
+// control reply holds millions where a List(Int64) held 131K. Returns nullopt if
+// `splits` is not sorted, distinct and >= 0 (the sender then uses the plain list).
+std::optional<std::string> PackSplitSet(const std::vector<int64_t>& splits);
+// The inverse. Refuses (InvalidArgument) malformed bytes, and more than `max_count`
+// splits or a split past `max_split` (a few bytes must not unpack into gigabytes).
+Result<std::vector<int64_t>> UnpackSplitSet(const void* data, size_t size, size_t max_count, int64_t max_split);
+
 OutFrame EncodeGetJobStatus(const GetJobStatusMsg& m);
 OutFrame EncodeJobStatus(const JobStatusMsg& m);
 OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m);

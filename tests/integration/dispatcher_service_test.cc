@@ -267,5 +267,51 @@ TEST(DispatcherServiceTest, EachRoleMayAskOnlyWhatItIsFor) {
   EXPECT_EQ(*workers, std::vector<std::string>{"a:1"}) << "only the worker registered";
 }
 
+// Case 6 (issue 11): a consumer with hundreds of thousands of splits an epoch. Its
+// restore and its status replies name them all; as List(Int64) or List(SplitRef) they
+// were past the control plane's 1 MiB frame limit (131K splits, or 65K done splits),
+// so restoring failed and status polls closed the connection. Packed, the irregular
+// set below takes about 0.6 bytes a split and a rank's (every W-th) a few bytes in all.
+TEST(DispatcherServiceTest, HundredsOfThousandsOfSplitsRestoreAndPollUnderTheFrameLimit) {
+  testing::TempDir dir;
+  auto svc = DispatcherService::Start(Options(dir.path()));
+  ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+  Peer client((*svc)->address());
+  wire::NamedJob big = Job();
+  big.name = "big";
+  big.job.num_samples = 600000;
+  big.job.batch_size = 1;
+  big.job.batches_per_split = 1;  // 600K splits an epoch
+  big.job.epochs = 2;
+  ASSERT_TRUE(wire::DecodeJobInfo(client.Call(wire::EncodeGetOrCreateJob({big, "c1"}))).ok());
+
+  // Done in epoch 0: an irregular two thirds of the splits (what a shared consumer gets).
+  wire::RestoreConsumerMsg restore{"big", "c1", 0, {}};
+  std::vector<int64_t> mine;
+  for (int64_t s = 0; s < 600000; ++s) {
+    if ((uint64_t(s) * 2654435761u >> 7) % 3 != 0) mine.push_back(s);
+  }
+  for (int64_t s : mine) restore.done.push_back({0, s});
+  ASSERT_GT(mine.size(), 350000u);
+  wire::OutFrame frame = wire::EncodeRestoreConsumer(restore);
+  EXPECT_LT(frame.size(), size_t(1) << 20);
+  auto restored = wire::DecodeJobStatus(client.Call(std::move(frame)));
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(restored->my_splits, mine) << "the restore's reply names every split it restored";
+
+  auto polled = wire::DecodeJobStatus(client.Call(wire::EncodeGetJobStatus({"big", "c1", 0})));
+  ASSERT_TRUE(polled.ok()) << polled.status().ToString();
+  EXPECT_EQ(polled->my_splits, mine);
+  EXPECT_EQ(wire::EncodeJobStatus(*polled).size(), wire::EncodeJobStatus(*restored).size());
+
+  // A rank's splits (every 8th) pack into one run.
+  std::vector<int64_t> rank;
+  for (int64_t s = 3; s < 4000000; s += 8) rank.push_back(s);
+  wire::JobStatusMsg ranked;
+  ranked.my_splits = rank;
+  const wire::OutFrame small = wire::EncodeJobStatus(ranked);
+  EXPECT_LT(small.size(), 256u);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -227,5 +227,57 @@ TEST(ControlCodecTest, DrainWorkerRoundTripsAndNamesAWorker) {
   EXPECT_EQ(DecodeDrainWorker(ToInFrame(EncodeDrainWorker(""))).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ControlCodecTest, SplitSetsPackAndUnpack) {
+  uint64_t x = 88172645463325252ull;
+  auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
+  std::vector<std::vector<int64_t>> sets = {{}, {0}, {5}, {0, 1, 2, 3}, {1, 4, 7, 10, 11, 100}, {int64_t(1) << 40}};
+  for (int density : {2, 5, 50}) {
+    std::vector<int64_t> s;
+    for (int64_t v = 0; v < 100000; ++v)
+      if (next() % uint64_t(density) == 0) s.push_back(v);
+    sets.push_back(s);
+  }
+  for (const auto& s : sets) {
+    std::optional<std::string> p = PackSplitSet(s);
+    ASSERT_TRUE(p.has_value());
+    auto back = UnpackSplitSet(p->data(), p->size(), size_t(1) << 22, int64_t(1) << 40);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, s);
+  }
+  // Not sorted, repeated or negative: not packed (the plain list carries them).
+  EXPECT_FALSE(PackSplitSet({3, 1}).has_value());
+  EXPECT_FALSE(PackSplitSet({1, 1}).has_value());
+  EXPECT_FALSE(PackSplitSet({-1, 2}).has_value());
+  Result<JobStatusMsg> odd = DecodeJobStatus(ToInFrame(EncodeJobStatus({0, false, {7, -1, 3}, false})));
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->my_splits, (std::vector<int64_t>{7, -1, 3}));
+  RestoreConsumerMsg r{"j", "c", 1, {{1, 2}, {2, 0}, {1, 4}}};
+  Result<RestoreConsumerMsg> rb = DecodeRestoreConsumer(ToInFrame(EncodeRestoreConsumer(r)));
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->done, (std::vector<SplitId>{{1, 2}, {1, 4}, {2, 0}})) << "packed by epoch, in order";
+  r.done.push_back({3, -5});
+  rb = DecodeRestoreConsumer(ToInFrame(EncodeRestoreConsumer(r)));
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->done, r.done) << "the plain list, as given";
+
+  // A few hostile bytes do not unpack into gigabytes, or past a split number's range.
+  auto bytes = [](std::initializer_list<int> b) {
+    std::string out;
+    for (int c : b) out.push_back(char(c));
+    return out;
+  };
+  const std::string bomb = bytes({0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f});  // one run of 2^32 splits
+  EXPECT_EQ(UnpackSplitSet(bomb.data(), bomb.size(), size_t(1) << 22, int64_t(1) << 40).status().code(),
+            StatusCode::kInvalidArgument);
+  const std::string far = bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0});
+  EXPECT_FALSE(UnpackSplitSet(far.data(), far.size(), size_t(1) << 22, int64_t(1) << 40).ok());
+  const std::string wide = bytes({0, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x21});  // steps of 2^35, 34 splits: past 2^40
+  EXPECT_FALSE(UnpackSplitSet(wide.data(), wide.size(), size_t(1) << 22, int64_t(1) << 40).ok());
+  const std::string cut = bytes({0, 0x80});
+  EXPECT_FALSE(UnpackSplitSet(cut.data(), cut.size(), size_t(1) << 22, int64_t(1) << 40).ok());
+  const std::string overlong = std::string(10, '\xff') + bytes({1, 0, 0});
+  EXPECT_FALSE(UnpackSplitSet(overlong.data(), overlong.size(), size_t(1) << 22, int64_t(1) << 40).ok());
+}
+
 }  // namespace
 }  // namespace ferry::wire
