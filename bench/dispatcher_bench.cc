@@ -92,7 +92,11 @@ class Peer : public std::enable_shared_from_this<Peer> {
     }
     if (f.header.type == MessageType::kHelloOk) return OnReady();
     if (f.header.type == MessageType::kError) {
-      ++s_->errors;
+      if (s_->errors++ == 0) {  // the first says why
+        auto e = wire::DecodeError(f);
+        std::fprintf(stderr, "dispatcher-load: the dispatcher refused a request: %s\n",
+                     (e.ok() ? e->status : e.status()).ToString().c_str());
+      }
       return;
     }
     OnReply(f);
@@ -212,8 +216,11 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     const std::string interval = std::to_string(a.interval_ms);
+    // Every simulated worker connects at once: more handshakes in flight than the
+    // default cap (128, against a flood of unauthenticated peers) allows.
     execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
-          interval.c_str(), "--heartbeat-timeout-ms", "600000", static_cast<char*>(nullptr));
+          interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
@@ -234,9 +241,9 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
   wire::NamedJob job;
   job.name = "load";
   job.job.dataset = "synthetic:";
-  job.job.num_samples = 1000000;
-  job.job.batch_size = 100;
-  job.job.batches_per_split = 1;  // 10000 splits per epoch
+  job.job.batch_size = 1;  // the dispatcher never sees a sample: only splits count
+  job.job.batches_per_split = 1;
+  job.job.num_samples = a.splits;  // --splits splits an epoch
   job.job.epochs = 0;
   auto consumer = std::make_shared<SimConsumer>(&s, job);
   consumer->Start();
@@ -283,8 +290,9 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
   auto pct = [&](double p) { return s.rtt_ms[std::min(s.rtt_ms.size() - 1, size_t(p * double(s.rtt_ms.size())))]; };
   std::printf("%d simulated workers, one heartbeat each per %d ms, leasing and acked at once; %lld errors\n",
               a.workers, a.interval_ms, (long long)s.errors);
-  std::printf("dispatcher workers=%d leases/s=%.0f heartbeats/s=%.0f p50_ms=%.2f p99_ms=%.2f\n", a.workers,
-              double(s.leases) / wall, double(s.heartbeats) / wall, pct(0.5), pct(0.99));
+  std::printf("dispatcher workers=%d splits=%lld leases/s=%.0f heartbeats/s=%.0f p50_ms=%.2f p99_ms=%.2f\n",
+              a.workers, (long long)a.splits, double(s.leases) / wall, double(s.heartbeats) / wall, pct(0.5),
+              pct(0.99));
   return s.errors == 0 ? 0 : 1;
 }
 

@@ -313,6 +313,8 @@ int main(int argc, char** argv) {
   dload->add_option("--workers", dl.workers, "simulated workers")->check(CLI::Range(1, 20000));
   dload->add_option("--seconds", dl.seconds, "timed window")->check(CLI::PositiveNumber);
   dload->add_option("--interval-ms", dl.interval_ms, "heartbeat period of each worker")->check(CLI::Range(1, 60000));
+  dload->add_option("--splits", dl.splits, "splits an epoch of the job (the dispatcher tracks up to 4M)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 22));
   dload->add_option("--dispatcher-bin", dl.dispatcher_bin, "the ferry-dispatcher executable");
 
   try {

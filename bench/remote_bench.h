@@ -27,6 +27,7 @@ struct DispatcherLoadArgs {
   int workers = 1000;
   double seconds = 5;
   int interval_ms = 100;      // heartbeat period of each simulated worker
+  int64_t splits = 10000;     // splits an epoch of the job
   std::string dispatcher_bin; // default: next to ferry-bench
 };
 int RunDispatcherLoad(const DispatcherLoadArgs& a);

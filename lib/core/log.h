@@ -16,6 +16,7 @@
 #define FERRY_CORE_LOG_H_
 
 #include <atomic>
+#include <cstdint>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -83,25 +84,63 @@ inline std::atomic<bool>& LogJsonFlag() {
 }
 inline void SetLogJson(bool json) { LogJsonFlag().store(json, std::memory_order_relaxed); }
 
-// `s` as the inside of a JSON string.
+// The length of the well-formed UTF-8 sequence at the start of `s` (1 to 4), or 0 if
+// it is not one (a stray continuation byte, an overlong form, a surrogate, past
+// U+10FFFF, or cut short: a message truncated mid-character).
+inline size_t Utf8SequenceLength(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = b(0);
+  size_t n;
+  uint32_t cp;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+  else return 0;
+  if (s.size() < n) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((b(i) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i) & 0x3F);
+  }
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+    return 0;
+  return n;
+}
+
+// `s` as the inside of a JSON string, into out[*len, cap) and NUL-terminated. Each
+// escape or character goes in whole or not at all, so a full buffer still ends in
+// valid JSON; bytes that are not UTF-8 become U+FFFD.
 inline void AppendJsonEscaped(std::string_view s, char* out, size_t cap, size_t* len) {
-  auto put = [&](char c) {
-    if (*len + 1 < cap) out[(*len)++] = c;
+  if (cap == 0) return;
+  auto put = [&](const char* p, size_t n) {
+    if (*len + n >= cap) return false;
+    std::memcpy(out + *len, p, n);
+    *len += n;
+    return true;
   };
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    bool ok;
+    size_t step = 1;
     if (c == '"' || c == '\\') {
-      put('\\');
-      put(char(c));
+      const char e[2] = {'\\', char(c)};
+      ok = put(e, 2);
     } else if (c == '\n') {
-      put('\\');
-      put('n');
-    } else if (c < 0x20) {
+      ok = put("\\n", 2);
+    } else if (c < 0x20 || c == 0x7f) {
       char u[8];
       std::snprintf(u, sizeof u, "\\u%04x", c);
-      for (char* p = u; *p; ++p) put(*p);
+      ok = put(u, 6);
+    } else if (c < 0x80) {
+      ok = put(s.data() + i, 1);
+    } else if (size_t n = Utf8SequenceLength(s.substr(i)); n > 0) {
+      ok = put(s.data() + i, n);
+      step = n;
     } else {
-      put(char(c));
+      ok = put("\\ufffd", 6);
     }
+    if (!ok) break;
+    i += step;
   }
   out[*len] = '\0';
 }
@@ -118,7 +157,7 @@ inline void VLogAt(LogLevel level, const char* fmt, va_list ap) {
   tm t;
   gmtime_r(&tv.tv_sec, &t);
   if (LogJsonFlag().load(std::memory_order_relaxed)) {
-    char escaped[sizeof msg * 2];
+    char escaped[sizeof msg * 6];  // room for every byte's longest escape
     size_t n = 0;
     AppendJsonEscaped(msg, escaped, sizeof escaped, &n);
     std::fprintf(stderr,

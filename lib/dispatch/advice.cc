@@ -17,6 +17,15 @@ bool WentBack(const wire::WorkerLoad& before, const wire::WorkerLoad& now) {
   return now.samples < before.samples || now.busy_ns < before.busy_ns;
 }
 
+bool Plausible(int64_t v) { return v >= 0 && v <= LoadTracker::kMaxFigure; }
+bool Plausible(const wire::ConsumerLoad& l) {
+  return Plausible(l.wait_ns) && Plausible(l.elapsed_ns) && Plausible(l.samples);
+}
+bool Plausible(const wire::WorkerLoad& l) {
+  return Plausible(l.samples) && Plausible(l.busy_ns) && Plausible(l.read_ns) && Plausible(l.decode_ns) &&
+         Plausible(l.augment_ns);
+}
+
 std::string Percent(double f) {
   char b[32];
   std::snprintf(b, sizeof b, "%.0f%%", 100.0 * f);
@@ -36,12 +45,15 @@ void LoadTracker::Series<T>::Add(int64_t now_ms, const T& v) {
 
 void LoadTracker::Consumer(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load,
                            int64_t now_ms) {
-  if (load.elapsed_ns <= 0) return;  // not started yet (nothing yielded)
+  if (load.elapsed_ns <= 0 || !Plausible(load)) return;  // not started yet (nothing yielded), or nonsense
   consumers_[{job, consumer}].Add(now_ms, load);
+  latest_ms_ = std::max(latest_ms_, now_ms);
 }
 
 void LoadTracker::Worker(const std::string& worker, const wire::WorkerLoad& load, int64_t now_ms) {
+  if (!Plausible(load)) return;
   workers_[worker].Add(now_ms, load);
+  latest_ms_ = std::max(latest_ms_, now_ms);
 }
 
 void LoadTracker::Keep(const std::set<std::pair<std::string, std::string>>& consumers,
@@ -53,7 +65,7 @@ void LoadTracker::Keep(const std::set<std::pair<std::string, std::string>>& cons
 LoadTracker::WorkerRate LoadTracker::RateOf(const std::string& worker) const {
   WorkerRate r;
   auto it = workers_.find(worker);
-  if (it == workers_.end() || it->second.points.size() < 2) return r;
+  if (it == workers_.end() || it->second.points.size() < 2 || Stale(it->second)) return r;
   const auto& [t0, a] = it->second.points.front();
   const auto& [t1, b] = it->second.points.back();
   const double dt = double(t1 - t0) / 1e3;
@@ -75,7 +87,7 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
   double wait = 0, elapsed = 0;
   for (const std::string& c : consumers) {
     auto it = consumers_.find({job, c});
-    if (it == consumers_.end() || it->second.points.size() < 2) continue;
+    if (it == consumers_.end() || it->second.points.size() < 2 || Stale(it->second)) continue;
     const wire::ConsumerLoad& x = it->second.points.front().second;
     const wire::ConsumerLoad& y = it->second.points.back().second;
     const double e = double(y.elapsed_ns - x.elapsed_ns) / 1e9, w = double(y.wait_ns - x.wait_ns) / 1e9;
@@ -108,7 +120,8 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
     busy /= known;
     // The smallest count whose capacity covers the demand (the 1e-9: a demand of
     // exactly 3 workers' capacity needs 3, not 4).
-    a.recommended_workers = std::max<int64_t>(1, int64_t(std::ceil(a.demand / capacity - 1e-9)));
+    const double need = std::ceil(a.demand / capacity - 1e-9);
+    a.recommended_workers = need >= double(kMaxRecommended) ? kMaxRecommended : std::max<int64_t>(1, int64_t(need));
   }
   const bool bound = a.input_wait >= kInputBound;
   if (!bound) {

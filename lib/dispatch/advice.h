@@ -38,6 +38,11 @@ class LoadTracker {
   static constexpr int64_t kWindowMs = 10000;
   // Input wait over this fraction of the consumers' time makes a job input-bound.
   static constexpr double kInputBound = 0.10;
+  // A figure past this (ns: 31 years; samples: 10^18) or below 0 is not a real peer's:
+  // the load is ignored, so that no difference overflows and no advice is absurd.
+  static constexpr int64_t kMaxFigure = int64_t(1) << 60;
+  // Advice never names more workers than this.
+  static constexpr int64_t kMaxRecommended = 100000;
 
   void Consumer(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load, int64_t now_ms);
   void Worker(const std::string& worker, const wire::WorkerLoad& load, int64_t now_ms);
@@ -70,8 +75,15 @@ class LoadTracker {
     std::deque<std::pair<int64_t, T>> points;  // (now_ms, cumulative figures)
     void Add(int64_t now_ms, const T& v);
   };
+  // A series whose last point is a window older than the newest of any (a consumer or
+  // worker gone silent, not yet declared gone) says nothing about now.
+  template <typename T>
+  bool Stale(const Series<T>& s) const {
+    return s.points.empty() || s.points.back().first < latest_ms_ - kWindowMs;
+  }
   std::map<std::pair<std::string, std::string>, Series<wire::ConsumerLoad>> consumers_;
   std::map<std::string, Series<wire::WorkerLoad>> workers_;
+  int64_t latest_ms_ = 0;  // the newest point's time
 };
 
 }  // namespace ferry::dispatch

@@ -30,14 +30,22 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     }
     std::sort(mine.begin(), mine.end());
     int budget = policy.max_outstanding;  // new leases in this decision, at most
-    // Splits in flight per consumer, to balance new assignments.
+    // Splits in flight per consumer, to balance new assignments: counted (a scan of
+    // the open epochs) only when a free split of a shared job has several consumers
+    // to go to.
     std::map<std::string, int64_t> in_flight;
-    for (const std::string& c : j.consumers) in_flight[c] = 0;
-    for (const auto& [epoch, e] : j.epochs) {
-      for (size_t s = 0; s < e.status.size(); ++s) {
-        if (e.status[s] != SplitStatus::kDone && !e.consumer[s].empty()) ++in_flight[e.consumer[s]];
+    bool counted = false;
+    const JobState& jj = j;  // (a structured binding cannot be captured before C++20)
+    auto count_in_flight = [&] {
+      if (counted) return;
+      counted = true;
+      for (const std::string& c : jj.consumers) in_flight[c] = 0;
+      for (const auto& [epoch, e] : jj.epochs) {
+        for (size_t s = e.scan_from; s < e.status.size(); ++s) {
+          if (e.status[s] != SplitStatus::kDone && !e.consumer[s].empty()) ++in_flight[e.consumer[s]];
+        }
       }
-    }
+    };
     LeaseSplits lease{name, worker, {}};
     const int64_t per_epoch = j.spec.SplitsPerEpoch();
     const uint64_t last = j.first_open + 1;  // look one epoch ahead at most
@@ -52,7 +60,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           pending += per_epoch;
           continue;
         }
-        for (SplitStatus st : et->second.status) pending += st == SplitStatus::kPending ? 1 : 0;
+        pending += int64_t(et->second.status.size()) - et->second.done - et->second.leased;
       }
       int64_t live = 0;
       for (const auto& [id, w] : state.workers()) {
@@ -80,10 +88,21 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) break;
       if (full && open.size() >= j.consumers.size()) break;  // every consumer's next split is placed
       auto et = j.epochs.find(epoch);
-      for (int64_t s = 0; s < per_epoch; ++s) {
+      int64_t from = 0;
+      if (et != j.epochs.end()) {
+        const EpochState& e = et->second;
+        while (e.scan_from < e.status.size() && e.status[e.scan_from] == SplitStatus::kDone) ++e.scan_from;
+        from = int64_t(e.scan_from);
+      }
+      // Free splits of a shared job have no fixed consumer: past the last assigned
+      // split, a full decision has nothing left to find.
+      const bool free_splits_unfixed = !j.spec.ranked() && j.spec.ordering != Ordering::kDeterministic;
+      const int64_t assigned_end = et == j.epochs.end() ? 0 : int64_t(et->second.assigned_end);
+      for (int64_t s = from; s < per_epoch; ++s) {
         while (before < mine.size() && mine[before] < SplitRef{epoch, s}) ++before;
         if (!full && (leased >= budget || int(before) + leased >= policy.max_outstanding)) full = true;
         if (full && open.size() >= j.consumers.size()) break;
+        if (full && free_splits_unfixed && s >= assigned_end) break;
         std::string consumer;
         if (et != j.epochs.end()) {
           const SplitStatus st = et->second.status[size_t(s)];
@@ -106,7 +125,10 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           if (j.spec.ordering == Ordering::kDeterministic) {
             consumer = j.consumers[size_t(s) % j.consumers.size()];
             fixed = true;
+          } else if (j.consumers.size() == 1) {
+            consumer = j.consumers[0];
           } else {
+            count_in_flight();
             consumer = std::min_element(in_flight.begin(), in_flight.end(), [](const auto& a, const auto& b) {
                          return a.second < b.second;
                        })->first;
@@ -115,7 +137,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         const bool next_of_its_consumer = fixed && first_of(consumer);
         if (full && !next_of_its_consumer) continue;
         if (self.ServesOnly() && consumer != self.serves_consumer) continue;  // another trainer's
-        ++in_flight[consumer];
+        if (counted) ++in_flight[consumer];
         lease.splits.push_back({{epoch, s}, consumer});
         ++leased;
       }

@@ -260,11 +260,28 @@ std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::
 }
 
 Result<wire::ClusterStatusMsg> Dispatcher::DrainWorker(const std::string& who, int64_t now_ms) {
+  // An id names one worker; an address may name several (a worker restarted there
+  // under a new id before the old one was declared dead): then the id is needed.
   std::string id;
-  for (const auto& [wid, w] : state_.workers()) {
-    if (wid == who || w.address == who) id = wid;
+  if (state_.workers().count(who)) {
+    id = who;
+  } else {
+    std::string ids;
+    for (const auto& [wid, w] : state_.workers()) {
+      if (w.address != who) continue;
+      ids += (ids.empty() ? "" : ", ") + wid;
+      if (!id.empty()) {
+        return Status::FailedPrecondition("several workers are registered at " + who + " (" + ids +
+                                          "...): drain one by its id");
+      }
+      id = wid;
+    }
   }
   if (id.empty()) return Status::NotFound("no worker " + who + " is registered (ferry-ctl status lists them)");
+  if (state_.workers().at(id).ServesOnly())
+    return Status::FailedPrecondition("worker " + id + " is a trainer's own cores (local_threads): it serves only " +
+                                      state_.workers().at(id).serves_consumer + " of job " +
+                                      state_.workers().at(id).serves_job + " and stops with that trainer");
   if (!state_.workers().at(id).draining) {
     FERRY_RETURN_IF_ERROR(Commit(dispatch::DrainWorker{id}));
     Log("worker %s (%s) drained by an operator: it takes no new leases", id.c_str(),
@@ -277,7 +294,6 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
   wire::ClusterStatusMsg m;
   m.state_id = state_id_;
   m.journal_writable = journal_->healthy();
-  std::map<std::string, uint32_t> leases;
   for (const auto& [name, j] : state_.jobs()) {
     wire::JobSummaryMsg x;
     x.name = name;
@@ -298,9 +314,6 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
       x.leased += e.leased;
       x.done += e.done;
       x.pending += int64_t(e.status.size()) - e.leased - e.done;
-      for (size_t s = 0; s < e.status.size(); ++s) {
-        if (e.status[s] == SplitStatus::kLeased) ++leases[e.worker[s]];
-      }
     }
     m.jobs.push_back(std::move(x));
   }
@@ -309,7 +322,7 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
     x.id = id;
     x.address = w.address;
     x.draining = w.draining;
-    x.leases = leases[id];
+    x.leases = uint32_t(state_.LeaseCount(id));
     auto seen = last_seen_ms_.find(id);
     x.silent_ms = seen == last_seen_ms_.end() ? 0 : now_ms - seen->second;
     x.serves_job = w.serves_job;
@@ -553,8 +566,7 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
   }
   for (const dispatch::RemoveWorker& r :
        DecideDeadWorkers(state_, last_seen_ms_, now_ms, config_.heartbeat_timeout_ms)) {
-    size_t n = 0;
-    for (const auto& [job, l] : state_.LeasesOf(r.worker)) n += l.size();
+    const size_t n = state_.LeaseCount(r.worker);
     if (RemoveWorker(r.worker))
       LogWarn("worker %s missed its heartbeats: removed, %zu split(s) return to pending", r.worker.c_str(), n);
   }

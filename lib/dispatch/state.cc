@@ -1,6 +1,7 @@
 #include "dispatch/state.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace ferry::dispatch {
 
@@ -40,18 +41,6 @@ EpochState* OpenEpoch(JobState& j, uint64_t epoch) {
   return &j.epochs.emplace(epoch, std::move(e)).first->second;
 }
 
-// The splits of `j` leased to `worker` return to pending, keeping their consumers.
-void ReturnLeases(JobState& j, const std::string& worker) {
-  for (auto& [epoch, e] : j.epochs) {
-    for (size_t s = 0; s < e.status.size(); ++s) {
-      if (e.status[s] == SplitStatus::kLeased && e.worker[s] == worker) {
-        e.status[s] = SplitStatus::kPending;
-        e.worker[s].clear();
-        --e.leased;
-      }
-    }
-  }
-}
 
 // Why `consumer` may not hold split `split` of `j` (a ranked job's split is its
 // rank's, whatever the update), or an empty string.
@@ -62,6 +51,53 @@ std::string NotItsRank(const JobState& j, int64_t split, const std::string& cons
 }
 
 }  // namespace
+
+void DispatcherState::Unlease(const std::string& job, uint64_t epoch, EpochState& e, size_t s) {
+  auto wt = leased_by_worker_.find(e.worker[s]);
+  if (wt != leased_by_worker_.end()) {
+    auto jt = wt->second.find(job);
+    if (jt != wt->second.end()) {
+      jt->second.erase(SplitRef{epoch, int64_t(s)});
+      if (jt->second.empty()) wt->second.erase(jt);
+    }
+    if (wt->second.empty()) leased_by_worker_.erase(wt);
+  }
+  e.worker[s].clear();
+  --e.leased;
+}
+
+void DispatcherState::ReturnLeases(JobState& j, const std::string& worker) {
+  auto wt = leased_by_worker_.find(worker);
+  if (wt == leased_by_worker_.end()) return;
+  auto jt = wt->second.find(j.name);
+  if (jt == wt->second.end()) return;
+  const std::set<SplitRef> held = std::move(jt->second);
+  wt->second.erase(jt);
+  if (wt->second.empty()) leased_by_worker_.erase(wt);
+  for (const SplitRef& r : held) {
+    EpochState& e = j.epochs.at(r.epoch);
+    const size_t s = size_t(r.split);
+    e.status[s] = SplitStatus::kPending;
+    e.worker[s].clear();
+    --e.leased;
+  }
+}
+
+void DispatcherState::ForgetLeases(const JobState& j, std::optional<uint64_t> before_epoch) {
+  for (auto& [worker, jobs] : leased_by_worker_) {
+    auto jt = jobs.find(j.name);
+    if (jt == jobs.end()) continue;
+    if (before_epoch) {
+      jt->second.erase(jt->second.begin(),
+                       jt->second.lower_bound(SplitRef{*before_epoch, std::numeric_limits<int64_t>::min()}));
+    } else {
+      jt->second.clear();
+    }
+    if (jt->second.empty()) jobs.erase(jt);
+  }
+  for (auto it = leased_by_worker_.begin(); it != leased_by_worker_.end();)
+    it = it->second.empty() ? leased_by_worker_.erase(it) : std::next(it);
+}
 
 void DispatcherState::Advance(JobState& j) {
   for (;;) {
@@ -104,8 +140,9 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
     const size_t s = size_t(l.ref.split);
     e->status[s] = SplitStatus::kLeased;
     e->worker[s] = u.worker;
-    e->consumer[s] = l.consumer;
+    e->Assign(s, l.consumer);
     ++e->leased;
+    leased_by_worker_[u.worker][u.job].insert(l.ref);
   }
   return Status::OK();
 }
@@ -140,10 +177,10 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
     if (e->status[s] == SplitStatus::kDone) continue;
     // A pending split may be acked: its worker died after the consumer had every
     // batch. The consumer is the authority on what it yielded.
-    if (e->status[s] == SplitStatus::kLeased) --e->leased;
+    if (e->status[s] == SplitStatus::kLeased) Unlease(j.name, r.epoch, *e, s);
     e->status[s] = SplitStatus::kDone;
     e->worker[s].clear();
-    e->consumer[s] = u.consumer;
+    e->Assign(s, u.consumer);
     ++e->done;
   }
   Advance(j);
@@ -193,6 +230,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
       es.status.assign(n, SplitStatus::kDone);
       es.worker.assign(n, std::string());
       es.consumer.assign(n, u.consumer);
+      es.assigned_end = n;
       if (j.spec.ranked())
         for (size_t s = 0; s < n; ++s) es.consumer[s] = RankConsumer(j.spec.SplitRank(int64_t(s)));
       es.done = int64_t(n);
@@ -200,6 +238,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     }
   } else if (u.first_open > j.first_open) {
     // A job created afresh (its predecessor was garbage-collected): skip ahead.
+    ForgetLeases(j, u.first_open);
     for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < u.first_open ? j.epochs.erase(e) : std::next(e);
   }
   j.first_open = u.first_open;
@@ -207,13 +246,14 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     for (size_t s = 0; s < e.status.size(); ++s) {
       const bool saved_done = done.count(SplitRef{epoch, int64_t(s)}) > 0;
       if (saved_done) {
-        if (e.status[s] == SplitStatus::kLeased) --e.leased;
+        if (e.status[s] == SplitStatus::kLeased) Unlease(j.name, epoch, e, s);
         if (e.status[s] != SplitStatus::kDone) ++e.done;
         e.status[s] = SplitStatus::kDone;
         e.worker[s].clear();
-        e.consumer[s] = u.consumer;
+        e.Assign(s, u.consumer);
       } else if (e.status[s] == SplitStatus::kDone && e.consumer[s] == u.consumer) {
         e.status[s] = SplitStatus::kPending;  // keeps its consumer
+        e.scan_from = std::min(e.scan_from, s);
         --e.done;
       }
     }
@@ -226,7 +266,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     EpochState* e = OpenEpoch(j, r.epoch);
     if (e == nullptr) continue;
     e->status[size_t(r.split)] = SplitStatus::kDone;
-    e->consumer[size_t(r.split)] = u.consumer;
+    e->Assign(size_t(r.split), u.consumer);
     ++e->done;
   }
   Advance(j);
@@ -243,7 +283,7 @@ Status DispatcherState::ApplyRemoveConsumer(const RemoveConsumer& u) {
   for (auto& [epoch, e] : j.epochs) {
     for (size_t s = 0; s < e.status.size(); ++s) {
       if (e.status[s] == SplitStatus::kDone || e.consumer[s] != u.consumer) continue;
-      if (e.status[s] == SplitStatus::kLeased) --e.leased;
+      if (e.status[s] == SplitStatus::kLeased) Unlease(j.name, epoch, e, s);
       e.status[s] = SplitStatus::kPending;
       e.worker[s].clear();
       e.consumer[s].clear();
@@ -268,7 +308,7 @@ Status DispatcherState::ApplyAssign(const AssignSplits& u) {
                                  !et->second.consumer[size_t(r.split)].empty()))
       return Status::FailedPrecondition("assign: split not pending and free");
   }
-  for (const SplitRef& r : u.splits) OpenEpoch(j, r.epoch)->consumer[size_t(r.split)] = u.consumer;
+  for (const SplitRef& r : u.splits) OpenEpoch(j, r.epoch)->Assign(size_t(r.split), u.consumer);
   return Status::OK();
 }
 
@@ -305,12 +345,14 @@ Status DispatcherState::Apply(const Update& u) {
             return Status::InvalidArgument("a worker serves a job's consumer, or everyone");
           WorkerState& w = workers_[x.worker];
           w.address = x.address;
+          w.draining = false;  // a worker (re)starting: a drain was of its previous process
           w.serves_job = x.serves_job;
           w.serves_consumer = x.serves_consumer;
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RemoveWorker>) {
           if (workers_.erase(x.worker) == 0) return Status::NotFound("no worker " + x.worker);
           for (auto& [name, j] : jobs_) ReturnLeases(j, x.worker);
+          leased_by_worker_.erase(x.worker);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, ReturnSplits>) {
           if (!workers_.count(x.worker)) return Status::NotFound("no worker " + x.worker);
@@ -328,7 +370,10 @@ Status DispatcherState::Apply(const Update& u) {
         } else if constexpr (std::is_same_v<T, AckSplits>) {
           return ApplyAck(x);
         } else if constexpr (std::is_same_v<T, RemoveJob>) {
-          if (jobs_.erase(x.job) == 0) return Status::NotFound("no job " + x.job);
+          auto it = jobs_.find(x.job);
+          if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
+          ForgetLeases(it->second, std::nullopt);
+          jobs_.erase(it);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
           return ApplyRestore(x);
@@ -344,6 +389,7 @@ Status DispatcherState::Apply(const Update& u) {
           // first epoch), never over splits.
           if (x.first_open < j.first_open && (!j.epochs.empty() || !j.completed.empty()))
             return Status::FailedPrecondition("job progress cannot go back");
+          ForgetLeases(j, x.first_open);
           for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < x.first_open ? j.epochs.erase(e) : std::next(e);
           j.completed.clear();
           j.first_open = x.first_open;
@@ -357,14 +403,52 @@ Status DispatcherState::Apply(const Update& u) {
 
 std::map<std::string, std::vector<LeasedSplit>> DispatcherState::LeasesOf(const std::string& worker) const {
   std::map<std::string, std::vector<LeasedSplit>> out;
+  auto wt = leased_by_worker_.find(worker);
+  if (wt == leased_by_worker_.end()) return out;
+  for (const auto& [name, refs] : wt->second) {
+    const JobState& j = jobs_.at(name);
+    std::vector<LeasedSplit>& l = out[name];
+    for (const SplitRef& r : refs) l.push_back({r, j.epochs.at(r.epoch).consumer[size_t(r.split)]});
+  }
+  return out;
+}
+
+size_t DispatcherState::LeaseCount(const std::string& worker) const {
+  size_t n = 0;
+  auto wt = leased_by_worker_.find(worker);
+  if (wt != leased_by_worker_.end())
+    for (const auto& [name, refs] : wt->second) n += refs.size();
+  return n;
+}
+
+std::string DispatcherState::CheckLeaseIndex() const {
+  std::map<std::string, std::map<std::string, std::set<SplitRef>>> scanned;
   for (const auto& [name, j] : jobs_) {
     for (const auto& [epoch, e] : j.epochs) {
+      int64_t leased = 0;
       for (size_t s = 0; s < e.status.size(); ++s) {
-        if (e.status[s] == SplitStatus::kLeased && e.worker[s] == worker)
-          out[name].push_back({{epoch, int64_t(s)}, e.consumer[s]});
+        if (e.status[s] != SplitStatus::kLeased) continue;
+        scanned[e.worker[s]][name].insert(SplitRef{epoch, int64_t(s)});
+        ++leased;
       }
+      if (leased != e.leased) return "job " + name + " epoch " + std::to_string(epoch) + ": leased count differs";
+      for (size_t s = e.assigned_end; s < e.consumer.size(); ++s)
+        if (!e.consumer[s].empty())
+          return "job " + name + " epoch " + std::to_string(epoch) + ": split " + std::to_string(s) +
+                 " has a consumer past assigned_end";
+      for (size_t s = 0; s < std::min(e.scan_from, e.status.size()); ++s)
+        if (e.status[s] != SplitStatus::kDone)
+          return "job " + name + " epoch " + std::to_string(epoch) + ": scan hint past split " + std::to_string(s);
     }
+    for (const auto& [epoch, e] : j.completed)
+      if (e.leased != 0) return "job " + name + ": a completed epoch has leases";
   }
+  if (scanned == leased_by_worker_) return {};
+  std::string out = "lease index differs from the splits:";
+  for (const auto& [w, jobs] : leased_by_worker_)
+    for (const auto& [job, refs] : jobs) out += " index[" + w + "][" + job + "]=" + std::to_string(refs.size());
+  for (const auto& [w, jobs] : scanned)
+    for (const auto& [job, refs] : jobs) out += " splits[" + w + "][" + job + "]=" + std::to_string(refs.size());
   return out;
 }
 

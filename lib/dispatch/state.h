@@ -26,6 +26,7 @@
 #ifndef FERRY_DISPATCH_STATE_H_
 #define FERRY_DISPATCH_STATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -105,6 +106,19 @@ struct EpochState {
   std::vector<std::string> consumer;  // per split, once assigned (kept for life)
   int64_t done = 0;
   int64_t leased = 0;
+  // No split before this one is pending or leased: where a lease decision starts its
+  // scan instead of at split 0 (which costs what the epoch has, on every heartbeat).
+  // A hint, not a fact of the state: decisions move it past done splits; a split
+  // that stops being done (a restore) moves it back.
+  mutable size_t scan_from = 0;
+  // No split from this one on has a consumer (an upper bound: a split that loses its
+  // consumer leaves it). Past it, a shared job's splits are all free, so a decision
+  // whose budget is full stops there instead of at the epoch's end.
+  size_t assigned_end = 0;
+  void Assign(size_t s, const std::string& c) {
+    consumer[s] = c;
+    assigned_end = std::max(assigned_end, s + 1);
+  }
 };
 
 struct JobState {
@@ -145,8 +159,14 @@ class DispatcherState {
   const JobState* job(const std::string& name) const;
   uint64_t applied() const { return applied_; }
 
-  // Splits leased to `worker` and not yet acked, per job.
+  // Splits leased to `worker` and not yet acked, per job. From the lease index: costs
+  // what the worker holds, not what the jobs have (every heartbeat asks).
   std::map<std::string, std::vector<LeasedSplit>> LeasesOf(const std::string& worker) const;
+  // How many splits `worker` holds.
+  size_t LeaseCount(const std::string& worker) const;
+  // The lease index and the scan hints checked against the splits (tests and the
+  // fuzzer): empty if they agree, else what differs.
+  std::string CheckLeaseIndex() const;
   // Splits assigned to `consumer` of `job` in `epoch`, in split order, with status.
   std::vector<std::pair<int64_t, SplitStatus>> SplitsOf(const std::string& job, const std::string& consumer,
                                                         uint64_t epoch) const;
@@ -166,8 +186,17 @@ class DispatcherState {
   Status ApplyRemoveConsumer(const RemoveConsumer& u);
   Status ApplyAssign(const AssignSplits& u);
   void Advance(JobState& j);
+  // Every change of a split from leased goes through these, so that the index stays
+  // the splits' own account (CheckLeaseIndex).
+  void Unlease(const std::string& job, uint64_t epoch, EpochState& e, size_t s);
+  void ReturnLeases(JobState& j, const std::string& worker);  // to pending, keeping consumers
+  // The index forgets `j`'s leases in epochs before `before_epoch` (about to be
+  // dropped), or all of them (nullopt: the job is).
+  void ForgetLeases(const JobState& j, std::optional<uint64_t> before_epoch);
 
   std::map<std::string, JobState> jobs_;
+  // worker -> job -> the splits it holds (status kLeased, worker[s] == worker).
+  std::map<std::string, std::map<std::string, std::set<SplitRef>>> leased_by_worker_;
   std::map<std::string, WorkerState> workers_;
   uint64_t applied_ = 0;
 };

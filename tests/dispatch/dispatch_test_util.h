@@ -31,6 +31,7 @@ inline CreateJob Create(const std::string& name = "job", int64_t n = 100, int32_
 inline void MustApply(DispatcherState& s, const Update& u) {
   Status st = s.Apply(u);
   ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(s.CheckLeaseIndex(), "") << "the lease index after an update";
 }
 
 }  // namespace ferry::dispatch::test

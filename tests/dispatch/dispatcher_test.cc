@@ -275,6 +275,33 @@ TEST_F(DispatcherTest, AnOperatorDrainsAWorkerByIdOrAddress) {
   d.reset();
   d = Open();
   EXPECT_TRUE(d->state().workers().at("w1").draining) << "journaled";
+  ASSERT_TRUE(d->RegisterWorker({"w1", "a:1"}, 30).ok());
+  EXPECT_TRUE(d->state().workers().at("w1").draining) << "the same process registering again stays drained";
+  ASSERT_TRUE(d->RegisterWorker({"w1", "c:1"}, 40).ok());
+  EXPECT_FALSE(d->state().workers().at("w1").draining) << "a new process under that id starts afresh";
+}
+
+TEST_F(DispatcherTest, DrainByAddressNeedsOneWorkerThereAndSparesTrainersOwnCores) {
+  auto d = Open();
+  CreateJob(*d, "c1");
+  // A worker restarted at the same address under a new id, the old one not yet dead.
+  ASSERT_TRUE(d->RegisterWorker({"old", "a:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"new", "a:1"}, 0).ok());
+  auto both = d->DrainWorker("a:1", 5);
+  EXPECT_EQ(both.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(both.status().message().find("by its id"), std::string::npos) << both.status().ToString();
+  EXPECT_FALSE(d->state().workers().at("old").draining);
+  // An id that is also some worker's address: the id wins.
+  ASSERT_TRUE(d->RegisterWorker({"b:1", "x:1"}, 0).ok());
+  ASSERT_TRUE(d->RegisterWorker({"other", "b:1"}, 0).ok());
+  ASSERT_TRUE(d->DrainWorker("b:1", 6).ok());
+  EXPECT_TRUE(d->state().workers().at("b:1").draining);
+  EXPECT_FALSE(d->state().workers().at("other").draining);
+  // A trainer's own cores (hybrid) stop with their trainer, not by an operator.
+  ASSERT_TRUE(d->RegisterWorker({"local", "l:1", "job", "c1"}, 0).ok());
+  auto hybrid = d->DrainWorker("local", 7);
+  EXPECT_EQ(hybrid.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(hybrid.status().message().find("trainer"), std::string::npos) << hybrid.status().ToString();
 }
 
 // A consumer's ack past the next epoch would make the state hold whole epochs (and

@@ -10,7 +10,7 @@
 // first, as on the wire.
 //
 // Checked after every step: the state's own invariants (counters agree with the
-// splits, a leased split's worker exists, an assigned split of a ranked job belongs
+// splits and the lease index, a leased split's worker exists, an assigned split of a ranked job belongs
 // to its rank, open epochs are not before first_open, a worker is told only of its
 // own leases); every reply encodes within the control plane's frame limit; and at
 // every restart (and at the end) a dispatcher reopened from the work dir, after a
@@ -118,6 +118,11 @@ void CheckStatus(const Status& s) {
 }
 
 void CheckInvariants(const DispatcherState& st) {
+  // The lease index (what heartbeats read) is the splits' own account.
+  if (std::string diff = st.CheckLeaseIndex(); !diff.empty()) {
+    std::fprintf(stderr, "%s\n", diff.c_str());
+    FUZZ_CHECK(false);
+  }
   for (const auto& [name, j] : st.jobs()) {
     FUZZ_CHECK(name == j.name);
     for (const auto& [e, ep] : j.epochs) {
@@ -359,7 +364,9 @@ struct Run {
           if (back.ok()) {
             auto r = d->DrainWorker(*back, now);
             if (r.ok()) CheckSendable(wire::EncodeClusterStatus(*r));
-            else FUZZ_CHECK(r.status().code() == StatusCode::kNotFound || !d->journal_healthy());
+            else
+              FUZZ_CHECK(r.status().code() == StatusCode::kNotFound ||
+                         r.status().code() == StatusCode::kFailedPrecondition || !d->journal_healthy());
           }
         }
         FUZZ_CHECK(d->Sync().ok());
