@@ -33,7 +33,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // Splits in flight per consumer, to balance new assignments: counted (a scan of
     // the open epochs) only when a free split of a shared job has several consumers
     // to go to.
-    std::map<std::string, int64_t> in_flight;
+    std::map<std::string, int64_t> in_flight, picked;  // picked: in this decision
     bool counted = false;
     const JobState& jj = j;  // (a structured binding cannot be captured before C++20)
     auto count_in_flight = [&] {
@@ -45,6 +45,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           if (e.status[s] != SplitStatus::kDone && !e.consumer[s].empty()) ++in_flight[e.consumer[s]];
         }
       }
+      for (const auto& [c, n] : picked) in_flight[c] += n;
     };
     LeaseSplits lease{name, worker, {}};
     const int64_t per_epoch = j.spec.SplitsPerEpoch();
@@ -137,6 +138,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         const bool next_of_its_consumer = fixed && first_of(consumer);
         if (full && !next_of_its_consumer) continue;
         if (self.ServesOnly() && consumer != self.serves_consumer) continue;  // another trainer's
+        ++picked[consumer];
         if (counted) ++in_flight[consumer];
         lease.splits.push_back({{epoch, s}, consumer});
         ++leased;
