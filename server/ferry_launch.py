@@ -20,6 +20,7 @@ contains "data". Hosts are dialled by name (SageMaker's algo-N resolve); --host-
 NAME=ADDRESS overrides that, one per host, where names do not resolve.
 Exit codes: 2 for a bad flag or config (with the reason), else the role's."""
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -103,19 +104,49 @@ def main():
     if a.token_file:
         common += ["--token-file", a.token_file]
     procs = []
+    stopping = []
+
+    def stop_all(sig=signal.SIGTERM):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+
+    def forward(sig, _):
+        stopping.append(sig)
+        stop_all(sig)
+
+    # Before any daemon starts: a SIGTERM during start-up stops what has started.
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+
+    def die_with_parent():
+        # The daemons get SIGTERM if ferry-launch itself dies (SIGKILL, OOM): none is
+        # left behind holding the ports.
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
     def daemon(name, argv):
         exe = os.path.join(a.bin_dir, name)
         if not os.path.exists(exe):
+            stop_all()
             fail("%s not found in %s (--bin-dir)" % (name, a.bin_dir))
-        p = subprocess.Popen([exe] + argv + common, stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([exe] + argv + common, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
+        procs.append(p)
         line = p.stdout.readline()
+        if stopping:
+            for q in procs:
+                q.wait()
+            sys.exit(128 + stopping[0])
         if not line.startswith("listening on "):
             p.wait()
+            stop_all()  # the dispatcher, if the worker is what failed
+            for q in procs:
+                q.wait()
             fail("%s did not start (exit %s)" % (name, p.returncode))
         sys.stderr.write("ferry-launch: %s %s on %s\n" % (me, name, line.split()[-1]))
         sys.stderr.flush()
-        procs.append(p)
 
     def metrics(port_offset):
         return ["--metrics", "0.0.0.0:%d" % (a.metrics_port + port_offset)] if a.metrics_port else []
@@ -128,19 +159,18 @@ def main():
     daemon("ferry-worker", ["--listen", "0.0.0.0:%d" % a.worker_port, "--advertise", "%s:%d" % (me_address, a.worker_port),
                             "--dispatcher", dispatcher, "--exit-when-idle"] + metrics(1) + a.worker_arg)
 
-    def forward(sig, _):
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(sig)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
     # The data group ends when its daemons do: once training has finished every job.
+    # One that fails takes the other down (a worker without its dispatcher would retry
+    # forever; a dispatcher without this host's worker is one short).
     rc = 0
     while procs:
         for p in list(procs):
             if p.poll() is not None:
                 procs.remove(p)
+                if p.returncode != 0 and not stopping and rc == 0:
+                    sys.stderr.write("ferry-launch: %s: a daemon failed (exit %d): stopping the other\n"
+                                     % (me, p.returncode))
+                    stop_all()
                 rc = rc or p.returncode
         time.sleep(0.1)
     sys.stderr.write("ferry-launch: %s: training ended, data group exits (%d)\n" % (me, rc))

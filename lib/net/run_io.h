@@ -34,14 +34,28 @@ inline void RunIo(boost::asio::io_context& io, const char* what) {
 
 // Runs `f` on `io`'s thread and returns its result, or `fallback` after 2 s (an io
 // thread busy or stopped): how another thread (the metrics server's) reads state the
-// io thread owns.
+// io thread owns. An exception from `f` stays on the io thread's side (logged, and
+// `fallback` returned): it neither stops the io loop nor reaches the caller.
 template <typename T, typename F>
 T OnIo(boost::asio::io_context& io, F f, T fallback) {
   auto p = std::make_shared<std::promise<T>>();
   auto result = p->get_future();
-  boost::asio::post(io, [p, f] { p->set_value(f()); });
+  boost::asio::post(io, [p, f] {
+    try {
+      p->set_value(f());
+    } catch (const std::exception& e) {
+      LogWarn("a status read on the io thread failed: %s", e.what());
+      p->set_exception(std::current_exception());
+    } catch (...) {
+      p->set_exception(std::current_exception());
+    }
+  });
   if (result.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return fallback;
-  return result.get();
+  try {
+    return result.get();
+  } catch (...) {
+    return fallback;
+  }
 }
 
 }  // namespace ferry::net

@@ -67,7 +67,8 @@ std::optional<std::string> PackSplitSet(const std::vector<int64_t>& s) {
     int64_t step = 1;
     if (j < s.size() && s[j] > s[i] && s[j] <= kMaxPackedSplit) {
       step = s[j] - s[i];
-      while (j < s.size() && s[j] - s[j - 1] == step) ++j;
+      // (Both in [0, kMaxPackedSplit] before subtracting: no overflow on hostile input.)
+      while (j < s.size() && s[j] > s[j - 1] && s[j] <= kMaxPackedSplit && s[j] - s[j - 1] == step) ++j;
     }
     PutVarint(&out, uint64_t(s[i] - prev - 1));
     PutVarint(&out, uint64_t(step - 1));

@@ -132,16 +132,20 @@ class Hosts:
 
     @staticmethod
     def stop(p, timeout=30):
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        # The whole group, even when its leader has exited: what it started may not have.
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+            pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # whatever of the group is left
+        except ProcessLookupError:
+            pass
+        p.wait()
 
     def close(self):
         for p in self.procs:

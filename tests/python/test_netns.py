@@ -190,3 +190,49 @@ def test_ferry_launch_refuses_a_bad_config_clearly(ferry_local, tmp_path):
     r = subprocess.run([launch, "--resource-config", resource_config(tmp_path, "algo-1"), "--data-group", "gpu"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no data group 'gpu'" in r.stderr, r.stderr
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _daemons_of(*patterns):
+    """pids of processes whose command line holds one of `patterns` (the dispatcher's
+    work dir, its address: every daemon of one launch names one of them)."""
+    pids = set()
+    for pattern in patterns:
+        out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        pids.update(int(p) for p in out if int(p) != os.getpid())
+    return sorted(pids)
+
+
+def test_ferry_launch_leaves_no_daemon_behind(ferry_local, tmp_path):
+    """A data host whose worker cannot start stops its dispatcher and exits non-zero; a
+    launch killed with SIGKILL takes its daemons with it (PR_SET_PDEATHSIG)."""
+    launch = os.path.join(os.path.dirname(ferry_local), "ferry-launch")
+    base = [launch, "--resource-config", resource_config(tmp_path, "algo-1"), "--host-address", "algo-1=127.0.0.1"]
+    work, port = str(tmp_path / "work-failed"), _free_port()
+    r = subprocess.run(base + ["--work-dir", work, "--port", str(port), "--worker-port", str(_free_port()),
+                               "--worker-arg=--no-such-flag"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "ferry-worker did not start" in r.stderr, r.stderr
+    assert "ferry-dispatcher on" in r.stderr, r.stderr
+    assert _daemons_of(work, "127.0.0.1:%d" % port) == [], "the dispatcher outlived a failed launch"
+
+    work, port = str(tmp_path / "work-killed"), _free_port()
+    log = open(str(tmp_path / "killed.log"), "w+")
+    p = subprocess.Popen(base + ["--work-dir", work, "--port", str(port), "--worker-port", str(_free_port())],
+                         stderr=log)
+    deadline = time.time() + 30
+    while "ferry-worker on" not in open(str(tmp_path / "killed.log")).read():
+        assert time.time() < deadline and p.poll() is None, open(str(tmp_path / "killed.log")).read()
+        time.sleep(0.1)
+    assert len(_daemons_of(work, "127.0.0.1:%d" % port)) == 3, "the launch, its dispatcher and its worker run"
+    p.kill()
+    p.wait()
+    deadline = time.time() + 15
+    while _daemons_of(work, "127.0.0.1:%d" % port) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _daemons_of(work, "127.0.0.1:%d" % port) == [], "daemons outlived a killed launch"

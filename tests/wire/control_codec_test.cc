@@ -7,6 +7,8 @@
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +250,8 @@ TEST(ControlCodecTest, SplitSetsPackAndUnpack) {
   EXPECT_FALSE(PackSplitSet({3, 1}).has_value());
   EXPECT_FALSE(PackSplitSet({1, 1}).has_value());
   EXPECT_FALSE(PackSplitSet({-1, 2}).has_value());
+  EXPECT_FALSE(PackSplitSet({0, 36, INT64_MIN}).has_value()) << "no overflow (found by the dispatcher fuzzer)";
+  EXPECT_FALSE(PackSplitSet({0, 36, INT64_MAX}).has_value());
   Result<JobStatusMsg> odd = DecodeJobStatus(ToInFrame(EncodeJobStatus({0, false, {7, -1, 3}, false})));
   ASSERT_TRUE(odd.ok());
   EXPECT_EQ(odd->my_splits, (std::vector<int64_t>{7, -1, 3}));
