@@ -81,7 +81,11 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // max_outstanding plus one split per consumer.
     std::set<std::string> open;  // consumers with an unfinished split earlier in the scan
     const JobState& job = j;  // (a structured binding cannot be captured before C++20)
-    auto first_of = [&open, &job](const std::string& c) { return job.HasConsumer(c) && open.insert(c).second; };
+    // (Once every consumer is in `open`, nothing more can be: the scan over a busy
+    // epoch's leased splits then costs a size comparison each.)
+    auto first_of = [&open, &job](const std::string& c) {
+      return open.size() < job.consumers.size() && job.HasConsumer(c) && open.insert(c).second;
+    };
     size_t before = 0;  // the worker's leases before the candidate
     int leased = 0;     // leased in this decision
     bool full = false;
