@@ -78,7 +78,7 @@ class Loader::Impl {
     }
     Batch b = std::move(ready_.front());
     ready_.pop_front();
-    allocator_->Detach(b.buffer);  // the consumer may keep it: the pipeline goes on
+    if (b.buffer != nullptr) allocator_->Detach(b.buffer);  // the consumer may keep it: the pipeline goes on
     ++stats_.batches;
     stats_.samples += b.valid;
     return b;

@@ -449,7 +449,9 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
 // keeps the rest at its own front. Only the front held batch is ever partly full;
 // the ones behind it are empty, and an empty held batch gives its buffer back (it
 // takes the next made batch's buffer, rows and all, when its turn comes), so refill
-// holds at most one buffer more than skip does, however many samples are bad.
+// holds at most one buffer more than skip does, however many samples are bad. The
+// batches a group's bad samples leave empty at its end go out without a buffer
+// (no rows), or, padded, each in one allocated past the bound (see below).
 
 namespace {
 
@@ -510,13 +512,33 @@ void BatchProducer::Refill(std::unique_ptr<ProducedBatch> b, std::vector<std::un
   while (!held_.empty() && (last || held_.front()->valid >= Target(*held_.front()))) {
     std::unique_ptr<ProducedBatch> f = std::move(held_.front());
     held_.pop_front();
-    if (f->memory.owner == nullptr) {
-      // Emptied by bad samples: it is still emitted (the batch count does not change),
-      // in a buffer past the bound (rare: a batch's worth of bad samples in a group).
-      f->memory = allocator_->AllocateNow(f->plan, std::max<int64_t>(f->plan.rows, 1), sample_bytes_);
-      if (f->memory.owner == nullptr) continue;  // cancelled: nothing is emitted any more
+    if (f->memory.owner == nullptr && f->plan.pad) {
+      // Emptied by bad samples, and padded: it is still emitted (the batch count and the
+      // shape do not change), all padding, in a buffer past the bound. Rare: it takes a
+      // batch's worth of bad samples in one group, and then it costs at most
+      // batches_per_split - 1 buffers more for that group. Unpadded, an emptied batch
+      // has no rows and needs no buffer.
+      bool cancelled = false;
+      try {
+        f->memory = allocator_->AllocateNow(f->plan, f->plan.rows, sample_bytes_);
+        cancelled = f->memory.owner == nullptr;
+      } catch (const std::bad_alloc&) {
+        MutexLock lock(&mu_);
+        if (status_.ok()) status_ = Status::ResourceExhausted("out of memory for a padding batch");
+        cancelled = true;
+      }
+      if (cancelled) {
+        // Nothing more of the group goes out: the stream is stopping (or failed), and
+        // a later batch must not be emitted without this one.
+        held_.clear();
+        return;
+      }
     }
     f->rows = f->plan.pad ? f->plan.rows : f->valid;
+    if (f->memory.owner == nullptr) {
+      out->push_back(std::move(f));  // unpadded and empty: no rows, no tensors
+      continue;
+    }
     if (f->rows > f->valid) {
       std::memset(f->memory.images + size_t(f->valid) * sample_bytes_, 0, size_t(f->rows - f->valid) * sample_bytes_);
       for (int64_t i = f->valid; i < f->rows; ++i) f->memory.labels[i] = f->memory.indices[i] = -1;
