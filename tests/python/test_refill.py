@@ -126,3 +126,21 @@ def test_refill_is_exact_through_a_killed_worker(ferry, hostile_tree, daemons):
         if k == 3:
             daemons.kill_worker(0)
     assert [b for b in got if b] == [b[0] for b in local if b[0]]
+
+
+def test_refill_batches_emptied_by_a_run_of_bad_files(ferry, hostile_tree, daemons):
+    """In listing order with batches of 2, the run of 8 bad files empties whole batches
+    in the middle of splits: they go out with no rows (the batch count holds), and the
+    good samples are still each once, the same through the dispatcher as in-process."""
+    root, bad = hostile_tree
+    kw = dict(data=root, pipeline=SMALL_U8, batch_size=2, seed=3, shuffle=False, drop_last=False,
+              batches_per_split=PER_SPLIT, bad_samples="refill")
+    local, _ = read(ferry.Loader(threads=2, **kw))
+    remote, skipped = read(ferry.Loader(dispatcher=daemons.dispatcher, job_name="emptied", deterministic=True, **kw))
+    assert [b[0] for b in remote if b[0]] == [b[0] for b in local if b[0]]
+    # Batches 10 and 13 are emptied mid-split (the client yields no empty batch, but the
+    # epoch ends only once every batch of every split has arrived, those included).
+    assert [b[3] for b in local].count(10) == 0 and 9 in [b[3] for b in local]
+    got = [i for b in remote for i in b[0]]
+    assert len(got) == len(set(got)) == 120 - len(bad)
+    assert sorted(p for _, p, _ in skipped) == sorted(bad)
