@@ -14,9 +14,10 @@
 #include "core/philox.h"
 #include "data/dataset.h"
 #include "ferry/loader.h"
-#include "image/augment.h"
 #include "image/jpeg_decoder.h"
-#include "image/ops.h"
+#include "ops/geometry.h"
+#include "ops/kernels/pixels.h"
+#include "ops/pipeline.h"
 
 namespace ferry {
 namespace {
@@ -70,15 +71,14 @@ BENCHMARK(BM_TurboJpegFullDecode);
 void BM_JpegDecoder(benchmark::State& state) {
   JpegDecoder dec;
   const int mode = int(state.range(0));
-  const PipelineSpec spec = PipelineSpec::ImagenetTrain();
   int64_t i = 0;
   for (auto _ : state) {
     const std::string& b = Corpus()[size_t(i) % Corpus().size()];
-    auto info = dec.ReadHeader(b, spec.max_pixels);
+    auto info = dec.ReadHeader(b, PipelineSpec().max_pixels);
     if (!info.ok()) state.SkipWithError(info.status().ToString().c_str());
     SampleRng rng(0, 0, uint64_t(i++));
     cv::Rect box = mode == 0 ? cv::Rect(0, 0, info->width, info->height)
-                             : RandomResizedCropBox(info->width, info->height, spec, rng);
+                             : RandomResizedCropBox(info->width, info->height, {0.08, 1.0}, {0.75, 4.0 / 3}, rng);
     const int min = mode == 2 ? 224 : 100000;
     auto m = dec.DecodeRegion(box, min, min, false, nullptr);
     benchmark::DoNotOptimize(m);
@@ -92,7 +92,7 @@ void BM_ResizeToUint8HWC(benchmark::State& state) {
   cv::randu(src, 0, 255);
   std::vector<uint8_t> out(3 * 224 * 224);
   for (auto _ : state) {
-    ResizeToUint8HWC(src, 224, false, out.data());
+    kernels::ResizeToUint8HWC(src, 224, 224, false, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations());
@@ -104,7 +104,7 @@ void BM_ResizeOpenCV(benchmark::State& state) {
   cv::Mat src(int(state.range(0)), int(state.range(0)), CV_8UC3), dst(224, 224, CV_8UC3);
   cv::randu(src, 0, 255);
   for (auto _ : state) {
-    ResizeInto(src, dst);
+    kernels::ResizeInto(src, dst);
     benchmark::DoNotOptimize(dst.data);
   }
   state.SetItemsProcessed(state.iterations());
@@ -115,7 +115,7 @@ void BM_HFlip(benchmark::State& state) {
   cv::Mat img(224, 224, CV_8UC3);
   cv::randu(img, 0, 255);
   for (auto _ : state) {
-    HFlipInPlace(img.data, 224, 224, 3);
+    kernels::HFlipInPlace(img);
     benchmark::DoNotOptimize(img.data);
   }
   state.SetItemsProcessed(state.iterations());
@@ -125,12 +125,12 @@ BENCHMARK(BM_HFlip);
 void BM_ColorJitter(benchmark::State& state) {
   cv::Mat img(224, 224, CV_8UC3);
   cv::randu(img, 0, 255);
-  PipelineSpec spec;
-  spec.brightness = spec.contrast = spec.saturation = 0.4;
+  auto op = MakeOp("color_jitter", R"({"brightness":0.4,"contrast":0.4,"saturation":0.4})");
+  if (!op.ok()) state.SkipWithError(op.status().ToString().c_str());
   int64_t i = 0;
   for (auto _ : state) {
     SampleRng rng(0, 0, uint64_t(i++));
-    ApplyJitter(img.data, 224 * 224, 3, DrawJitter(spec, rng));
+    (void)(*op)->Apply(img, rng);
     benchmark::DoNotOptimize(img.data);
   }
   state.SetItemsProcessed(state.iterations());
@@ -144,10 +144,12 @@ void BM_NormalizeToFloatCHW(benchmark::State& state) {
   const int rows = 64;
   std::vector<float, std::allocator<float>> out(size_t(rows) * 3 * 224 * 224 + 16);
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(out.data()) + 63) & ~uintptr_t(63));
-  const PipelineSpec spec = PipelineSpec::ImagenetTrain();
+  const float scale[3] = {1 / (255 * 0.229f), 1 / (255 * 0.224f), 1 / (255 * 0.225f)};
+  const float bias[3] = {-0.485f / 0.229f, -0.456f / 0.224f, -0.406f / 0.225f};
   int64_t i = 0;
   for (auto _ : state) {
-    WriteFloatCHW(img.data, 224, 224, 3, (i & 1) != 0, spec, base + size_t(i % rows) * 3 * 224 * 224);
+    kernels::WriteFloatCHW(img.data, img.step, 224, 224, 3, (i & 1) != 0, scale, bias,
+                           base + size_t(i % rows) * 3 * 224 * 224);
     ++i;
   }
   state.SetItemsProcessed(state.iterations());
@@ -157,14 +159,15 @@ BENCHMARK(BM_NormalizeToFloatCHW);
 // The whole per-sample unit of the pipeline (decode + augment + write into a batch row).
 void BM_ProcessSample(benchmark::State& state) {
   const PipelineSpec spec = state.range(0) == 0 ? PipelineSpec::ImagenetTrain() : PipelineSpec::ImagenetEval();
-  SampleProcessor proc(spec);
+  const Pipeline& proc = **Pipeline::Compile(spec);
+  const size_t sample_bytes = proc.sample_bytes();
   const int rows = 64;
-  std::vector<uint8_t> batch(spec.sample_bytes() * rows + 64);
+  std::vector<uint8_t> batch(sample_bytes * rows + 64);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(batch.data()) + 63) & ~uintptr_t(63));
   int64_t i = 0;
   for (auto _ : state) {
     const std::string& b = Corpus()[size_t(i) % Corpus().size()];
-    Status st = proc.Process(b, 0, 0, i, base + size_t(i % rows) * spec.sample_bytes());
+    Status st = proc.Process(b, 0, 0, i, base + size_t(i % rows) * sample_bytes);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
     ++i;
   }

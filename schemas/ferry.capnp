@@ -187,6 +187,8 @@ struct Batch {
   # listing the dispatcher checks).
   listing @13 :UInt64;
   listedSamples @14 :Int64;
+  # [B, num_classes] float32 soft targets of a batch op (MixUp/CutMix); absent otherwise.
+  targets @15 :Tensor;
 }
 
 struct EndOfEpoch {

@@ -415,20 +415,23 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void StartProducer(StreamSource source) {
-    spec_ = source.job.pipeline;
+    if (Status st = CheckJob(source.job); !st.ok()) return Refuse(st);  // a dispatcher's job, too
+    Result<std::shared_ptr<const Pipeline>> compiled = Pipeline::Compile(source.job.pipeline);
+    if (!compiled.ok()) return Refuse(compiled.status());
+    pipeline_ = std::move(*compiled);
     if (!source.splits) {  // point to point: each batch says what this worker lists
       listing_ = source.job.fingerprint;
       listed_samples_ = source.job.num_samples;
     }
-    if (Status st = source.job.Validate(); !st.ok()) return Refuse(st);  // a dispatcher's job, too
     const int buffers = std::max(2, svc_->opts_.buffered_batches);
-    auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, spec_.sample_bytes(), buffers);
+    auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, pipeline_->sample_bytes(), buffers,
+                                                            pipeline_->num_classes());
     if (Status st = Reserve(uint64_t(buffers) * allocator->buffer_bytes()); !st.ok()) return Refuse(st);
     outbox_.SetSource(source.splits, source.last_epoch);
     std::weak_ptr<Session> weak = weak_from_this();
     asio::io_context* io = &svc_->io_;
     producer_ = std::make_unique<BatchProducer>(
-        std::move(source.dataset), spec_, source.job.seed, std::move(source.plan), std::move(allocator),
+        std::move(source.dataset), pipeline_, source.job.seed, std::move(source.plan), std::move(allocator),
         svc_->arena_, /*max_in_flight=*/2,
         [weak, io](ProducedBatch&& b) {
           auto shared = std::make_shared<ProducedBatch>(std::move(b));
@@ -455,9 +458,12 @@ class Session : public std::enable_shared_from_this<Session> {
     in.provenance = b.plan.provenance();
     in.rows = b.rows;
     in.valid = b.valid;
-    in.image_dtype = spec_.dtype();
-    if (spec_.output == PipelineSpec::Output::kUint8NHWC) in.image_dims = {spec_.size, spec_.size, spec_.channels()};
-    else in.image_dims = {spec_.channels(), spec_.size, spec_.size};
+    const Shape shape = pipeline_->output_shape();
+    in.image_dtype = pipeline_->dtype();
+    if (in.image_dtype == DType::kUint8) in.image_dims = {shape.height, shape.width, shape.channels};
+    else in.image_dims = {shape.channels, shape.height, shape.width};
+    in.targets = b.memory.targets;
+    in.num_classes = b.memory.targets != nullptr ? pipeline_->num_classes() : 0;
     in.images = b.memory.images;
     in.labels = b.memory.labels;
     in.indices = b.memory.indices;
@@ -558,7 +564,7 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer timer_;
   State state_ = State::kHello;
   wire::OpenStreamMsg msg_;
-  PipelineSpec spec_;
+  std::shared_ptr<const Pipeline> pipeline_;
   std::unique_ptr<BatchProducer> producer_;
   std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams

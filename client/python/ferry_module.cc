@@ -22,7 +22,8 @@
 #include "ferry/client.h"
 #include "ferry/loader.h"
 #include "ferry/pipeline_spec.h"
-#include "image/ops.h"
+#include "ops/kernels/pixels.h"
+#include "ops/pipeline.h"
 #include "net/auth.h"
 #include "server/worker_service.h"
 
@@ -90,6 +91,7 @@ class PyIterator {
     d["images"] = View(b->images, b->keepalive);
     d["labels"] = View(b->labels, b->keepalive);
     d["indices"] = View(b->indices, b->keepalive);
+    if (b->targets.rank == 2) d["targets"] = View(b->targets, b->keepalive);
     d["valid"] = b->valid;
     d["epoch"] = b->provenance.epoch;
     d["batch_in_epoch"] = b->provenance.batch_in_epoch;
@@ -381,8 +383,85 @@ class PyLocalWorker {
   std::unique_ptr<WorkerService> service_;
 };
 
-// A pipeline (preset name, JSON, or .json file) in its canonical JSON form.
-std::string PipelineJson(const std::string& pipeline) { return Check(PipelineSpec::Parse(pipeline)).ToJson(); }
+// A pipeline (preset name, JSON, or .json file) compiled, in its canonical JSON form
+// (every op's parameters spelled out); errors name the op and the parameter.
+std::string PipelineJson(const std::string& pipeline) {
+  const PipelineSpec spec = Check(PipelineSpec::Parse(pipeline));
+  return Check(Pipeline::Compile(spec))->canonical().ToJson();
+}
+
+// A compiled pipeline, for the trainer's share of the work when uint8 travels
+// (finish), for tests and tools that run it on one encoded image (process), and to
+// describe it (the spec the workers run, the output shape, the classes of its targets).
+class PyPipeline {
+ public:
+  explicit PyPipeline(const std::string& pipeline)
+      : p_(Check(Pipeline::Compile(Check(PipelineSpec::Parse(pipeline))))) {}
+
+  std::string Canonical() const { return p_->canonical().ToJson(); }
+  std::string ImageSpec() const { return p_->ImageSpec().ToJson(); }
+  py::tuple Shape() const {
+    const auto s = p_->output_shape();
+    return py::make_tuple(s.height, s.width, s.channels);
+  }
+  int NumClasses() const { return p_->num_classes(); }
+  bool HasTrainerOps() const { return p_->has_tensor_ops() || p_->has_batch_ops(); }
+  std::vector<std::string> Steps() const { return p_->step_names(); }
+
+  // One encoded image through the whole pipeline: the output row (uint8 H x W x C or
+  // float32 C x H x W), or ValueError with the reason a worker would report.
+  py::array Process(py::bytes encoded, uint64_t seed, uint64_t epoch, int64_t index) const {
+    std::string data = encoded;
+    const auto s = p_->output_shape();
+    std::vector<py::ssize_t> shape = p_->dtype() == DType::kUint8
+                                         ? std::vector<py::ssize_t>{s.height, s.width, s.channels}
+                                         : std::vector<py::ssize_t>{s.channels, s.height, s.width};
+    py::array out(p_->dtype() == DType::kUint8 ? py::dtype::of<uint8_t>() : py::dtype::of<float>(), shape);
+    Status st;
+    void* dst = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      st = p_->Process(data, seed, epoch, index, dst);
+    }
+    if (!st.ok()) throw py::value_error(st.ToString());
+    return out;
+  }
+
+  // The trainer's share: uint8 NHWC rows (of the image spec) -> (float32 NCHW, targets
+  // or None): normalize, the tensor ops of each valid row, the batch ops. The GIL is
+  // released while it runs.
+  py::tuple Finish(py::array_t<uint8_t, py::array::c_style> images, py::array_t<int64_t, py::array::c_style> indices,
+                   py::array_t<int64_t, py::array::c_style> labels, int64_t valid, uint64_t seed, uint64_t epoch,
+                   int64_t batch_in_epoch) const {
+    const auto s = p_->output_shape();
+    if (images.ndim() != 4 || images.shape(1) != s.height || images.shape(2) != s.width || images.shape(3) != s.channels)
+      throw py::value_error("finish wants uint8 N x H x W x C rows of the pipeline's image spec");
+    const int64_t rows = images.shape(0);
+    if (indices.size() != rows || labels.size() != rows || valid < 0 || valid > rows)
+      throw py::value_error("finish wants one index and one label per row, and valid <= rows");
+    py::array_t<float> out({py::ssize_t(rows), py::ssize_t(s.channels), py::ssize_t(s.height), py::ssize_t(s.width)});
+    py::object targets = py::none();
+    float* t = nullptr;
+    if (p_->num_classes() > 0) {
+      py::array_t<float> tt({py::ssize_t(rows), py::ssize_t(p_->num_classes())});
+      t = tt.mutable_data();
+      targets = tt;
+    }
+    const uint8_t* in = images.data();
+    const int64_t* idx = indices.data();
+    const int64_t* lab = labels.data();
+    float* o = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      p_->FinishOnTrainer(in, rows, valid, idx, lab, seed, epoch, Pipeline::BatchKey(batch_in_epoch, idx, valid), o,
+                          t);
+    }
+    return py::make_tuple(out, targets);
+  }
+
+ private:
+  std::shared_ptr<const Pipeline> p_;
+};
 
 // The trainer's half of a normalizing pipeline whose uint8 NHWC batch crossed the
 // wire: float32 NCHW (x/255 - mean)/std, by the very code (and arithmetic) a worker's
@@ -394,12 +473,11 @@ py::array_t<float> NormalizeNHWC(py::array_t<uint8_t, py::array::c_style> images
   if (mean.size() != size_t(images.shape(3)) || std.size() != mean.size())
     throw py::value_error("normalize wants one mean and one std per channel");
   const py::ssize_t n = images.shape(0), h = images.shape(1), w = images.shape(2), c = images.shape(3);
-  PipelineSpec spec;
-  spec.normalize = true;
+  float scale[3], bias[3];
   for (size_t k = 0; k < mean.size(); ++k) {
-    spec.mean[k] = mean[k];
-    spec.std[k] = std[k];
     if (!(std[k] > 0)) throw py::value_error("normalize std must be > 0");
+    scale[k] = 1.f / (255.f * std[k]);
+    bias[k] = -mean[k] / std[k];
   }
   py::array_t<float> out({n, c, h, w});
   const uint8_t* in = images.data();
@@ -408,10 +486,13 @@ py::array_t<float> NormalizeNHWC(py::array_t<uint8_t, py::array::c_style> images
     py::gil_scoped_release release;
     const size_t pixels = size_t(h) * size_t(w) * size_t(c);
     for (py::ssize_t i = 0; i < n; ++i)
-      WriteFloatCHW(in + size_t(i) * pixels, int(h), int(w), int(c), false, spec, o + size_t(i) * pixels);
+      kernels::WriteFloatCHW(in + size_t(i) * pixels, size_t(w) * size_t(c), int(h), int(w), int(c), false, scale,
+                             bias, o + size_t(i) * pixels);
   }
   return out;
 }
+
+std::vector<std::string> Ops() { return RegisteredOps(); }
 
 }  // namespace
 }  // namespace ferry
@@ -441,6 +522,19 @@ PYBIND11_MODULE(_ferry, m) {
       .def("batches_sent", &PyLocalWorker::BatchesSent)
       .def("close", &PyLocalWorker::Close);
   m.def("pipeline_json", &PipelineJson, py::arg("pipeline"), "a pipeline in its canonical JSON form");
+  py::class_<PyPipeline>(m, "Pipeline")
+      .def(py::init<const std::string&>(), py::arg("pipeline"))
+      .def_property_readonly("canonical_json", &PyPipeline::Canonical)
+      .def_property_readonly("image_spec_json", &PyPipeline::ImageSpec)
+      .def_property_readonly("output_shape", &PyPipeline::Shape)
+      .def_property_readonly("num_classes", &PyPipeline::NumClasses)
+      .def_property_readonly("has_trainer_ops", &PyPipeline::HasTrainerOps)
+      .def_property_readonly("steps", &PyPipeline::Steps)
+      .def("process", &PyPipeline::Process, py::arg("encoded"), py::arg("seed") = 0, py::arg("epoch") = 0,
+           py::arg("index") = 0)
+      .def("finish", &PyPipeline::Finish, py::arg("images"), py::arg("indices"), py::arg("labels"), py::arg("valid"),
+           py::arg("seed"), py::arg("epoch"), py::arg("batch_in_epoch"));
+  m.def("registered_ops", &Ops, "the names of every op a pipeline may use");
   m.def("normalize_nhwc", &NormalizeNHWC, py::arg("images"), py::arg("mean"), py::arg("std"),
         "uint8 NHWC -> float32 NCHW (x/255 - mean)/std, as a worker's float32 output");
 }

@@ -39,6 +39,9 @@ class Batch {
   TensorView images;   // [B,H,W,C] uint8 or [B,C,H,W] float32
   TensorView labels;   // [B] int64
   TensorView indices;  // [B] int64 global sample indices (-1 for padding)
+  // [B, num_classes] float32 soft targets, when the pipeline has a batch op (MixUp /
+  // CutMix); rank 0 otherwise. Padding rows' targets are zeros.
+  TensorView targets;
   BatchProvenance provenance;
   int64_t valid = 0;   // rows that are real samples (they come first)
   int64_t skipped = 0; // samples of this batch that were bad files and left out

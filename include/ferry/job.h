@@ -134,7 +134,9 @@ struct JobSpec {
   // Synthetic datasets name their own batch bytes (worker/synthetic_source.h).
   static constexpr int64_t kMaxBatchBytes = int64_t(2) << 30;
 
-  // Checks what the job's owner chose (not the listing facts), the batch's bytes too.
+  // Checks what the job's owner chose (not the listing facts), the pipeline's form
+  // only: the ops' parameters and the batch's bytes are checked where the ops are
+  // known (CheckJob in lib/ops/pipeline.h), by every process that runs or accepts a job.
   Status Validate() const;
   // Two requests for the same job agree: everything but the listing facts is equal.
   bool SameJobAs(const JobSpec& other) const;
@@ -172,8 +174,6 @@ struct JobSpec {
   // The positions [begin, end) of the epoch's order that global batch `g` covers
   // (clipped to epoch_samples(): a padding batch may cover none).
   std::pair<int64_t, int64_t> BatchPositions(int64_t g) const;
-  // Bytes of one batch's tensors (images, labels, indices).
-  int64_t BatchBytes() const;
 };
 
 // Elastic resume: the positions of one epoch's order that the ranks of `job` yielded,

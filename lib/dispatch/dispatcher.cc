@@ -9,6 +9,7 @@
 #include <random>
 #include <tuple>
 
+#include "ops/pipeline.h"
 #include "core/log.h"
 
 namespace ferry::dispatch {
@@ -381,7 +382,7 @@ std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, in
 Result<Dispatcher::JoinResult> Dispatcher::GetOrCreateJob(const wire::GetOrCreateJobMsg& m) {
   if (m.job.name.empty() || m.consumer_id.empty())
     return Status::InvalidArgument("job name and consumer id are required");
-  FERRY_RETURN_IF_ERROR(m.job.job.Validate());
+  FERRY_RETURN_IF_ERROR(CheckJob(m.job.job));  // the ops and their parameters too
   if (m.job.job.ranked()) {
     const int64_t rank = ConsumerRank(m.consumer_id);
     if (rank < 0 || rank >= m.job.job.num_consumers)

@@ -17,8 +17,9 @@ namespace ferry {
 
 class Loader::Impl {
  public:
-  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds)
+  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const Pipeline> pipeline)
       : opts_(WithListing(o, *ds)),
+        pipeline_(std::move(pipeline)),
         shard_{o.shard_index, o.num_shards, o.first_epoch},
         dataset_(std::move(ds)),
         fingerprint_(JobFingerprint(dataset_->fingerprint(), opts_.job.pipeline)),
@@ -60,9 +61,10 @@ class Loader::Impl {
 
   void Start() {
     const JobSpec& job = opts_.job;
-    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, job.pipeline.sample_bytes(), opts_.prefetch + 2);
+    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, pipeline_->sample_bytes(), opts_.prefetch + 2,
+                                                        pipeline_->num_classes());
     producer_ = std::make_unique<BatchProducer>(
-        dataset_, job.pipeline, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
+        dataset_, pipeline_, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->Start();
   }
@@ -104,19 +106,21 @@ class Loader::Impl {
 
  private:
   void OnBatch(ProducedBatch&& p) {
-    const PipelineSpec& spec = opts_.job.pipeline;
+    const Shape s = pipeline_->output_shape();
     const int64_t rows = p.rows;
     Batch b;
     b.images.data = p.memory.images;
-    b.images.dtype = spec.dtype();
+    b.images.dtype = pipeline_->dtype();
     b.images.rank = 4;
-    if (spec.output == PipelineSpec::Output::kUint8NHWC) {
-      b.images.shape = {rows, spec.size, spec.size, spec.channels()};
+    if (b.images.dtype == DType::kUint8) {
+      b.images.shape = {rows, s.height, s.width, s.channels};
     } else {
-      b.images.shape = {rows, spec.channels(), spec.size, spec.size};
+      b.images.shape = {rows, s.channels, s.height, s.width};
     }
     b.labels = {p.memory.labels, DType::kInt64, 1, {rows, 0, 0, 0}};
     b.indices = {p.memory.indices, DType::kInt64, 1, {rows, 0, 0, 0}};
+    if (pipeline_->num_classes() > 0 && p.memory.targets != nullptr)
+      b.targets = {p.memory.targets, DType::kFloat32, 2, {rows, pipeline_->num_classes(), 0, 0}};
     b.valid = p.valid;
     b.skipped = int64_t(p.skipped.size());
     b.provenance = p.plan.provenance();
@@ -143,6 +147,7 @@ class Loader::Impl {
   }
 
   const LoaderOptions opts_;
+  const std::shared_ptr<const Pipeline> pipeline_;
   const Shard shard_;
   const std::shared_ptr<const Dataset> dataset_;
   const uint64_t fingerprint_;
@@ -161,7 +166,8 @@ class Loader::Impl {
 };
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
-  FERRY_RETURN_IF_ERROR(options.job.Validate());
+  FERRY_RETURN_IF_ERROR(CheckJob(options.job));
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> pipeline, Pipeline::Compile(options.job.pipeline));
   if (options.prefetch <= 0) return Status::InvalidArgument("prefetch must be > 0");
   if (options.threads < 0) return Status::InvalidArgument("threads must be >= 0");
   FERRY_RETURN_IF_ERROR((Shard{options.shard_index, options.num_shards, options.first_epoch}.Validate()));
@@ -176,7 +182,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.
   cv::setNumThreads(0);
-  auto impl = std::make_unique<Impl>(options, std::shared_ptr<const Dataset>(std::move(ds)));
+  auto impl = std::make_unique<Impl>(options, std::shared_ptr<const Dataset>(std::move(ds)), std::move(pipeline));
   impl->Start();
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

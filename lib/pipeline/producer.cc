@@ -118,10 +118,12 @@ namespace {
 size_t AlignUp(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
-PooledBatchAllocator::PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity)
+PooledBatchAllocator::PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity, int num_classes)
     : labels_offset_(AlignUp(size_t(max_rows) * sample_bytes)),
       indices_offset_(labels_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows))),
-      pool_(BatchPool::Create(indices_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows)), capacity)) {}
+      targets_offset_(indices_offset_ + AlignUp(sizeof(int64_t) * size_t(max_rows))),
+      end_offset_(targets_offset_ + AlignUp(sizeof(float) * size_t(max_rows) * size_t(num_classes))),
+      pool_(BatchPool::Create(end_offset_, capacity)) {}
 
 BatchMemory PooledBatchAllocator::Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) {
   return Allocate(plan, rows, sample_bytes, /*wait=*/true);
@@ -136,7 +138,8 @@ BatchMemory PooledBatchAllocator::Allocate(const BatchPlan&, int64_t rows, size_
   m.images = base;
   m.labels = reinterpret_cast<int64_t*>(base + labels_offset_);
   m.indices = reinterpret_cast<int64_t*>(base + indices_offset_);
-  m.size = indices_offset_ + (indices_offset_ - labels_offset_);  // [images | labels | indices]
+  if (end_offset_ > targets_offset_) m.targets = reinterpret_cast<float*>(base + targets_offset_);
+  m.size = end_offset_;  // [images | labels | indices | targets]
   return m;
 }
 
@@ -177,13 +180,14 @@ std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads) {
 // ---------------------------------------------------------------------------------
 // BatchProducer
 
-BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, const PipelineSpec& spec, uint64_t seed,
+BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Pipeline> pipeline,
+                             uint64_t seed,
                              std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
                              std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done)
     : dataset_(std::move(dataset)),
-      processor_(spec),
+      pipeline_(std::move(pipeline)),
       seed_(seed),
-      sample_bytes_(spec.sample_bytes()),
+      sample_bytes_(pipeline_->sample_bytes()),
       plans_(std::move(plans)),
       allocator_(std::move(allocator)),
       arena_(std::move(arena)),
@@ -321,7 +325,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
         read_failed[size_t(i)] = 1;
       } else {
         int64_t t2 = 0;
-        st = processor_.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
+        st = pipeline_->Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
                                 stats != nullptr ? &t2 : nullptr);
         if (stats != nullptr && st.ok()) {
           stats->decode.ObserveNs(t2 - t1);
@@ -412,7 +416,20 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
       std::vector<std::unique_ptr<ProducedBatch>> final;
       for (auto& b : ready) Refill(std::move(b), &final);
       for (auto& b : final) {
-        if (!b->plan.discard) emit_(std::move(*b));
+        if (b->plan.discard) continue;
+        if (pipeline_->has_batch_ops() && b->memory.owner != nullptr && b->rows > 0) {
+          // The batch op (MixUp/CutMix) sees the batch's final rows, keyed by its
+          // position and first sample: the same on any worker and on the trainer.
+          BatchView v;
+          v.images = reinterpret_cast<float*>(b->memory.images);
+          v.rows = b->rows;
+          v.valid = b->valid;
+          v.labels = b->memory.labels;
+          v.targets = b->memory.targets;
+          pipeline_->ApplyBatchOps(v, seed_, b->plan.epoch,
+                                   Pipeline::BatchKey(b->plan.batch_in_epoch, b->memory.indices, b->valid));
+        }
+        emit_(std::move(*b));
       }
     }
   }

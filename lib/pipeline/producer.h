@@ -40,7 +40,7 @@
 #include "data/dataset.h"
 #include "ferry/iterator.h"
 #include "ferry/job.h"
-#include "image/augment.h"
+#include "ops/pipeline.h"
 #include "pipeline/stats.h"
 
 namespace ferry {
@@ -147,6 +147,7 @@ struct BatchMemory {
   uint8_t* images = nullptr;  // rows * sample_bytes
   int64_t* labels = nullptr;  // rows
   int64_t* indices = nullptr; // rows
+  float* targets = nullptr;   // rows * num_classes, when the pipeline has a batch op
   std::shared_ptr<void> owner;
   std::shared_ptr<void> tag;
   size_t size = 0;  // bytes of the buffer `owner` holds, from `images` on
@@ -165,12 +166,13 @@ class BatchAllocator {
 
 class BatchPool;
 
-// Batch buffers from a bounded pool, laid out [images | labels | indices], each part
-// 64-byte aligned. At most `capacity` buffers exist: that is the memory bound of
+// Batch buffers from a bounded pool, laid out [images | labels | indices | targets],
+// each part 64-byte aligned (targets: float32 rows x num_classes, only when
+// num_classes > 0). At most `capacity` buffers exist: that is the memory bound of
 // whoever produces with it.
 class PooledBatchAllocator : public BatchAllocator {
  public:
-  PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity);
+  PooledBatchAllocator(int64_t max_rows, size_t sample_bytes, int capacity, int num_classes = 0);
   BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
   BatchMemory AllocateNow(const BatchPlan& plan, int64_t rows, size_t sample_bytes) override;
   void Cancel() override;
@@ -182,7 +184,7 @@ class PooledBatchAllocator : public BatchAllocator {
 
  private:
   BatchMemory Allocate(const BatchPlan& plan, int64_t rows, size_t sample_bytes, bool wait);
-  const size_t labels_offset_, indices_offset_;
+  const size_t labels_offset_, indices_offset_, targets_offset_, end_offset_;
   const std::shared_ptr<BatchPool> pool_;
 };
 
@@ -199,10 +201,12 @@ class BatchProducer {
   using EmitFn = std::function<void(ProducedBatch&&)>;
   using DoneFn = std::function<void(const Status&)>;
 
-  // `arena` may be shared by several producers. `emit` is called in plan order, one
+  // `pipeline` is the job's, compiled (Pipeline::Compile). `arena` may be shared by
+  // several producers. Batch ops run on each batch as it is emitted, once its rows
+  // are final. `emit` is called in plan order, one
   // call at a time, from an arena thread; it must not block for long. `done` is
   // called once, after the last emit, with OK or the error that stopped production.
-  BatchProducer(std::shared_ptr<const Dataset> dataset, const PipelineSpec& spec, uint64_t seed,
+  BatchProducer(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Pipeline> pipeline, uint64_t seed,
                 std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
                 std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done);
   // Stops and waits for every task of this producer to finish.
@@ -235,7 +239,7 @@ class BatchProducer {
   void DropHeld() LOCKS_EXCLUDED(emit_mu_);
 
   const std::shared_ptr<const Dataset> dataset_;
-  const SampleProcessor processor_;
+  const std::shared_ptr<const Pipeline> pipeline_;
   const uint64_t seed_;
   const size_t sample_bytes_;
   std::unique_ptr<PlanSource> plans_;

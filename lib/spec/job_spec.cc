@@ -60,11 +60,6 @@ Status JobSpec::Validate() const {
   if (dataset.empty()) return Status::InvalidArgument("the job needs a dataset");
   if (batch_size <= 0) return Status::InvalidArgument("batch_size must be > 0");
   FERRY_RETURN_IF_ERROR(pipeline.Validate());
-  if (!synthetic() && BatchBytes() > kMaxBatchBytes)
-    return Status::InvalidArgument(
-        "a batch of " + std::to_string(batch_size) + " samples of " + std::to_string(pipeline.sample_bytes()) +
-        " bytes is " + std::to_string(BatchBytes() >> 20) + " MiB; the most is " + std::to_string(kMaxBatchBytes >> 20) +
-        " MiB: use a smaller batch_size or image size");  // batch_size > 0 and size <= 8192: no overflow
   if (batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
   if (bad_samples != BadSamples::kSkip && bad_samples != BadSamples::kRefill)
     return Status::InvalidArgument("unknown bad-sample policy");
@@ -222,10 +217,6 @@ std::pair<int64_t, int64_t> JobSpec::BatchPositions(int64_t g) const {
   const int64_t n = epoch_samples();
   const int64_t begin = std::min(g * int64_t(batch_size), n);
   return {begin, std::min(begin + int64_t(batch_size), n)};
-}
-
-int64_t JobSpec::BatchBytes() const {
-  return int64_t(batch_size) * (int64_t(pipeline.sample_bytes()) + 2 * int64_t(sizeof(int64_t)));
 }
 
 }  // namespace ferry

@@ -259,6 +259,9 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
          size_t(in.rows) * size_t(d[0] * d[1] * d[2]) * DTypeSize(in.image_dtype));
   tensor(r.initLabels(), DType::kInt64, {in.rows}, in.labels, size_t(in.rows) * sizeof(int64_t));
   tensor(r.initIndices(), DType::kInt64, {in.rows}, in.indices, size_t(in.rows) * sizeof(int64_t));
+  if (in.num_classes > 0 && in.targets != nullptr)
+    tensor(r.initTargets(), DType::kFloat32, {in.rows, in.num_classes}, in.targets,
+           size_t(in.rows) * size_t(in.num_classes) * sizeof(float));
   auto sk = r.initSkipped(unsigned(in.skipped.size()));
   for (unsigned i = 0; i < in.skipped.size(); ++i) {
     sk[i].setIndex(in.skipped[i].index);
@@ -279,6 +282,11 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped,
     const int64_t rows = b.labels.shape[0];
     if (b.images.shape[0] != rows || b.indices.shape[0] != rows)
       return Status::InvalidArgument("Batch: tensors disagree on the number of rows");
+    if (r.hasTargets()) {
+      FERRY_ASSIGN_OR_RETURN(b.targets, ReadTensor(r.getTargets(), "targets", 2));
+      if (b.targets.dtype != DType::kFloat32 || b.targets.shape[0] != rows)
+        return Status::InvalidArgument("Batch: targets must be float32 with one row per sample");
+    }
     b.valid = r.getValid();
     if (b.valid < 0 || b.valid > rows) return Status::InvalidArgument("Batch: valid rows out of range");
     b.provenance.epoch = r.getEpoch();

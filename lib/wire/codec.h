@@ -103,6 +103,8 @@ struct BatchFrameInput {
   const void* images = nullptr;
   const int64_t* labels = nullptr;
   const int64_t* indices = nullptr;
+  const float* targets = nullptr;  // rows x num_classes, when num_classes > 0 (a batch op's soft targets)
+  int64_t num_classes = 0;
   std::vector<SkippedSample> skipped;
   std::shared_ptr<void> owner;
   uint64_t listing = 0;        // point to point: the worker's listing (see schemas/ferry.capnp)

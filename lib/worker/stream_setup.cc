@@ -2,11 +2,12 @@
 
 #include "core/hash.h"
 #include "data/job_listing.h"
+#include "ops/pipeline.h"
 
 namespace ferry {
 
 Status CheckInlineStream(const wire::OpenStreamMsg& m) {
-  FERRY_RETURN_IF_ERROR(m.job.Validate());
+  FERRY_RETURN_IF_ERROR(CheckJob(m.job));
   if (m.num_shards == 0 || m.shard_index >= m.num_shards)
     return Status::InvalidArgument("shard_index must be in [0, num_shards)");
   if (m.job.ranked() && m.rank >= uint32_t(m.job.num_consumers))

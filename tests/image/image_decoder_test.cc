@@ -19,7 +19,6 @@
 #include <opencv2/imgproc.hpp>
 
 #include "ferry/pipeline_spec.h"
-#include "image/augment.h"
 #include "image/image_decoder.h"
 #include "image/image_test_util.h"
 #include "image/jpeg_decoder.h"
@@ -34,6 +33,8 @@ using testing::EncodePng;
 using testing::kDefaultMaxPixels;
 using testing::SameBytes;
 using testing::TinyGif;
+using testing::SampleBytes;
+using testing::SampleProcessor;
 using testing::Uint8Spec;
 using testing::WithExifOrientation;
 using testing::WithPngSize;
@@ -188,7 +189,7 @@ TEST(PixelLimitTest, HugeHeadersOfOtherFormats) {
   vp8x += std::string("\xFF\x3F\x00\xFF\x3F\x00", 6);  // 16384 x 16384
   const std::string pnm = "P6\n100000 100000\n255\n" + std::string(64, '\0');
   SampleProcessor proc(PipelineSpec::ImagenetTrain());
-  std::vector<uint8_t> out(proc.spec().sample_bytes());
+  std::vector<uint8_t> out(proc.sample_bytes());
   for (const std::string& bomb : {png, vp8x, pnm}) {
     const auto t0 = std::chrono::steady_clock::now();
     const Status s = proc.Process(bomb, 0, 0, 0, out.data());
@@ -212,7 +213,7 @@ TEST(HostileBytesTest, EveryPrefixOfEveryHeader) {
   const std::string inputs[] = {EncodePng(8, 8, 30), std::string(bmp.begin(), bmp.end()),
                                 std::string(ppm.begin(), ppm.end()), vp8x, TinyGif(), small_jpeg, exif_jpeg};
   SampleProcessor proc(Uint8Spec(8));
-  std::vector<uint8_t> out(proc.spec().sample_bytes());
+  std::vector<uint8_t> out(proc.sample_bytes());
   JpegDecoder dec;
   for (const std::string& full : inputs) {
     const size_t limit = SniffFormat(full) == ImageFormat::kJpeg ? full.size() : std::min<size_t>(full.size(), 80);
@@ -261,7 +262,7 @@ TEST(HostileBytesTest, EveryPrefixOfEveryHeader) {
 TEST(OtherFormatsTest, SixteenBitAndAlphaPngMatchEightBitRgb) {
   PipelineSpec spec = Uint8Spec(32);
   SampleProcessor proc(spec);
-  std::vector<uint8_t> ref(spec.sample_bytes()), out(spec.sample_bytes());
+  std::vector<uint8_t> ref(SampleBytes(spec)), out(SampleBytes(spec));
   ASSERT_TRUE(proc.Process(EncodePng(100, 70, 16, 3, 8), 0, 0, 0, ref.data()).ok());
   const std::vector<std::pair<int, int>> variants = {{3, 16}, {4, 8}, {4, 16}};
   for (const auto& [channels, depth] : variants) {
@@ -297,7 +298,7 @@ TEST(OtherFormatsTest, BmpPnmTiffDecodeLikeOpenCV) {
     EXPECT_TRUE(SameBytes(*img, rgb)) << ext;  // lossless formats, RGB order
     PipelineSpec spec = Uint8Spec(30);
     SampleProcessor proc(spec);
-    std::vector<uint8_t> out(spec.sample_bytes());
+    std::vector<uint8_t> out(SampleBytes(spec));
     EXPECT_TRUE(proc.Process(bytes, 0, 0, 0, out.data()).ok()) << ext;
   }
 }

@@ -12,6 +12,7 @@
 #include <opencv2/core.hpp>
 
 #include "ferry/pipeline_spec.h"
+#include "ops/pipeline.h"
 
 namespace ferry::testing {
 
@@ -62,14 +63,40 @@ inline cv::Mat ReferenceOrient(const cv::Mat& stored, int o) {
   return out;
 }
 
-inline PipelineSpec Uint8Spec(int size, PipelineSpec::Geometry g = PipelineSpec::Geometry::kResizeCenterCrop) {
+// A uint8 spec of size x size outputs: Resize(size) + CenterCrop(size), or
+// RandomResizedCrop(size) (rrc), optionally with a flip.
+inline PipelineSpec Uint8Spec(int size, bool rrc = false, double hflip = 0) {
   PipelineSpec s;
-  s.geometry = g;
-  s.size = size;
-  s.resize_shorter = size;
+  const std::string n = std::to_string(size);
+  if (rrc) {
+    s.Add("random_resized_crop", "{\"size\":" + n + "}");
+  } else {
+    s.Add("resize", "{\"size\":" + n + "}");
+    s.Add("center_crop", "{\"size\":" + n + "}");
+  }
+  if (hflip > 0) s.Add("hflip", "{\"p\":" + std::to_string(hflip) + "}");
   s.output = PipelineSpec::Output::kUint8NHWC;
   return s;
 }
+
+// Bytes of one output row of `spec` (which must compile).
+inline size_t SampleBytes(const PipelineSpec& spec) { return (*Pipeline::Compile(spec))->sample_bytes(); }
+
+// A compiled pipeline with the spec it came from (the tests' SampleProcessor).
+class SampleProcessor {
+ public:
+  explicit SampleProcessor(const PipelineSpec& spec) : spec_(spec), p_(*Pipeline::Compile(spec)) {}
+  const PipelineSpec& spec() const { return spec_; }
+  size_t sample_bytes() const { return p_->sample_bytes(); }
+  Status Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index, void* out,
+                 int64_t* decoded_ns = nullptr) const {
+    return p_->Process(encoded, seed, epoch, index, out, decoded_ns);
+  }
+
+ private:
+  PipelineSpec spec_;
+  std::shared_ptr<const Pipeline> p_;
+};
 
 }  // namespace ferry::testing
 

@@ -21,10 +21,11 @@
 
 #include "core/philox.h"
 #include "ferry/pipeline_spec.h"
-#include "image/augment.h"
 #include "image/image_test_util.h"
 #include "image/jpeg_decoder.h"
-#include "image/ops.h"
+#include "image/orientation.h"
+#include "ops/geometry.h"
+#include "ops/kernels/pixels.h"
 #include "testutil.h"
 
 namespace ferry {
@@ -37,6 +38,8 @@ using testing::kDefaultMaxPixels;
 using testing::MaxAbsDiff;
 using testing::ReferenceOrient;
 using testing::SameBytes;
+using testing::SampleBytes;
+using testing::SampleProcessor;
 using testing::Uint8Spec;
 using testing::WithExifOrientation;
 using testing::WithJpegSize;
@@ -237,7 +240,7 @@ TEST(JpegDecoderTest, GrayscaleJpegDecodesToEqualRgbChannels) {
 
   // The whole pipeline: 3 equal channels.
   SampleProcessor proc(Uint8Spec(32));
-  std::vector<uint8_t> out(proc.spec().sample_bytes());
+  std::vector<uint8_t> out(proc.sample_bytes());
   ASSERT_TRUE(proc.Process(jpeg, 0, 0, 0, out.data()).ok());
   for (size_t i = 0; i < out.size(); i += 3) {
     ASSERT_EQ(out[i], out[i + 1]);
@@ -338,7 +341,7 @@ TEST(JpegDecoderTest, CmykJpegAdobeAndPlain) {
     // Through SampleProcessor: the red quadrant's centre stays red.
     PipelineSpec spec = Uint8Spec(16);
     SampleProcessor proc(spec);
-    std::vector<uint8_t> out(spec.sample_bytes());
+    std::vector<uint8_t> out(SampleBytes(spec));
     ASSERT_TRUE(proc.Process(jpeg, 0, 0, 0, out.data()).ok());
     const uint8_t* p = &out[(2 * 16 + 2) * 3];  // row 2, column 2: inside red
     EXPECT_GT(p[0], 240);
@@ -355,12 +358,12 @@ TEST(JpegDecoderTest, ExifOrientationAllEight) {
   ASSERT_TRUE(dec.ReadHeader(plain, kDefaultMaxPixels).ok());
   const cv::Mat stored = dec.DecodeFull(false)->clone();
 
-  PipelineSpec rrc = Uint8Spec(32, PipelineSpec::Geometry::kRandomResizedCrop);
+  PipelineSpec rrc = Uint8Spec(32, /*rrc=*/true);
   rrc.roi_decode = false;  // full decode: the reference below is then exact
   PipelineSpec rrc_roi = rrc;
   rrc_roi.roi_decode = true;
   const SampleProcessor proc(rrc), proc_roi(rrc_roi);
-  std::vector<uint8_t> out(rrc.sample_bytes()), expected(rrc.sample_bytes());
+  std::vector<uint8_t> out(SampleBytes(rrc)), expected(SampleBytes(rrc));
 
   // The eight orientations give eight different images.
   for (int a = 1; a <= 8; ++a) {
@@ -389,8 +392,8 @@ TEST(JpegDecoderTest, ExifOrientationAllEight) {
     const cv::Mat displayed = ReferenceOrient(stored, o);
     for (int64_t index = 0; index < 6; ++index) {
       SampleRng crop_rng(11, 2, uint64_t(index), kRngCrop);
-      const cv::Rect box = RandomResizedCropBox(displayed.cols, displayed.rows, rrc, crop_rng);
-      ResizeToUint8HWC(displayed(box), 32, false, expected.data());
+      const cv::Rect box = RandomResizedCropBox(displayed.cols, displayed.rows, {0.08, 1.0}, {0.75, 4.0 / 3}, crop_rng);
+      kernels::ResizeToUint8HWC(displayed(box), 32, 32, false, expected.data());
       ASSERT_TRUE(proc.Process(jpeg, 11, 2, index, out.data()).ok());
       EXPECT_EQ(out, expected) << "orientation " << o << " index " << index;
       ASSERT_TRUE(proc_roi.Process(jpeg, 11, 2, index, out.data()).ok());
@@ -466,7 +469,7 @@ TEST(PixelLimitTest, HugeJpegHeaderRefusedBeforeAllocating) {
 
   for (const PipelineSpec& spec : {PipelineSpec::ImagenetTrain(), PipelineSpec::ImagenetEval()}) {
     SampleProcessor proc(spec);
-    std::vector<uint8_t> out(spec.sample_bytes());
+    std::vector<uint8_t> out(SampleBytes(spec));
     const auto t1 = std::chrono::steady_clock::now();
     const Status s = proc.Process(bomb, 0, 0, 0, out.data());
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
@@ -487,7 +490,7 @@ TEST(PixelLimitTest, ConfigurableLimit) {
   PipelineSpec spec = Uint8Spec(32);
   spec.max_pixels = 320 * 240 - 1;
   SampleProcessor proc(spec);
-  std::vector<uint8_t> out(spec.sample_bytes());
+  std::vector<uint8_t> out(SampleBytes(spec));
   EXPECT_EQ(proc.Process(jpeg, 0, 0, 0, out.data()).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(proc.Process(EncodePng(320, 240, 10), 0, 0, 0, out.data()).code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(proc.Process(EncodeJpeg(240, 200, 10), 0, 0, 0, out.data()).ok());
@@ -516,7 +519,7 @@ TEST(HostileBytesTest, CorruptedEntropyDataNeverCrashes) {
   ASSERT_GT(scan, 0u);
   const size_t scan_len = jpeg.size() - 2 - scan;
   SampleProcessor train(PipelineSpec::ImagenetTrain()), small(Uint8Spec(24));
-  std::vector<uint8_t> out(train.spec().sample_bytes());
+  std::vector<uint8_t> out(train.sample_bytes());
   JpegDecoder dec;
   // Flipped bits in Huffman data mostly decode silently to wrong pixels (libjpeg has no
   // checksum to notice them with), so both outcomes are allowed: what is tested is that
@@ -554,8 +557,8 @@ TEST(HostileBytesTest, RandomByteFlipsAnywhereNeverCrash) {
     cv::imencode(".jpg", img, buf, {cv::IMWRITE_JPEG_PROGRESSIVE, 1});
     return std::string(buf.begin(), buf.end());
   }();
-  SampleProcessor proc(Uint8Spec(24, PipelineSpec::Geometry::kRandomResizedCrop));
-  std::vector<uint8_t> out(proc.spec().sample_bytes());
+  SampleProcessor proc(Uint8Spec(24, /*rrc=*/true));
+  std::vector<uint8_t> out(proc.sample_bytes());
   for (const std::string* base : {&jpeg, &progressive}) {
     for (uint64_t seed = 0; seed < 150; ++seed) {
       SampleRng rng(seed, 1, 0);

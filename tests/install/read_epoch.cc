@@ -32,11 +32,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s --workers HOST:PORT[,...] --data DIR --samples N\n", argv[0]);
     return 2;
   }
-  o.job.pipeline = ferry::PipelineSpec::ImagenetEval();
+  // Resize(64) + CenterCrop(64), uint8 NHWC: a pipeline is a list of ops (JSON params).
+  o.job.pipeline = ferry::PipelineSpec{};
+  o.job.pipeline.Add("resize", R"({"size": 64})").Add("center_crop", R"({"size": 64})");
   o.job.pipeline.output = ferry::PipelineSpec::Output::kUint8NHWC;
-  o.job.pipeline.normalize = false;
-  o.job.pipeline.size = 64;
-  o.job.pipeline.resize_shorter = 64;
   o.job.batch_size = 64;
   o.job.epochs = 1;
   auto client = ferry::Client::Connect(o);

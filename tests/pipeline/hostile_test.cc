@@ -22,6 +22,7 @@
 
 #include "data/dataset.h"
 #include "ferry/loader.h"
+#include "image/image_test_util.h"
 #include "testutil.h"
 
 namespace ferry {
@@ -93,14 +94,7 @@ HostileFolder MakeHostileFolder(const std::string& root) {
   return f;
 }
 
-PipelineSpec SmallUint8Spec() {
-  PipelineSpec s;
-  s.geometry = PipelineSpec::Geometry::kRandomResizedCrop;
-  s.size = 32;
-  s.hflip_p = 0.5;
-  s.output = PipelineSpec::Output::kUint8NHWC;
-  return s;
-}
+PipelineSpec SmallUint8Spec() { return testing::Uint8Spec(32, /*rrc=*/true, /*hflip=*/0.5); }
 
 // Checks the skip reports against the corpus: each bad file exactly once, by path,
 // with its keyword, and with its sample index (-1 for listing problems).

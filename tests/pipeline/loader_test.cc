@@ -17,7 +17,8 @@
 
 #include "data/dataset.h"
 #include "ferry/loader.h"
-#include "image/augment.h"
+#include "ops/pipeline.h"
+#include "image/image_test_util.h"
 #include "testutil.h"
 
 namespace ferry {
@@ -34,14 +35,7 @@ constexpr int kSize = 32;
 
 // Small uint8 NHWC output: a random crop and a random flip, so that pixels depend on
 // (seed, epoch, index) as in training, but cheap to produce.
-PipelineSpec SmallSpec() {
-  PipelineSpec s;
-  s.geometry = PipelineSpec::Geometry::kRandomResizedCrop;
-  s.size = kSize;
-  s.hflip_p = 0.5;
-  s.output = PipelineSpec::Output::kUint8NHWC;
-  return s;
-}
+PipelineSpec SmallSpec() { return testing::Uint8Spec(kSize, /*rrc=*/true, /*hflip=*/0.5); }
 
 struct Row {
   int64_t index;
@@ -88,16 +82,19 @@ Delivered Copy(const Batch& b, const PipelineSpec& spec) {
   EXPECT_EQ(b.images.rank, 4);
   EXPECT_EQ(b.images.dtype, spec.dtype());
   EXPECT_EQ(b.images.shape[0], d.rows);
+  const Pipeline& compiled = **Pipeline::Compile(spec);
+  const Shape shape = compiled.output_shape();
+  const size_t sample_bytes = compiled.sample_bytes();
   if (spec.output == PipelineSpec::Output::kUint8NHWC) {
-    EXPECT_EQ(b.images.shape[1], spec.size);
-    EXPECT_EQ(b.images.shape[2], spec.size);
-    EXPECT_EQ(b.images.shape[3], spec.channels());
+    EXPECT_EQ(b.images.shape[1], shape.height);
+    EXPECT_EQ(b.images.shape[2], shape.width);
+    EXPECT_EQ(b.images.shape[3], shape.channels);
   } else {
-    EXPECT_EQ(b.images.shape[1], spec.channels());
-    EXPECT_EQ(b.images.shape[2], spec.size);
-    EXPECT_EQ(b.images.shape[3], spec.size);
+    EXPECT_EQ(b.images.shape[1], shape.channels);
+    EXPECT_EQ(b.images.shape[2], shape.height);
+    EXPECT_EQ(b.images.shape[3], shape.width);
   }
-  EXPECT_EQ(b.images.num_bytes(), size_t(d.rows) * spec.sample_bytes());
+  EXPECT_EQ(b.images.num_bytes(), size_t(d.rows) * sample_bytes);
   EXPECT_EQ(b.labels.rank, 1);
   EXPECT_EQ(b.labels.dtype, DType::kInt64);
   EXPECT_EQ(b.labels.shape[0], d.rows);
@@ -107,7 +104,7 @@ Delivered Copy(const Batch& b, const PipelineSpec& spec) {
   const auto* pixels = b.images.as<const char>();
   for (int64_t r = 0; r < d.rows; ++r) {
     d.items.push_back({b.indices.as<int64_t>()[r], b.labels.as<int64_t>()[r],
-                       std::string(pixels + size_t(r) * spec.sample_bytes(), spec.sample_bytes())});
+                       std::string(pixels + size_t(r) * sample_bytes, sample_bytes)});
   }
   return d;
 }
@@ -179,8 +176,8 @@ class LoaderTest : public ::testing::Test {
   // Each valid row has its sample's label and exactly the pixels SampleProcessor
   // makes for (seed, epoch, index): rows are not mixed up or torn.
   static void ExpectRowsAreTheirSamples(const Taken& run, const LoaderOptions& o) {
-    const SampleProcessor proc(o.job.pipeline);
-    std::string expected(o.job.pipeline.sample_bytes(), '\0');
+    const testing::SampleProcessor proc(o.job.pipeline);
+    std::string expected(proc.sample_bytes(), '\0');
     for (const Delivered& b : run.batches) {
       for (int64_t r = 0; r < b.valid; ++r) {
         const Row& row = b.items[size_t(r)];
@@ -543,8 +540,8 @@ TEST_F(LoaderTest, BatchMemoryOutlivesLoader) {
   for (int64_t r = 0; r < copy.rows; ++r) {
     EXPECT_EQ(labels.as<int64_t>()[r], copy.items[size_t(r)].label);
     EXPECT_EQ(indices.as<int64_t>()[r], copy.items[size_t(r)].index);
-    EXPECT_EQ(std::memcmp(images.as<const char>() + size_t(r) * o.job.pipeline.sample_bytes(),
-                          copy.items[size_t(r)].pixels.data(), o.job.pipeline.sample_bytes()),
+    EXPECT_EQ(std::memcmp(images.as<const char>() + size_t(r) * testing::SampleBytes(o.job.pipeline),
+                          copy.items[size_t(r)].pixels.data(), testing::SampleBytes(o.job.pipeline)),
               0);
   }
   keepalive.reset();  // frees the buffer (ASan checks it is freed once, and not before)
@@ -570,7 +567,9 @@ TEST_F(LoaderTest, OpenErrors) {
       {[](LoaderOptions& o) { o.num_shards = 0; }, StatusCode::kInvalidArgument, "num_shards 0"},
       {[](LoaderOptions& o) { o.prefetch = 0; }, StatusCode::kInvalidArgument, "prefetch 0"},
       {[](LoaderOptions& o) { o.threads = -1; }, StatusCode::kInvalidArgument, "threads < 0"},
-      {[](LoaderOptions& o) { o.job.pipeline.size = 0; }, StatusCode::kInvalidArgument, "invalid pipeline"},
+      {[](LoaderOptions& o) { o.job.pipeline.ops[0].params = R"({"size": 0})"; }, StatusCode::kInvalidArgument,
+       "invalid pipeline"},
+      {[](LoaderOptions& o) { o.job.pipeline.Add("no_such_op"); }, StatusCode::kInvalidArgument, "unknown op"},
   };
   for (const Case& c : cases) {
     LoaderOptions o = Options();
@@ -591,7 +590,7 @@ TEST_F(LoaderTest, FingerprintDependsOnListingAndSpec) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(a->fingerprint(), b->fingerprint());
-  o.job.pipeline.size = 24;
+  o.job.pipeline = testing::Uint8Spec(24, /*rrc=*/true, /*hflip=*/0.5);
   const std::unique_ptr<Loader> c = MustOpen(o);
   ASSERT_NE(c, nullptr);
   EXPECT_NE(a->fingerprint(), c->fingerprint());

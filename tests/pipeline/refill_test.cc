@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/permutation.h"
 #include "ferry/loader.h"
+#include "image/image_test_util.h"
 #include "testutil.h"
 
 namespace ferry {
@@ -33,14 +34,7 @@ constexpr int kFiles = 40, kBatch = 4, kPerGroup = 3;
 // Files 8-11 are batch 2 of an unshuffled epoch: a whole batch of bad samples.
 const std::set<int> kBad = {5, 8, 9, 10, 11, 13, 22, 23, 39};
 
-PipelineSpec SmallSpec() {
-  PipelineSpec s;
-  s.geometry = PipelineSpec::Geometry::kRandomResizedCrop;
-  s.size = 16;
-  s.hflip_p = 0.5;
-  s.output = PipelineSpec::Output::kUint8NHWC;
-  return s;
-}
+PipelineSpec SmallSpec() { return testing::Uint8Spec(16, /*rrc=*/true, /*hflip=*/0.5); }
 
 // One class of kFiles files, f_00.jpg ... (listing order = file order); kBad corrupt.
 std::string MakeFolder(const TempDir& tmp) {
@@ -74,7 +68,7 @@ Stream Read(const LoaderOptions& o) {
   auto loader = Loader::Open(o);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
   if (!loader.ok()) return run;
-  const size_t sample_bytes = o.job.pipeline.sample_bytes();
+  const size_t sample_bytes = testing::SampleBytes(o.job.pipeline);
   for (;;) {
     Result<Batch> b = (*loader)->Next();
     if (!b.ok()) {

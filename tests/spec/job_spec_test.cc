@@ -85,8 +85,8 @@ TEST(JobSpecTest, Validate) {
   j.dataset.clear();
   EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument);
   j = Job(10, 2, 1, LastBatch::kKeep);
-  j.pipeline.size = 0;
-  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "the pipeline is checked too";
+  j.pipeline.ops.clear();
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "the pipeline's form is checked too";
 }
 
 TEST(JobSpecTest, SameJobIgnoresOnlyTheListingFacts) {
@@ -109,9 +109,9 @@ TEST(JobSpecTest, SameJobIgnoresOnlyTheListingFacts) {
 TEST(JobSpecTest, PipelinesCompareByWhatTheyDo) {
   PipelineSpec a = PipelineSpec::ImagenetEval();
   PipelineSpec b = a;
-  b.scale_min = 0.5;  // a random_resized_crop parameter: unused by resize + center crop
+  b.ops[1].params = R"({ "size" : 224 })";  // the same parameters, spelt otherwise
   EXPECT_EQ(a, b);
-  b.size = 160;
+  b.ops[1].params = R"({"size": 160})";
   EXPECT_FALSE(a == b);
 }
 
@@ -122,24 +122,6 @@ TEST(JobSpecTest, TheFingerprintCoversListingAndPipeline) {
   EXPECT_NE(f, JobFingerprint(42, PipelineSpec::ImagenetEval()));
 }
 
-TEST(JobSpecTest, BatchBytes) {
-  JobSpec j = Job(10, 4, 1, LastBatch::kKeep);
-  j.pipeline = PipelineSpec::ImagenetTrain();  // float32 3x224x224
-  EXPECT_EQ(j.BatchBytes(), 4 * (3 * 224 * 224 * 4 + 16));
-}
-
-TEST(JobSpecTest, ABatchPastTwoGibIsRefused) {
-  JobSpec j = Job(1000000, 3567, 1, LastBatch::kKeep);  // 3567 x 602128 bytes: just over 2 GiB
-  j.pipeline = PipelineSpec::ImagenetTrain();
-  Status s = j.Validate();
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("batch_size"), std::string::npos) << s.ToString();
-  j.batch_size = 3566;
-  EXPECT_TRUE(j.Validate().ok());
-  j.batch_size = 200000;
-  j.dataset = "synthetic:1024:1";  // names its own bytes
-  EXPECT_TRUE(j.Validate().ok());
-}
 
 }  // namespace
 }  // namespace ferry

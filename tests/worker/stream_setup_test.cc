@@ -50,7 +50,7 @@ TEST(StreamSetupTest, InlineRequestsAreChecked) {
   m.job.batch_size = 0;
   EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
   m = Inline();
-  m.job.pipeline.hflip_p = 2;
+  m.job.pipeline.Add("hflip", R"({"p": 2})");  // p out of [0, 1]: the ops are checked
   EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
 }
 

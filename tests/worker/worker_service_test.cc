@@ -669,7 +669,7 @@ TEST_F(WorkerTest, BadJobsAreRefusedWithAnError) {
   m.job.batch_size = 0;
   EXPECT_EQ(refused(m).code(), StatusCode::kInvalidArgument);
   m = RawJob(1);
-  m.job.pipeline.size = 0;  // an invalid pipeline
+  m.job.pipeline.ops[0].params = R"({"size": 0})";  // an invalid pipeline
   EXPECT_EQ(refused(m).code(), StatusCode::kInvalidArgument);
   m = RawJob(1);
   m.job.fingerprint = 12345;  // not this listing's

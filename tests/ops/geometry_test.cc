@@ -1,5 +1,6 @@
-// Tests of lib/image/ops.h, the augmentation ops on pixel buffers: crop boxes against
-// torchvision's formulas, EXIF orientation, the fused resizes against OpenCV's
+// Tests of the geometry helpers (lib/ops/geometry.h) and Ferry's fast kernels
+// (lib/ops/kernels/pixels.h): crop boxes against torchvision's formulas, the composed
+// Resize + CenterCrop window, EXIF orientation, the fused resizes against OpenCV's
 // bilinear resize, the float conversion and colour jitter.
 #include <gtest/gtest.h>
 
@@ -13,9 +14,11 @@
 
 #include "core/philox.h"
 #include "ferry/pipeline_spec.h"
-#include "image/augment.h"
 #include "image/image_test_util.h"
-#include "image/ops.h"
+#include "image/orientation.h"
+#include "ops/geometry.h"
+#include "ops/kernels/pixels.h"
+#include "ops/pipeline.h"
 #include "testutil.h"
 
 namespace ferry {
@@ -24,9 +27,30 @@ namespace {
 using testing::MaxAbsDiff;
 using testing::ReferenceOrient;
 using testing::SameBytes;
+using namespace kernels;
+
+// torchvision's RandomResizedCrop defaults.
+struct RrcParams {
+  double scale_min = 0.08, scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+};
+cv::Rect RandomResizedCropBox(int w, int h, const RrcParams& p, SampleRng& rng) {
+  return ferry::RandomResizedCropBox(w, h, {p.scale_min, p.scale_max}, {p.ratio_min, p.ratio_max}, rng);
+}
+
+// The window of the source that Resize(resize) then CenterCrop(size) reads, as the
+// pipeline composes it from the two ops' crop plans.
+cv::Rect CenterCropBox(int w, int h, int resize = 256, int size = 224) {
+  auto r = MakeOp("resize", "{\"size\":" + std::to_string(resize) + "}");
+  auto c = MakeOp("center_crop", "{\"size\":" + std::to_string(size) + "}");
+  SampleRng rng(0, 0, 0);
+  const CropPlan first = *(*r)->PlanCrop(w, h, rng);
+  const std::optional<CropPlan> crop = (*c)->PlanCrop(first.out_w, first.out_h, rng);
+  EXPECT_TRUE(crop.has_value());
+  return ComposeCropPlans(first, *crop, w, h).window;
+}
 
 TEST(OpsTest, RandomResizedCropBoxBoundsAreaAndRatio) {
-  PipelineSpec spec = PipelineSpec::ImagenetTrain();
+  RrcParams spec;
   const cv::Size sizes[] = {{1, 1}, {3, 500}, {500, 3}, {2, 2},     {64, 48},   {500, 375},
                             {1000, 800}, {4000, 10}, {10, 4000}, {17, 23}, {224, 224}};
   for (const cv::Size& sz : sizes) {
@@ -78,7 +102,7 @@ TEST(OpsTest, RandomResizedCropBoxBoundsAreaAndRatio) {
 }
 
 TEST(OpsTest, RandomResizedCropFallbackMatchesTorchvision) {
-  PipelineSpec spec = PipelineSpec::ImagenetTrain();
+  RrcParams spec;
   SampleRng rng(1, 0, 0);
   // in_ratio < 3/4: w = width, h = round(width / (3/4)); i = (H - h) // 2.
   EXPECT_EQ(RandomResizedCropBox(3, 500, spec, rng), cv::Rect(0, 248, 3, 4));
@@ -94,7 +118,7 @@ TEST(OpsTest, RandomResizedCropFallbackMatchesTorchvision) {
   spec.ratio_max = 3.5;
   EXPECT_EQ(RandomResizedCropBox(1000, 1, spec, rng), cv::Rect(498, 0, 4, 1));   // 1 * 3.5 = 3.5 -> 4
   // 1x1 always yields the whole pixel.
-  spec = PipelineSpec::ImagenetTrain();
+  spec = RrcParams();
   for (int k = 0; k < 100; ++k) {
     SampleRng r(k, 0, 0);
     EXPECT_EQ(RandomResizedCropBox(1, 1, spec, r), cv::Rect(0, 0, 1, 1));
@@ -102,24 +126,24 @@ TEST(OpsTest, RandomResizedCropFallbackMatchesTorchvision) {
 }
 
 TEST(OpsTest, CenterCropBoxFollowsTorchvision) {
-  PipelineSpec spec = PipelineSpec::ImagenetEval();  // Resize(256), CenterCrop(224)
+  // Resize(256), CenterCrop(224)
   // 500x375: Resize gives 341x256 (341 = int(256 * 500 / 375)); CenterCrop's
   // top = round((256 - 224) / 2) = 16, left = round((341 - 224) / 2) = round(58.5) = 58.
   // Back in the source, per axis (x by 500/341, y by 375/256):
   //   x: [58, 282) * 500/341 = [85.04, 413.49) -> [85, 413)
   //   y: [16, 240) * 375/256 = [23.44, 351.56) -> [23, 352)
-  EXPECT_EQ(CenterCropBox(500, 375, spec), cv::Rect(85, 23, 328, 329));
-  EXPECT_EQ(CenterCropBox(375, 500, spec), cv::Rect(23, 85, 329, 328));
+  EXPECT_EQ(CenterCropBox(500, 375), cv::Rect(85, 23, 328, 329));
+  EXPECT_EQ(CenterCropBox(375, 500), cv::Rect(23, 85, 329, 328));
   // Square: 256x256, crop [16, 240) * 2 = [32, 480).
-  EXPECT_EQ(CenterCropBox(512, 512, spec), cv::Rect(32, 32, 448, 448));
+  EXPECT_EQ(CenterCropBox(512, 512), cv::Rect(32, 32, 448, 448));
   // Already the resize size: no scaling.
-  EXPECT_EQ(CenterCropBox(256, 256, spec), cv::Rect(16, 16, 224, 224));
+  EXPECT_EQ(CenterCropBox(256, 256), cv::Rect(16, 16, 224, 224));
   // Upscaling a small image: 100x50 -> 512x256; left = 144, top = 16;
   //   x: [144, 368) * 100/512 = [28.1, 71.9) -> [28, 72); y: [16, 240) * 50/256 -> [3, 47).
-  EXPECT_EQ(CenterCropBox(100, 50, spec), cv::Rect(28, 3, 44, 44));
+  EXPECT_EQ(CenterCropBox(100, 50), cv::Rect(28, 3, 44, 44));
   // Degenerate sizes stay inside the image.
   for (const cv::Size& sz : {cv::Size(1, 1), cv::Size(1, 1000), cv::Size(1000, 1), cv::Size(2, 3)}) {
-    const cv::Rect r = CenterCropBox(sz.width, sz.height, spec);
+    const cv::Rect r = CenterCropBox(sz.width, sz.height);
     EXPECT_GE(r.x, 0);
     EXPECT_GE(r.y, 0);
     EXPECT_GE(r.width, 1);
@@ -160,8 +184,8 @@ TEST(OpsTest, ResizeToUint8HWCMatchesOpenCVBilinear) {
       const int type = channels == 3 ? CV_8UC3 : CV_8UC1;
       const cv::Mat src(sz.height, sz.width, type, px.data());
       cv::Mat out(size, size, type), flipped(size, size, type), ref, mirrored;
-      ResizeToUint8HWC(src, size, false, out.data);
-      ResizeToUint8HWC(src, size, true, flipped.data);
+      ResizeToUint8HWC(src, size, size, false, out.data);
+      ResizeToUint8HWC(src, size, size, true, flipped.data);
       cv::resize(src, ref, {size, size}, 0, 0, cv::INTER_LINEAR);
       EXPECT_LE(MaxAbsDiff(out, ref), 1.0) << sz << " channels " << channels;
       cv::flip(out, mirrored, 1);
@@ -175,27 +199,30 @@ TEST(OpsTest, ResizeToUint8HWCMatchesOpenCVBilinear) {
   auto px = testing::SyntheticPixels(9, 4, 3);
   cv::Mat img = cv::Mat(4, 9, CV_8UC3, px.data()).clone(), expected;
   cv::flip(img, expected, 1);
-  HFlipInPlace(img.data, 9, 4, 3);
+  HFlipInPlace(img);
   EXPECT_TRUE(SameBytes(img, expected));
 }
 
 TEST(OpsTest, WriteFloatCHWMatchesScalarReference) {
-  PipelineSpec normalized = PipelineSpec::ImagenetTrain();
-  PipelineSpec plain = PipelineSpec::ImagenetTrain();
-  plain.normalize = false;
-  for (const PipelineSpec* spec : {&normalized, &plain}) {
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+  for (bool normalize : {true, false}) {
+    float scale[3], bias[3];
+    for (int c = 0; c < 3; ++c) {
+      scale[c] = normalize ? 1.f / (255.f * sd[c]) : 1.f / 255.f;
+      bias[c] = normalize ? -mean[c] / sd[c] : 0.f;
+    }
     for (int channels : {3, 1}) {
       for (bool flip : {false, true}) {
         const int h = 13, w = 29;
         auto hwc = testing::SyntheticPixels(w, h, 20, channels);
         std::vector<float> out(hwc.size());
-        WriteFloatCHW(hwc.data(), h, w, channels, flip, *spec, out.data());
+        WriteFloatCHW(hwc.data(), size_t(w) * channels, h, w, channels, flip, scale, bias, out.data());
         for (int c = 0; c < channels; ++c) {
           for (int y = 0; y < h; ++y) {
             for (int x = 0; x < w; ++x) {
               const int sx = flip ? w - 1 - x : x;
               const double v = hwc[(size_t(y) * w + sx) * channels + c] / 255.0;
-              const double expected = spec->normalize ? (v - spec->mean[c]) / spec->std[c] : v;
+              const double expected = normalize ? (v - mean[c]) / sd[c] : v;
               ASSERT_NEAR(out[(size_t(c) * h + y) * w + x], expected, 1e-5)
                   << "c " << c << " y " << y << " x " << x << " flip " << flip;
             }
@@ -243,22 +270,6 @@ TEST(OpsTest, JitterIdentityAndExtremes) {
     ASSERT_EQ(img[3 * i], img[3 * i + 2]);
   }
 
-  // DrawJitter: factors in [max(0, 1 - v), 1 + v], order a permutation, absent ops 1.
-  PipelineSpec spec = PipelineSpec::ImagenetTrain();
-  spec.brightness = 0.4;
-  spec.saturation = 1.5;
-  for (int k = 0; k < 200; ++k) {
-    SampleRng rng(k, 0, 0, kRngJitter);
-    const JitterFactors f = DrawJitter(spec, rng);
-    EXPECT_GE(f.brightness, 0.6f);
-    EXPECT_LE(f.brightness, 1.4f);
-    EXPECT_EQ(f.contrast, 1.f);
-    EXPECT_GE(f.saturation, 0.f);
-    EXPECT_LE(f.saturation, 2.5f);
-    int seen = 0;
-    for (int op : f.order) seen |= 1 << op;
-    EXPECT_EQ(seen, 7);
-  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Tests of lib/image/augment.h, SampleProcessor: determinism across threads, the jitter
-// and gray paths, and the Status it returns for empty, non-image, unsupported and
-// truncated inputs.
+// Tests of lib/ops/pipeline.h, Pipeline::Process (through the tests' SampleProcessor):
+// determinism across threads, the jitter and gray paths, float32 as the normalize of
+// uint8, and the Status it returns for empty, non-image, unsupported and truncated
+// inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 
 #include "core/philox.h"
 #include "ferry/pipeline_spec.h"
-#include "image/augment.h"
 #include "image/image_test_util.h"
 #include "image/jpeg_decoder.h"
 #include "testutil.h"
@@ -25,6 +25,8 @@ using testing::EncodePng;
 using testing::JpegSoiThenNoise;
 using testing::kDefaultMaxPixels;
 using testing::TinyGif;
+using testing::SampleBytes;
+using testing::SampleProcessor;
 using testing::Uint8Spec;
 
 // ================================================================ SampleProcessor
@@ -32,7 +34,7 @@ using testing::Uint8Spec;
 TEST(SampleProcessorTest, DeterministicAcrossThreads) {
   const std::string jpeg = EncodeJpeg(300, 200, 22);
   const SampleProcessor proc(PipelineSpec::ImagenetTrain());
-  const size_t bytes = proc.spec().sample_bytes();
+  const size_t bytes = proc.sample_bytes();
   auto run = [&](uint64_t seed, uint64_t epoch, int64_t index) {
     std::vector<uint8_t> out(bytes);
     const Status s = proc.Process(jpeg, seed, epoch, index, out.data());
@@ -72,15 +74,16 @@ TEST(SampleProcessorTest, DeterministicAcrossThreads) {
 }
 
 TEST(SampleProcessorTest, JitterAndGrayPaths) {
-  PipelineSpec spec = PipelineSpec::ImagenetTrain();
-  spec.brightness = spec.contrast = spec.saturation = 0.4;
-  PipelineSpec gray = Uint8Spec(40, PipelineSpec::Geometry::kRandomResizedCrop);
+  PipelineSpec spec = *PipelineSpec::FromJson(
+      R"({"ops": [{"op": "random_resized_crop", "size": 224}, {"op": "hflip"},
+                  {"op": "color_jitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4},
+                  {"op": "normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}]})");
+  PipelineSpec gray = Uint8Spec(40, /*rrc=*/true, /*hflip=*/0.5);
   gray.color = PipelineSpec::Color::kGray;
-  gray.hflip_p = 0.5;
   const std::string jpeg = EncodeJpeg(300, 200, 23);
   for (const PipelineSpec& s : {spec, gray}) {
     SampleProcessor proc(s);
-    std::vector<uint8_t> a(s.sample_bytes()), b(s.sample_bytes());
+    std::vector<uint8_t> a(SampleBytes(s)), b(SampleBytes(s));
     ASSERT_TRUE(proc.Process(jpeg, 1, 0, 5, a.data()).ok());
     ASSERT_TRUE(proc.Process(jpeg, 1, 0, 5, b.data()).ok());
     EXPECT_EQ(a, b);
@@ -92,22 +95,23 @@ TEST(SampleProcessorTest, JitterAndGrayPaths) {
 // arithmetic of WriteFloatCHW: v * 1/(255 std) + -mean/std): a trainer that receives
 // uint8 and normalizes gets what a worker's float32 would have been.
 TEST(SampleProcessorTest, Float32IsTheNormalizeOfUint8) {
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
   for (const bool jitter : {false, true}) {
-    PipelineSpec f32 = PipelineSpec::ImagenetTrain();
-    f32.size = 64;
-    if (jitter) f32.brightness = f32.contrast = 0.3;
-    PipelineSpec u8 = f32;
-    u8.normalize = false;
-    u8.output = PipelineSpec::Output::kUint8NHWC;
+    const std::string image_ops = std::string(R"([{"op": "random_resized_crop", "size": 64}, {"op": "hflip"})") +
+                                  (jitter ? R"(, {"op": "color_jitter", "brightness": 0.3, "contrast": 0.3}])" : "]");
+    const PipelineSpec u8 = *PipelineSpec::FromJson(R"({"ops": )" + image_ops + "}");
+    PipelineSpec f32 = u8;
+    f32.Add("normalize", R"({"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]})");
+    f32.output = PipelineSpec::Output::kFloat32NCHW;
     const SampleProcessor pf(f32), pu(u8);
     for (int64_t index = 0; index < 8; ++index) {  // flips drawn and not
       const std::string jpeg = EncodeJpeg(300 + int(index) * 40, 200, uint64_t(index));
       std::vector<float> got(size_t(3) * 64 * 64);
-      std::vector<uint8_t> pixels(u8.sample_bytes());
+      std::vector<uint8_t> pixels(SampleBytes(u8));
       ASSERT_TRUE(pf.Process(jpeg, 9, 1, index, got.data()).ok());
       ASSERT_TRUE(pu.Process(jpeg, 9, 1, index, pixels.data()).ok());
       for (int c = 0; c < 3; ++c) {
-        const float scale = 1.f / (255.f * f32.std[size_t(c)]), bias = -f32.mean[size_t(c)] / f32.std[size_t(c)];
+        const float scale = 1.f / (255.f * sd[c]), bias = -mean[c] / sd[c];
         for (int p = 0; p < 64 * 64; ++p) {
           const float want = float(pixels[size_t(p) * 3 + size_t(c)]) * scale + bias;
           ASSERT_NEAR(got[size_t(c) * 64 * 64 + size_t(p)], want, 1e-5f)
@@ -132,7 +136,7 @@ TEST(HostileBytesTest, TruncatedEmptyRandomAndGif) {
 
   for (const PipelineSpec& spec : {PipelineSpec::ImagenetTrain(), Uint8Spec(24)}) {
     SampleProcessor proc(spec);
-    std::vector<uint8_t> out(spec.sample_bytes());
+    std::vector<uint8_t> out(SampleBytes(spec));
     s = proc.Process(truncated, 1, 0, 0, out.data());
     EXPECT_EQ(s.code(), StatusCode::kDataLoss);
     EXPECT_TRUE(Contains(s.message(), "truncated")) << s.ToString();

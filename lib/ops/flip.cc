@@ -1,0 +1,60 @@
+// hflip / random_horizontal_flip: torchvision.transforms.RandomHorizontalFlip(p);
+// vflip / random_vertical_flip: RandomVerticalFlip(p). A sample is flipped when a
+// uniform draw is below p. Horizontal flips cost no pass of their own: the pipeline
+// carries them to the final write (pipeline.h).
+#include <opencv2/core.hpp>
+
+#include "ops/kernels/pixels.h"
+#include "ops/op.h"
+
+namespace ferry {
+namespace {
+
+class HFlip final : public Op {
+ public:
+  explicit HFlip(double p) : p_(p) {}
+  std::optional<bool> DrawsHFlip(SampleRng& rng) const override { return rng.Bernoulli(p_); }
+  bool CommutesWithHFlip() const override { return true; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    if (rng.Bernoulli(p_)) kernels::HFlipInPlace(img);
+    return Status::OK();
+  }
+
+ private:
+  const double p_;
+};
+
+class VFlip final : public Op {
+ public:
+  explicit VFlip(double p) : p_(p) {}
+  bool CommutesWithHFlip() const override { return true; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    if (rng.Bernoulli(p_)) {
+      cv::Mat out;
+      cv::flip(img, out, 0);
+      img = out;
+    }
+    return Status::OK();
+  }
+
+ private:
+  const double p_;
+};
+
+template <typename T>
+Result<std::unique_ptr<Op>> MakeFlip(OpArgs& a) {
+  const double p = a.Number("p", 0.5);
+  a.Require(p >= 0 && p <= 1, "p", "must be in [0, 1]");
+  return std::unique_ptr<Op>(new T(p));
+}
+
+}  // namespace
+
+void RegisterFlips() {
+  RegisterOp("hflip", MakeFlip<HFlip>);
+  RegisterOp("random_horizontal_flip", MakeFlip<HFlip>);
+  RegisterOp("vflip", MakeFlip<VFlip>);
+  RegisterOp("random_vertical_flip", MakeFlip<VFlip>);
+}
+
+}  // namespace ferry

@@ -1,0 +1,52 @@
+// random_resized_crop: torchvision.transforms.RandomResizedCrop(size, scale, ratio,
+// interpolation, antialias). A crop plan: when it leads the pipeline, only its window
+// is decoded (op.h).
+#include "ops/geometry.h"
+#include "ops/op.h"
+
+namespace ferry {
+namespace {
+
+class RandomResizedCrop final : public Op {
+ public:
+  RandomResizedCrop(std::pair<int, int> size, std::pair<double, double> scale, std::pair<double, double> ratio,
+                    int interp, bool antialias)
+      : h_(size.first), w_(size.second), scale_(scale), ratio_(ratio), interp_(interp), antialias_(antialias) {}
+
+  Result<Shape> OutputShape(const Shape& in) const override { return Shape{h_, w_, in.channels}; }
+
+  std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
+    return CropPlan{RandomResizedCropBox(width, height, scale_, ratio_, rng), w_, h_, interp_, antialias_};
+  }
+
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    const cv::Rect box = RandomResizedCropBox(img.cols, img.rows, scale_, ratio_, rng);
+    cv::Mat out(h_, w_, img.type());
+    Resample(img(box), out, interp_);
+    img = out;
+    return Status::OK();
+  }
+
+ private:
+  const int h_, w_;
+  const std::pair<double, double> scale_, ratio_;
+  const int interp_;
+  const bool antialias_;
+};
+
+}  // namespace
+
+void RegisterRandomResizedCrop() {
+  RegisterOp("random_resized_crop", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    const auto size = a.Size("size", {224, 224});
+    const auto scale = a.Range("scale", {0.08, 1.0});
+    const auto ratio = a.Range("ratio", {3.0 / 4.0, 4.0 / 3.0});
+    const int interp = a.Interpolation("interpolation", "bilinear");
+    const bool antialias = a.Bool("antialias", true);
+    a.Require(scale.first > 0 && scale.second <= 1.0, "scale", "must satisfy 0 < min <= max <= 1");
+    a.Require(ratio.first > 0, "ratio", "must satisfy 0 < min <= max");
+    return std::unique_ptr<Op>(new RandomResizedCrop(size, scale, ratio, interp, antialias));
+  });
+}
+
+}  // namespace ferry

@@ -1,0 +1,190 @@
+// random_rotation: torchvision.transforms.RandomRotation(degrees, interpolation,
+// expand, center, fill), on Pillow's rotate (kernels/warp.h).
+// random_affine: RandomAffine(degrees, translate, scale, shear, interpolation, fill,
+// center), on Pillow's AFFINE transform with torchvision's inverse matrix.
+// random_perspective: RandomPerspective(distortion_scale, p, interpolation, fill).
+// Parameters are drawn as torchvision's get_params draws them.
+#include <cmath>
+
+#include "ops/geometry.h"
+#include "ops/kernels/warp.h"
+#include "ops/op.h"
+#include "ops/warp_ops.h"
+
+namespace ferry {
+
+cv::Mat AffinePil(const cv::Mat& img, double angle, double tx, double ty, double scale, double shear_x,
+                  double shear_y, int interp, const std::array<uint8_t, 3>& fill, const double* center) {
+  const double cx = center ? center[0] : img.cols * 0.5, cy = center ? center[1] : img.rows * 0.5;
+  const std::array<double, 6> m = kernels::InverseAffineMatrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y);
+  cv::Mat out(img.rows, img.cols, img.type());
+  kernels::PilAffine(img, out, m.data(), ToKernelInterp(interp), fill.data());
+  return out;
+}
+
+namespace {
+
+std::optional<std::array<double, 2>> CenterArg(OpArgs& a) {
+  const nlohmann::json* c = a.Raw("center");
+  if (c == nullptr) {
+    a.Record("center", nullptr);
+    return std::nullopt;
+  }
+  if (!c->is_array() || c->size() != 2 || !(*c)[0].is_number() || !(*c)[1].is_number()) {
+    a.Fail("center", "must be [x, y] or null");
+    return std::nullopt;
+  }
+  std::array<double, 2> v{(*c)[0].get<double>(), (*c)[1].get<double>()};
+  a.Record("center", {v[0], v[1]});
+  return v;
+}
+
+class RandomRotation final : public Op {
+ public:
+  RandomRotation(std::pair<double, double> degrees, int interp, bool expand, std::optional<std::array<double, 2>> c,
+                 std::array<uint8_t, 3> fill)
+      : degrees_(degrees), interp_(interp), expand_(expand), center_(c), fill_(fill) {}
+
+  Result<Shape> OutputShape(const Shape& in) const override {
+    return expand_ ? Shape{-1, -1, in.channels} : in;  // expand: the rotated box's size varies
+  }
+
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    const double angle = rng.Uniform(degrees_.first, degrees_.second);
+    img = kernels::PilRotate(img, angle, ToKernelInterp(interp_), expand_, center_ ? center_->data() : nullptr,
+                             fill_.data());
+    return Status::OK();
+  }
+
+ private:
+  const std::pair<double, double> degrees_;
+  const int interp_;
+  const bool expand_;
+  const std::optional<std::array<double, 2>> center_;
+  const std::array<uint8_t, 3> fill_;
+};
+
+class RandomAffine final : public Op {
+ public:
+  struct Params {
+    std::pair<double, double> degrees;
+    std::optional<std::pair<double, double>> translate, scale;
+    std::vector<double> shear;  // empty, [x_lo, x_hi] or [x_lo, x_hi, y_lo, y_hi]
+    int interp;
+    std::array<uint8_t, 3> fill;
+    std::optional<std::array<double, 2>> center;
+  };
+  explicit RandomAffine(Params p) : p_(std::move(p)) {}
+
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    const double angle = rng.Uniform(p_.degrees.first, p_.degrees.second);
+    double tx = 0, ty = 0;
+    if (p_.translate) {
+      const double max_dx = p_.translate->first * img.cols, max_dy = p_.translate->second * img.rows;
+      tx = PyRound(rng.Uniform(-max_dx, max_dx));
+      ty = PyRound(rng.Uniform(-max_dy, max_dy));
+    }
+    const double scale = p_.scale ? rng.Uniform(p_.scale->first, p_.scale->second) : 1.0;
+    double sx = 0, sy = 0;
+    if (p_.shear.size() >= 2) sx = rng.Uniform(p_.shear[0], p_.shear[1]);
+    if (p_.shear.size() == 4) sy = rng.Uniform(p_.shear[2], p_.shear[3]);
+    img = AffinePil(img, angle, tx, ty, scale, sx, sy, p_.interp, p_.fill, p_.center ? p_.center->data() : nullptr);
+    return Status::OK();
+  }
+
+ private:
+  const Params p_;
+};
+
+class RandomPerspective final : public Op {
+ public:
+  RandomPerspective(double distortion, double p, int interp, std::array<uint8_t, 3> fill)
+      : distortion_(distortion), p_(p), interp_(interp), fill_(fill) {}
+
+  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+    if (!rng.Bernoulli(p_)) return Status::OK();
+    const int w = img.cols, h = img.rows, hw = w / 2, hh = h / 2;
+    const int dx = int(distortion_ * hw), dy = int(distortion_ * hh);
+    auto randint = [&rng](int lo, int hi) { return double(lo + int(rng.Below(uint64_t(hi - lo)))); };
+    const cv::Point2d tl(randint(0, dx + 1), randint(0, dy + 1));
+    const cv::Point2d tr(randint(w - dx - 1, w), randint(0, dy + 1));
+    const cv::Point2d br(randint(w - dx - 1, w), randint(h - dy - 1, h));
+    const cv::Point2d bl(randint(0, dx + 1), randint(h - dy - 1, h));
+    const std::array<cv::Point2d, 4> start = {cv::Point2d(0, 0), cv::Point2d(w - 1, 0), cv::Point2d(w - 1, h - 1),
+                                              cv::Point2d(0, h - 1)};
+    const std::array<double, 8> c = kernels::PerspectiveCoeffs(start, {tl, tr, br, bl});
+    for (double v : c) {
+      if (!std::isfinite(v)) return Status::OK();  // a degenerate draw (torchvision would raise): unchanged
+    }
+    cv::Mat out(h, w, img.type());
+    kernels::PilPerspective(img, out, c.data(), ToKernelInterp(interp_), fill_.data());
+    img = out;
+    return Status::OK();
+  }
+
+ private:
+  const double distortion_, p_;
+  const int interp_;
+  const std::array<uint8_t, 3> fill_;
+};
+
+}  // namespace
+
+void RegisterWarps() {
+  RegisterOp("random_rotation", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    const double zero = 0;
+    a.Require(a.Has("degrees"), "degrees", "is required");
+    const auto degrees = a.Range("degrees", {0, 0}, &zero);
+    const int interp = a.Interpolation("interpolation", "nearest");
+    const bool expand = a.Bool("expand", false);
+    const auto center = CenterArg(a);
+    const auto fill = a.Fill("fill", 0);
+    return std::unique_ptr<Op>(new RandomRotation(degrees, interp, expand, center, fill));
+  });
+  RegisterOp("random_affine", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    const double zero = 0;
+    RandomAffine::Params p;
+    a.Require(a.Has("degrees"), "degrees", "is required");
+    p.degrees = a.Range("degrees", {0, 0}, &zero);
+    if (a.Has("translate")) {
+      p.translate = a.Range("translate", {0, 0});
+      // [tx, ty] fractions, not a range: both in [0, 1].
+      a.Require(p.translate->first >= 0 && p.translate->first <= 1 && p.translate->second >= 0 &&
+                    p.translate->second <= 1,
+                "translate", "must be [fx, fy] with both in [0, 1]");
+    } else {
+      a.Record("translate", nullptr);
+    }
+    if (a.Has("scale")) {
+      p.scale = a.Range("scale", {1, 1});
+      a.Require(p.scale->first > 0, "scale", "must be > 0");
+    } else {
+      a.Record("scale", nullptr);
+    }
+    if (a.Has("shear")) {
+      const nlohmann::json* s = a.Raw("shear");
+      if (s->is_number()) p.shear = {-std::abs(s->get<double>()), std::abs(s->get<double>())};
+      else if (s->is_array() && (s->size() == 2 || s->size() == 4))
+        for (const auto& e : *s) p.shear.push_back(e.is_number() ? e.get<double>() : 0);
+      else a.Fail("shear", "must be a number, [x_min, x_max] or [x_min, x_max, y_min, y_max]");
+      a.Record("shear", p.shear);
+    } else {
+      a.Record("shear", nullptr);
+    }
+    p.interp = a.Interpolation("interpolation", "nearest");
+    p.fill = a.Fill("fill", 0);
+    p.center = CenterArg(a);
+    return std::unique_ptr<Op>(new RandomAffine(std::move(p)));
+  });
+  RegisterOp("random_perspective", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    const double d = a.Number("distortion_scale", 0.5);
+    const double p = a.Number("p", 0.5);
+    const int interp = a.Interpolation("interpolation", "bilinear");
+    const auto fill = a.Fill("fill", 0);
+    a.Require(d >= 0 && d <= 1, "distortion_scale", "must be in [0, 1]");
+    a.Require(p >= 0 && p <= 1, "p", "must be in [0, 1]");
+    return std::unique_ptr<Op>(new RandomPerspective(d, p, interp, fill));
+  });
+}
+
+}  // namespace ferry

@@ -1,0 +1,67 @@
+// resize: torchvision.transforms.Resize(size, interpolation, max_size, antialias).
+// size an int (or [n]): the shorter side becomes n; [h, w]: exactly that size. A crop
+// plan (the whole image, resampled), so a leading Resize decodes at the DCT scale
+// that keeps its output size, and a Resize followed by CenterCrop or RandomCrop
+// decodes only the window they keep. (Also registered as resize_shorter, its name in
+// the original fixed pipeline.)
+#include "ops/geometry.h"
+#include "ops/op.h"
+
+namespace ferry {
+namespace {
+
+class Resize final : public Op {
+ public:
+  Resize(std::pair<int, int> size, bool shorter, int max_size, int interp, bool antialias)
+      : size_(size), shorter_(shorter), max_size_(max_size), interp_(interp), antialias_(antialias) {}
+
+  Result<Shape> OutputShape(const Shape& in) const override {
+    if (!shorter_) return Shape{size_.first, size_.second, in.channels};
+    if (!in.fixed()) return Shape{-1, -1, in.channels};
+    const auto [h, w] = ResizedSize(in.height, in.width, size_, true, max_size_);
+    return Shape{h, w, in.channels};
+  }
+
+  std::optional<CropPlan> PlanCrop(int width, int height, SampleRng&) const override {
+    const auto [h, w] = ResizedSize(height, width, size_, shorter_, max_size_);
+    return CropPlan{cv::Rect(0, 0, width, height), w, h, interp_, antialias_};
+  }
+
+  Status Apply(cv::Mat& img, SampleRng&) const override {
+    const auto [h, w] = ResizedSize(img.rows, img.cols, size_, shorter_, max_size_);
+    if (h == img.rows && w == img.cols) return Status::OK();
+    cv::Mat out(h, w, img.type());
+    Resample(img, out, interp_);
+    img = out;
+    return Status::OK();
+  }
+
+ private:
+  const std::pair<int, int> size_;
+  const bool shorter_;
+  const int max_size_, interp_;
+  const bool antialias_;
+};
+
+Result<std::unique_ptr<Op>> MakeResize(OpArgs& a) {
+  const nlohmann::json* raw = a.Raw("size");
+  const bool shorter = raw == nullptr || raw->is_number() || (raw->is_array() && raw->size() == 1);
+  auto size = a.Size("size", {256, 256});
+  if (shorter) a.Record("size", size.first);
+  const int max_size = a.Int("max_size", 0);
+  const int interp = a.Interpolation("interpolation", "bilinear");
+  const bool antialias = a.Bool("antialias", true);
+  a.Require(max_size >= 0, "max_size", "must be >= 0 (0: none)");
+  a.Require(max_size == 0 || shorter, "max_size", "applies only to an int size (the shorter side)");
+  a.Require(max_size == 0 || max_size > size.first, "max_size", "must be larger than size");
+  return std::unique_ptr<Op>(new Resize(size, shorter, max_size, interp, antialias));
+}
+
+}  // namespace
+
+void RegisterResize() {
+  RegisterOp("resize", MakeResize);
+  RegisterOp("resize_shorter", MakeResize);
+}
+
+}  // namespace ferry
