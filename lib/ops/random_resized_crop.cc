@@ -1,6 +1,7 @@
 // random_resized_crop: torchvision.transforms.RandomResizedCrop(size, scale, ratio,
 // interpolation, antialias). A crop plan: when it leads the pipeline, only its window
-// is decoded (op.h).
+// is decoded (op.h). interpolation "random" is timm's RandomResizedCropAndInterpolation
+// default: bilinear or bicubic, drawn per sample after the box.
 #include "ops/geometry.h"
 #include "ops/op.h"
 
@@ -16,18 +17,21 @@ class RandomResizedCrop final : public Op {
   Result<Shape> OutputShape(const Shape& in) const override { return Shape{h_, w_, in.channels}; }
 
   std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
-    return CropPlan{RandomResizedCropBox(width, height, scale_, ratio_, rng), w_, h_, interp_, antialias_};
+    const cv::Rect box = RandomResizedCropBox(width, height, scale_, ratio_, rng);
+    return CropPlan{box, w_, h_, Interp(rng), antialias_};
   }
 
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     const cv::Rect box = RandomResizedCropBox(img.cols, img.rows, scale_, ratio_, rng);
     cv::Mat out(h_, w_, img.type());
-    Resample(img(box), out, interp_);
+    Resample(img(box), out, Interp(rng));
     img = out;
     return Status::OK();
   }
 
  private:
+  int Interp(SampleRng& rng) const { return interp_ >= 0 ? interp_ : (rng.Below(2) == 0 ? kBilinear : kBicubic); }
+
   const int h_, w_;
   const std::pair<double, double> scale_, ratio_;
   const int interp_;
@@ -41,7 +45,10 @@ void RegisterRandomResizedCrop() {
     const auto size = a.Size("size", {224, 224});
     const auto scale = a.Range("scale", {0.08, 1.0});
     const auto ratio = a.Range("ratio", {3.0 / 4.0, 4.0 / 3.0});
-    const int interp = a.Interpolation("interpolation", "bilinear");
+    const nlohmann::json* mode = a.Raw("interpolation");
+    const bool random = mode != nullptr && mode->is_string() && mode->get<std::string>() == "random";
+    const int interp = random ? -1 : a.Interpolation("interpolation", "bilinear");
+    if (random) a.Record("interpolation", "random");
     const bool antialias = a.Bool("antialias", true);
     a.Require(scale.first > 0 && scale.second <= 1.0, "scale", "must satisfy 0 < min <= max <= 1");
     a.Require(ratio.first > 0, "ratio", "must satisfy 0 < min <= max");

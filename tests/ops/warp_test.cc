@@ -144,6 +144,30 @@ TEST(WarpTest, NonContiguousViews) {
   }
 }
 
+TEST(WarpTest, ReadsNothingPastTheSource) {
+  // The source is exactly w * h * C bytes (no allocator slack, so AddressSanitizer sees a read
+  // past it) and every mapping below samples its last pixel, with every engine.
+  for (int channels : {1, 3}) {
+    const int w = 9, h = 7;
+    std::vector<uint8_t> bytes(size_t(w) * h * channels);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 7);
+    const cv::Mat src(h, w, CV_8UC(channels), bytes.data());
+    const cv::Mat last_px = src(cv::Rect(w - 1, h - 1, 1, 1));
+    for (Interp interp : kAllInterps) {
+      // 180-degree turns: the scale engine (no shear), the fixed-point one (a tiny shear) and the
+      // double one (a far-away corner), then a perspective map.
+      for (const std::array<double, 6>& a : {std::array<double, 6>{-1, 0, double(w), 0, -1, double(h)},
+                                             std::array<double, 6>{-1, 1e-9, double(w), 0, -1, double(h)},
+                                             std::array<double, 6>{-1, 1e4, w - 5000.0, 0, -1, double(h)}}) {
+        const cv::Mat out = Affine(src, a, interp, nullptr);
+        EXPECT_TRUE(Same(out(cv::Rect(0, 0, 1, 1)), last_px)) << int(interp) << " " << a[1];
+      }
+      const cv::Mat out = Perspective(src, {-1, 0, double(w), 0, -1, double(h), 0, 0}, interp, nullptr);
+      EXPECT_TRUE(Same(out(cv::Rect(0, 0, 1, 1)), last_px)) << int(interp);
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Rotation: Pillow's transposes and sizes.
 

@@ -164,7 +164,10 @@ def test_dataloader_drop_in(ferry, small_tree):
     ref = ferry.Loader(data=small_tree, pipeline="imagenet-eval", batch_size=12, shuffle=False, threads=2)
     rx, ry = next(iter(ref))
     assert torch.equal(x, rx) and torch.equal(y, ry)
-    with pytest.raises(ValueError, match="GaussianBlur"):
+    with pytest.raises(ValueError, match="Lambda"):
+        ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([T.CenterCrop(8), T.Lambda(lambda x: x),
+                                                                      T.ToTensor()])))
+    with pytest.raises(ValueError, match="size varies"):
         ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([T.GaussianBlur(3), T.ToTensor()])))
 
 

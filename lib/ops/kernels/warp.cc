@@ -121,8 +121,7 @@ class Interpolator {
   }
 
   // Writes out[0, n * C) for the source points us/vs[0, kChunk) (entries past n are ignored).
-  void Run(const Src& s, const double* us, const double* vs, int n, const uint8_t* fill,
-           uint8_t* __restrict out) {
+  void Run(Src s, const double* us, const double* vs, int n, const uint8_t* fill, uint8_t* __restrict out) {
     Locate(s, us, vs);
     Gather(s, n);
     Compute();
@@ -137,7 +136,7 @@ class Interpolator {
 
  private:
   // Pillow's *_HEAD: range test, the -0.5 to pixel-index space, floor and fractions.
-  void Locate(const Src& s, const double* __restrict us, const double* __restrict vs) {
+  void Locate(Src s, const double* __restrict us, const double* __restrict vs) {
     const double w = s.w, h = s.h;
     for (int i = 0; i < kChunk; ++i) {
       double u = us[i], v = vs[i];
@@ -168,7 +167,7 @@ class Interpolator {
     }
   }
 
-  void Gather(const Src& s, int n) {
+  void Gather(Src s, int n) {
     for (int i = 0; i < n; ++i) {
       for (int c = 0; c < C; ++c) {
         dx_[i * C + c] = fx_[i];
@@ -300,16 +299,17 @@ class Interpolator {
 
 // ImagingGenericTransform: every output pixel is sampled at its own source point.
 template <int C, Interp kInterp, class Map>
-void GenericTransform(const Src& s, cv::Mat& dst, const Map& map, const uint8_t* fill) {
+void GenericTransform(Src s, cv::Mat& dst, const Map& map, const uint8_t* fill) {
   alignas(64) double us[kChunk], vs[kChunk];
+  const int width = dst.cols, height = dst.rows;
   if constexpr (kInterp == Interp::kNearest) {
     // nearest_filter*: COORD() truncation, so u in [0, w) picks column int(u); NaN fails the test.
     const double w = s.w, h = s.h;
-    for (int y = 0; y < dst.rows; ++y) {
+    for (int y = 0; y < height; ++y) {
       uint8_t* out = dst.ptr<uint8_t>(y);
-      for (int x0 = 0; x0 < dst.cols; x0 += kChunk) {
+      for (int x0 = 0; x0 < width; x0 += kChunk) {
         map(y, x0, us, vs);
-        const int n = std::min(kChunk, dst.cols - x0);
+        const int n = std::min(kChunk, width - x0);
         for (int i = 0; i < n; ++i, out += C) {
           const double u = us[i], v = vs[i];
           const bool inside = u >= 0.0 && u < w && v >= 0.0 && v < h;
@@ -320,11 +320,11 @@ void GenericTransform(const Src& s, cv::Mat& dst, const Map& map, const uint8_t*
     }
   } else {
     Interpolator<C, kInterp> interpolator;
-    for (int y = 0; y < dst.rows; ++y) {
+    for (int y = 0; y < height; ++y) {
       uint8_t* out = dst.ptr<uint8_t>(y);
-      for (int x0 = 0; x0 < dst.cols; x0 += kChunk) {
+      for (int x0 = 0; x0 < width; x0 += kChunk) {
         map(y, x0, us, vs);
-        const int n = std::min(kChunk, dst.cols - x0);
+        const int n = std::min(kChunk, width - x0);
         interpolator.Run(s, us, vs, n, fill, out + static_cast<size_t>(x0) * C);
       }
     }
@@ -336,26 +336,75 @@ void GenericTransform(const Src& s, cv::Mat& dst, const Map& map, const uint8_t*
 // output with running sums, whose rounding drift decides some boundary pixels, so each is
 // reproduced as is.
 
+// Nearest-neighbour sources of a chunk of output pixels: the source row and the byte offset in
+// it, or one of these "rows":
+enum : int32_t {
+  kOutside = -1,    // the fill
+  kLastPixel = -2,  // the image's last pixel (RGB only), whose 4-byte load would read past it
+};
+
+// Writes n nearest-neighbour pixels from their sources. RGB pixels move as 4-byte words, as
+// Pillow's 32-bit pixels do: each store spills a byte into the next pixel, written after it (the
+// chunk's last pixel moves 3 bytes), and each load reads the byte after its pixel.
+template <int C>
+inline void CopyPixels(const uint8_t* const* __restrict rows, const int32_t* __restrict yr,
+                       const int32_t* __restrict xo, int n, const uint8_t* last, const uint8_t* fill4,
+                       uint8_t* __restrict out) {
+  const auto source = [&](int i) {
+    return yr[i] >= 0 ? rows[yr[i]] + xo[i] : yr[i] == kOutside ? fill4 : last;
+  };
+  if constexpr (C == 1) {
+    for (int i = 0; i < n; ++i) out[i] = *source(i);
+  } else {
+    for (int i = 0; i + 1 < n; ++i, out += 3) {
+      const int32_t r = yr[i];
+      const uint8_t* px = r >= 0 ? rows[r] + xo[i] : fill4;
+      if (r >= kOutside) [[likely]] {
+        uint32_t v;
+        std::memcpy(&v, px, 4);
+        std::memcpy(out, &v, 4);
+      } else {
+        Put<3>(out, last);
+      }
+    }
+    if (n > 0) Put<3>(out, source(n - 1));
+  }
+}
+
+// Source row pointers (Pillow's image[y]): a load per pixel instead of a multiply.
+class RowTable {
+ public:
+  explicit RowTable(Src s) : rows_(s.h) {
+    for (int y = 0; y < s.h; ++y) rows_[y] = s.Row(y);
+  }
+  const uint8_t* const* data() const { return rows_.data(); }
+
+ private:
+  cv::AutoBuffer<const uint8_t*, 1024> rows_;
+};
+
 // COORD(v) in range: 0 <= v < size (also false for NaN, whose int conversion is INT_MIN on x86).
 inline bool InRange(double v, int size) { return v >= 0.0 && v < size; }
 
 // ImagingScaleAffine (no rotation or shear: a[1] == a[3] == 0).
 template <int C>
-void AffineScale(const Src& s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
-  cv::AutoBuffer<int, 1024> cols(dst.cols);
+void AffineScale(Src s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
+  // Sizes in locals: stores through uint8_t* could alias dst's members.
+  const int width = dst.cols, height = dst.rows;
+  cv::AutoBuffer<int, 1024> cols(width);
   double xo = a[2] + a[0] * 0.5;
-  for (int x = 0; x < dst.cols; ++x) {
+  for (int x = 0; x < width; ++x) {
     cols[x] = InRange(xo, s.w) ? static_cast<int>(xo) * C : -1;
     xo += a[0];
   }
   double yo = a[5] + a[4] * 0.5;
-  for (int y = 0; y < dst.rows; ++y) {
+  for (int y = 0; y < height; ++y) {
     uint8_t* __restrict out = dst.ptr<uint8_t>(y);
     if (InRange(yo, s.h)) {
       const uint8_t* in = s.Row(static_cast<int>(yo));
-      for (int x = 0; x < dst.cols; ++x) Put<C>(out + x * C, cols[x] >= 0 ? in + cols[x] : fill);
+      for (int x = 0; x < width; ++x) Put<C>(out + x * C, cols[x] >= 0 ? in + cols[x] : fill);
     } else {
-      for (int x = 0; x < dst.cols; ++x) Put<C>(out + x * C, fill);
+      for (int x = 0; x < width; ++x) Put<C>(out + x * C, fill);
     }
     yo += a[4];
   }
@@ -365,38 +414,55 @@ inline bool FitsFixed(const double a[6], int x, int y) {
   return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
 }
 
-// affine_fixed: 16.16 fixed point. Sums wrap as Pillow's int arithmetic does in practice.
+// The sources of kChunk consecutive outputs of affine_fixed (see CopyPixels). Pillow's running sums xx += a0
+// are exact integer sums, so xx = xx0 + i * a0.
 template <int C>
-void AffineFixed(const Src& s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
+void FixedSources(uint32_t xx, uint32_t yy, uint32_t a0, uint32_t a3, int w, int h, int32_t* __restrict yr,
+                  int32_t* __restrict xo) {
+  for (int i = 0; i < kChunk; ++i, xx += a0, yy += a3) {
+    const int32_t xi = static_cast<int32_t>(xx) >> 16, yi = static_cast<int32_t>(yy) >> 16;
+    const bool inside = static_cast<uint32_t>(xi) < static_cast<uint32_t>(w) &&
+                        static_cast<uint32_t>(yi) < static_cast<uint32_t>(h);
+    yr[i] = !inside ? kOutside : (C == 3 && yi == h - 1 && xi == w - 1) ? kLastPixel : yi;
+    xo[i] = xi * C;
+  }
+}
+
+// affine_fixed: 16.16 fixed point. Sums wrap as Pillow's int arithmetic does in practice. Per
+// chunk of a row, a vectorizable pass finds the source pixels, then CopyPixels moves them.
+template <int C>
+void AffineFixed(Src s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
   const auto fix = [](double v) -> uint32_t { return static_cast<uint32_t>(FloorToInt(v * 65536.0 + 0.5)); };
   const uint32_t a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
   uint32_t a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
   uint32_t a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
-  for (int y = 0; y < dst.rows; ++y) {
-    uint8_t* __restrict out = dst.ptr<uint8_t>(y);
-    uint32_t xx = a2, yy = a5;
-    for (int x = 0; x < dst.cols; ++x, out += C) {
-      const int xi = static_cast<int32_t>(xx) >> 16, yi = static_cast<int32_t>(yy) >> 16;
-      const bool inside = static_cast<unsigned>(xi) < static_cast<unsigned>(s.w) &&
-                          static_cast<unsigned>(yi) < static_cast<unsigned>(s.h);
-      Put<C>(out, inside ? s.Row(yi) + static_cast<size_t>(xi) * C : fill);
-      xx += a0;
-      yy += a3;
+  const int width = dst.cols, height = dst.rows;
+  const RowTable rows(s);
+  const uint8_t* last = s.Row(s.h - 1) + static_cast<size_t>(s.w - 1) * C;
+  uint8_t fill4[4] = {};
+  std::memcpy(fill4, fill, C);
+  alignas(64) int32_t yr[kChunk], xo[kChunk];
+  for (int y = 0; y < height; ++y, a2 += a1, a5 += a4) {
+    uint8_t* out = dst.ptr<uint8_t>(y);
+    for (int x0 = 0; x0 < width; x0 += kChunk) {
+      const int n = std::min(kChunk, width - x0);
+      FixedSources<C>(a2 + static_cast<uint32_t>(x0) * a0, a5 + static_cast<uint32_t>(x0) * a3, a0, a3, s.w,
+                      s.h, yr, xo);
+      CopyPixels<C>(rows.data(), yr, xo, n, last, fill4, out + static_cast<size_t>(x0) * C);
     }
-    a2 += a1;
-    a5 += a4;
   }
 }
 
 // The double-precision fallback of ImagingTransformAffine (source points beyond +-32768).
 template <int C>
-void AffineFloat(const Src& s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
+void AffineFloat(Src s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
   double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
   double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
-  for (int y = 0; y < dst.rows; ++y) {
+  const int width = dst.cols, height = dst.rows;
+  for (int y = 0; y < height; ++y) {
     uint8_t* __restrict out = dst.ptr<uint8_t>(y);
     double xx = xo, yy = yo;
-    for (int x = 0; x < dst.cols; ++x, out += C) {
+    for (int x = 0; x < width; ++x, out += C) {
       const bool inside = InRange(xx, s.w) && InRange(yy, s.h);
       Put<C>(out,
              inside ? s.Row(static_cast<int>(yy)) + static_cast<size_t>(static_cast<int>(xx)) * C : fill);
@@ -409,7 +475,7 @@ void AffineFloat(const Src& s, cv::Mat& dst, const double a[6], const uint8_t* f
 }
 
 template <int C>
-void AffineNearest(const Src& s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
+void AffineNearest(Src s, cv::Mat& dst, const double a[6], const uint8_t* fill) {
   const int w = dst.cols, h = dst.rows;
   if (a[1] == 0 && a[3] == 0) {
     AffineScale<C>(s, dst, a, fill);
@@ -421,7 +487,7 @@ void AffineNearest(const Src& s, cv::Mat& dst, const double a[6], const uint8_t*
 }
 
 template <int C, class Map>
-void Generic(const Src& s, cv::Mat& dst, const Map& map, Interp interp, const uint8_t* fill) {
+void Generic(Src s, cv::Mat& dst, const Map& map, Interp interp, const uint8_t* fill) {
   switch (interp) {
     case Interp::kNearest:
       GenericTransform<C, Interp::kNearest>(s, dst, map, fill);

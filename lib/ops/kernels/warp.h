@@ -19,8 +19,9 @@
 // parameter helpers); see tests/ops/warp_test.cc.
 //
 // Images are interleaved 8-bit CV_8UC1 or CV_8UC3 (any channel order: channels are independent),
-// possibly non-contiguous views. All functions are pure and thread-safe (no allocation besides the
-// returned image; bilinear/bicubic use about 20 KB of stack); src and dst must not overlap.
+// possibly non-contiguous views. All functions are pure and thread-safe; src and dst must not
+// overlap. Scratch memory is on the stack (about 20 KB for bilinear/bicubic; per-row/column tables
+// go to the heap only past 1024 pixels).
 // Bilinear/bicubic run their arithmetic as vector loops, with an AVX2 variant chosen at run time;
 // both round every operation exactly as Pillow's scalar code does.
 #ifndef FERRY_OPS_KERNELS_WARP_H_
@@ -67,9 +68,9 @@ std::array<double, 6> InverseAffineMatrix(double cx, double cy, double angle_deg
 // torchvision's _get_perspective_coeffs(startpoints, endpoints): the PilPerspective coefficients
 // that map each end point to its start point. torchvision builds the 8x8 system in float32 and
 // solves it with torch.linalg.lstsq(driver="gels"), i.e. LAPACK's sgels (Householder QR) from the
-// reference BLAS/LAPACK that Debian's torch links; this reproduces that float32 computation step
-// by step, so the coefficients (floats, widened) are torchvision's bit for bit. Solving in double
-// instead moves the result by ~1e-7 relative, enough to change a few pixels of F.perspective.
+// reference BLAS/LAPACK 3.11 that Debian's torch links; this reproduces that float32 computation
+// step by step, so the coefficients (floats, widened) are torchvision's bit for bit. (A float64
+// solve differs by ~1e-5 relative and changes ~10-150 pixels of a F.perspective output.)
 // Points are ordered top-left, top-right, bottom-right, bottom-left (any order works, as long
 // as both arrays use the same). A degenerate quadrilateral (singular system, where torchvision
 // raises) gives all-NaN coefficients.

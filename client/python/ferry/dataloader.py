@@ -1,0 +1,238 @@
+"""ferry.DataLoader: torch.utils.data.DataLoader's signature over Ferry, so that an
+existing script switches by changing one line."""
+import hashlib
+import json
+import os
+import warnings
+
+import torch
+
+from . import _ferry
+from .datasets import dataset_listing
+from .distributed import broadcast_seed, default_threads, resolve_rank
+from .loader import Loader
+from .mixing import TrainerCollate, mix_op
+from .transforms import translate
+
+
+class DataLoader(Loader):
+    """torch.utils.data.DataLoader's signature over Ferry, for an existing script:
+
+        dataset = torchvision.datasets.ImageFolder(root, transform=train_transform)
+        sampler = DistributedSampler(dataset)
+    -   loader = torch.utils.data.DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=8)
+    +   loader = ferry.DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=8)
+
+    `dataset`: a torchvision ImageFolder-like dataset (ImageNet, DatasetFolder), a
+    Subset of one, or a path (then give pipeline=). Ferry reads the samples
+    `dataset.samples` names, in its order, and runs the dataset's transform, translated
+    faithfully (ferry.transforms: torchvision's transforms and v2, timm's, preset
+    objects holding a Compose, RandomApply/RandomChoice/RandomOrder): what it cannot
+    honour raises ValueError naming it. No transform is an error (the images would
+    differ in size), unless pipeline= is given.
+
+    collate_fn: a MixUp/CutMix collate (ferry.mixing: torchvision's v2 MixUp/CutMix or
+      the reference scripts' RandomMixup/RandomCutmix, alone or under RandomChoice, or
+      timm's Mixup; the object, or a function that calls default_collate with one) runs
+      natively, and batches are (images, soft targets [B, num_classes]). Any other
+      collate_fn runs on the trainer over each batch's samples, with a warning at start;
+      its time is stats()["collate_s"].
+    trim_padding: True (default): batches hold real samples only (padding rows, label
+      -1, of ranks' last batches under drop_last=False are left out), so that an
+      evaluation counts every validation sample once across ranks and a loss needs no
+      ignore_index; False keeps fixed-size batches with padding rows.
+
+    sampler: DistributedSampler (its rank, num_replicas, seed and shuffle are taken;
+      set_epoch() on it, or on this loader, picks the epoch), RandomSampler or
+      SequentialSampler, or None (then shuffle=). drop_last=False gives the ranks' last
+      batches fewer rows (see trim_padding) instead of repeating samples.
+    num_workers: decode threads, capped by this rank's share of the host's CPUs
+      (affinity and cgroup limit, split across LOCAL_WORLD_SIZE ranks); 0 = the share.
+    seed: None = torch.initial_seed() (rank 0's, broadcast over torch.distributed).
+    epochs: None (no limit): each pass is one epoch, as a DataLoader's.
+    persistent_workers, prefetch_factor (batches prefetched), pin_memory: accepted.
+    Remote modes take dispatcher=/job_name= or workers= as in Loader; with neither,
+    FERRY_DISPATCHER and FERRY_JOB_NAME in the environment name a dispatcher job (each
+    loader of the script its own: FERRY_JOB_NAME.<digest of what it reads>).
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device="", seed=None, epochs=None, pipeline=None, rank=None, world_size=None,
+                 threads=None, trim_padding=None, **kwargs):
+        for name, value in (("batch_sampler", batch_sampler), ("worker_init_fn", worker_init_fn),
+                            ("multiprocessing_context", multiprocessing_context)):
+            if value is not None:
+                raise ValueError("ferry.DataLoader cannot take %s: Ferry batches and runs its workers itself" % name)
+        if timeout:
+            raise ValueError("ferry.DataLoader has no timeout: remote workers that fail are replaced, and a "
+                             "dispatcher that cannot be reached raises")
+        if pin_memory_device:
+            raise ValueError("pin_memory_device is not supported; use device= to get batches on a GPU")
+        if batch_size is None or batch_size <= 0:
+            raise ValueError("batch_size must be > 0 (Ferry batches)")
+        import torch.utils.data as tud
+        self.sampler = sampler
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")  # as torch says
+        if isinstance(sampler, tud.distributed.DistributedSampler):
+            if sampler.dataset is not dataset:
+                raise ValueError("the DistributedSampler is of another dataset")
+            if rank is not None or world_size is not None:
+                raise ValueError("give rank/world_size or a DistributedSampler, not both")
+            rank, world_size, seed, shuffle = sampler.rank, sampler.num_replicas, sampler.seed, sampler.shuffle
+        elif isinstance(sampler, tud.RandomSampler):
+            if sampler.replacement or sampler._num_samples is not None:
+                raise ValueError("ferry reads every sample once an epoch: RandomSampler(replacement=True) or "
+                                 "num_samples= cannot be honoured")
+            shuffle = True
+            if sampler.generator is not None and seed is None:
+                seed = sampler.generator.initial_seed()
+        elif isinstance(sampler, tud.SequentialSampler):
+            shuffle = False
+        elif sampler is not None:
+            raise ValueError("ferry.DataLoader takes DistributedSampler, RandomSampler or SequentialSampler, not %s"
+                             % type(sampler).__name__)
+        if generator is not None and seed is None:
+            seed = generator.initial_seed()
+        if isinstance(dataset, (str, os.PathLike)):
+            data, transform = os.fspath(dataset), None
+        else:
+            data, transform = dataset_listing(dataset)
+        self._chw = False
+        if pipeline is None:
+            if transform is None:
+                raise ValueError("the dataset has no transform: ferry would batch images of different sizes. Give "
+                                 "the dataset a transform (with RandomResizedCrop or CenterCrop) or pipeline=")
+            pipeline, self._chw = translate(transform)
+        pipeline, self._collate, self.collate_note = _with_collate(pipeline, collate_fn)
+        self.dataset = dataset
+        rank, world_size = resolve_rank(rank, world_size) if not kwargs.get("consumer_id") else (rank, world_size)
+        if seed is None:
+            seed = broadcast_seed(torch.initial_seed() & ((1 << 63) - 1), world_size or 1)
+        if threads is None:
+            threads = default_threads(num_workers)
+        if prefetch_factor is not None:
+            kwargs.setdefault("prefetch", max(1, int(prefetch_factor)))
+        if not kwargs.get("dispatcher") and not kwargs.get("workers") and os.environ.get("FERRY_DISPATCHER"):
+            # The operator points an unchanged script at a dispatcher job.
+            if not os.environ.get("FERRY_JOB_NAME"):
+                raise ValueError("FERRY_DISPATCHER is set: set FERRY_JOB_NAME too (every rank the same)")
+            # One job per loader of the script (a training and an eval loader, say): the
+            # name the operator gave, and a digest of what this loader reads, the same on
+            # every rank.
+            what = json.dumps([data, _ferry.pipeline_json(_pipeline_text(pipeline)), bool(shuffle), int(batch_size),
+                               bool(drop_last), int(seed)])
+            kwargs["dispatcher"] = os.environ["FERRY_DISPATCHER"]
+            kwargs["job_name"] = "%s.%s" % (os.environ["FERRY_JOB_NAME"], hashlib.sha1(what.encode()).hexdigest()[:10])
+        self.persistent_workers = bool(persistent_workers)  # Ferry's pipeline lives across epochs anyway
+        # The sampler's epoch as last seen: a set_epoch() on it since then moves this
+        # loader. (A script that never calls it still gets a new order every epoch,
+        # where torch would repeat the first.)
+        self._sampler_epoch = getattr(sampler, "epoch", None)
+        super().__init__(data=data, pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+                         drop_last=drop_last, epochs=epochs, threads=threads, pin_memory=pin_memory, rank=rank,
+                         world_size=world_size, **kwargs)
+        # Padding rows (label -1: ranks' last batches when drop_last=False) are left out of
+        # the batches, as a script written for torch's DataLoader expects real samples
+        # only: an evaluation counts each validation sample once across ranks, and a loss
+        # without ignore_index=-1 sees real labels. A batch with no sample at all (a
+        # rank's last one, when the epoch does not fill every rank's) is skipped by an
+        # in-order loader (evaluation) and, so that every rank steps as often, kept as
+        # padding by a shuffling one (training), with a warning.
+        self.trim_padding = True if trim_padding is None else bool(trim_padding)
+        self._warned_empty = False
+
+    def set_epoch(self, epoch):
+        """The epoch the next pass yields: at an epoch boundary, a later epoch skips
+        ahead (as DistributedSampler.set_epoch picks the shuffle of an epoch). Going
+        back, or moving mid-epoch, raises."""
+        epoch = int(epoch)
+        if epoch == self._epoch:
+            return
+        if epoch < self._epoch or self._batches_done or self._taken:
+            raise ValueError("set_epoch(%d), but the loader is at epoch %d%s: it goes forward from an epoch's "
+                             "boundary only (load_state_dict() puts it back)"
+                             % (epoch, self._epoch, " mid-epoch" if self._batches_done else ""))
+        if self.epochs is not None and epoch >= self.epochs:
+            raise ValueError("set_epoch(%d) is past epochs=%d" % (epoch, self.epochs))
+        self.close()
+        self._stash = None
+        self._resume_state = ""
+        self._epoch = epoch
+        if self.mode == "dispatcher":
+            # The job's epochs start here: a job of its own (every rank names the same).
+            self._job_first_epoch = epoch
+            self._segment_name = "%s.e%d" % (self.job_name, epoch)
+
+    def __iter__(self):
+        epoch = getattr(self.sampler, "epoch", None)
+        if epoch is not None and epoch != self._sampler_epoch:
+            self._sampler_epoch = epoch
+            self.set_epoch(epoch)
+        batches = super().__iter__()
+        if not self.trim_padding and self._collate is None:
+            return batches
+        return self._finish_batches(batches)
+
+    def _finish_batches(self, batches):
+        for images, labels in batches:
+            valid = int(self._last["valid"])
+            if self.trim_padding and valid < images.shape[0]:
+                if valid > 0:
+                    images, labels = images[:valid], labels[:valid]
+                elif not self.shuffle:
+                    continue
+                elif not self._warned_empty:
+                    self._warned_empty = True
+                    warnings.warn("rank %d's last batch of epoch %d holds no sample (the epoch does not fill every "
+                                  "rank's last batch): it comes as %d padding rows labelled -1, so that every rank "
+                                  "steps as often; use ignore_index=-1 in the loss, or drop_last=True"
+                                  % (self.rank, self._epoch, images.shape[0]), stacklevel=2)
+            if self._collate is not None:
+                yield self._collate(images, labels, valid)
+            else:
+                yield images, labels
+
+    def _to_torch(self, b):
+        images, labels = super()._to_torch(b)
+        if self._chw:
+            images = images.permute(0, 3, 1, 2)  # PILToTensor's CHW, a view of the NHWC rows
+        return images, labels
+
+    def stats(self):
+        s = super().stats()
+        if self._collate is not None:
+            s["collate_s"] = self._collate.seconds  # the trainer-side collate_fn's time
+        return s
+
+
+def _pipeline_text(pipeline):
+    return json.dumps(pipeline) if isinstance(pipeline, dict) else str(pipeline)
+
+
+def _with_collate(pipeline, collate_fn):
+    """(pipeline, trainer collate or None, note): a MixUp/CutMix collate_fn joins the
+    pipeline as its batch op; any other collate_fn runs on the trainer (the fallback),
+    said once. default_collate is what Ferry's batches are already."""
+    import torch.utils.data as tud
+    if collate_fn is None or collate_fn is getattr(tud, "default_collate", None) or \
+            collate_fn is getattr(getattr(tud, "_utils", None), "collate", None) and \
+            collate_fn is tud._utils.collate.default_collate:
+        return pipeline, None, None
+    op, why = mix_op(collate_fn)
+    spec = json.loads(_ferry.pipeline_json(_pipeline_text(pipeline)))
+    if op is not None and spec["output"]["dtype"] == "float32":
+        spec["ops"].append(op)
+        return spec, None, "collate_fn %s runs natively as Ferry's mixup_cutmix op" % _fn_name(collate_fn)
+    if op is not None:
+        why = "MixUp/CutMix needs a float32 output (ToTensor or ConvertImageDtype), and this transform ends uint8"
+    note = ("collate_fn %s runs on the trainer, on each batch's samples (%s); its time is in stats()['collate_s']"
+            % (_fn_name(collate_fn), why or "Ferry does not recognise it"))
+    warnings.warn(note, stacklevel=3)
+    return pipeline, TrainerCollate(collate_fn), note
+
+
+def _fn_name(f):
+    return getattr(f, "__qualname__", None) or type(f).__name__

@@ -1,0 +1,623 @@
+"""ferry.Loader: batches of decoded, augmented images as torch tensors, from the
+in-process pipeline (local mode) or from Ferry workers (point to point, or through a
+ferry-dispatcher job), with exact resume (state_dict) and ranks with equal steps."""
+import hashlib
+import json
+import os
+import time
+import warnings
+
+import torch
+
+from . import _ferry
+from .distributed import resolve_rank
+
+FerryError = RuntimeError
+
+
+def _pipeline_string(pipeline):
+    if isinstance(pipeline, dict):
+        return json.dumps(pipeline)
+    return str(pipeline)
+
+
+class Loader(torch.utils.data.IterableDataset):
+    """An iterable of (images, labels) batches; each pass over it is one epoch.
+
+    It is also a torch IterableDataset of whole batches, so that frameworks that want a
+    DataLoader get one: torch.utils.data.DataLoader(loader, batch_size=None).
+
+    Local mode (the default): `threads` decode threads in this process.
+    Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job), or
+    `workers=["host:port", ...]` (point to point).
+
+    Ranks: each rank of a data-parallel trainer (DDP) reads its own share of every
+    epoch. `rank` and `world_size` default to the initialized torch.distributed group,
+    else RANK and WORLD_SIZE from the environment, else 0 and 1. Every rank gets the
+    same number of batches every epoch (len(loader)): with drop_last=True fewer than
+    world_size x batch_size samples of an epoch are left out; with drop_last=False
+    and world_size > 1 the last batches are padded to full size with rows whose label
+    (and index) is -1 (use ignore_index=-1 in the loss), never with repeated samples.
+    Through a dispatcher the ranks are the job's consumers; each sample of an epoch
+    goes to exactly one rank.
+
+    epochs: how many epochs the loader yields in all (None: no limit).
+    drop_last: drop each epoch's final short batch (world_size 1: else it comes short).
+    bad_samples: what a file that cannot be read or decoded does to its batch (it is
+      always reported, see skipped()): "skip" (default) leaves the batch a row short
+      (or with one more padding row); "refill" gives its row to the next good sample
+      of the same split (batches_per_split batches), and so on down the split, so
+      every batch is full of real samples but the split's last, and no sample is
+      repeated or lost. A state saved under refill resumes mid-epoch with the same
+      world size only.
+    prefetch: batches decoded ahead (local), or per worker (remote).
+    pin_memory: copy each batch to pinned memory for fast host-to-GPU copies, when CUDA
+      is available (ignored, with a warning, when it is not).
+    deterministic: remote dispatcher mode yields batches in split order, so that a run
+      is the same whatever the number of workers.
+    consumer_id: a dispatcher job shared by independent consumers (not ranks): each
+      takes whichever batches come first, with no promise of equal counts.
+    local_threads: hybrid (dispatcher mode): this many of the trainer's own cores join
+      the job as a worker that serves only this loader, leasing splits like any other
+      worker (exactly once and equal steps hold as before).
+    device: where the images go: None or "cpu" (host tensors), or "cuda[:n]": batches
+      are received into pinned memory (cudaHostAlloc, through the CUDA runtime torch
+      loaded) and copied to the GPU asynchronously from there.
+    trainer_normalize: a pipeline that normalizes to float32 NCHW has remote workers
+      send uint8 NHWC (a quarter of the bytes) and makes the float32 on the trainer:
+      the normalize, then the tensor ops (RandomErasing) and the batch op
+      (MixUp/CutMix), by the code a worker runs (the same values, bit for bit); with
+      device="cuda" and nothing but the normalize, on the GPU. None (default): when
+      remote or on CUDA; True/False forces.
+
+    A pipeline with a batch op (mixup_cutmix) yields (images, targets): soft targets
+    float32 [B, num_classes], as torchvision's MixUp/CutMix collate gives them.
+
+    Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
+    `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
+    """
+
+    def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
+                 epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
+                 deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
+                 world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip"):
+        if data is None:
+            raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
+        if dispatcher and workers:
+            raise ValueError("give either dispatcher (with job_name) or workers, not both")
+        if dispatcher and not job_name:
+            raise ValueError("a dispatcher needs a job_name")
+        if batch_size <= 0:
+            raise ValueError("batch_size must be > 0")
+        if epochs is not None and epochs <= 0:
+            raise ValueError("epochs must be > 0, or None for no limit")
+        if bad_samples not in ("skip", "refill"):
+            raise ValueError("bad_samples must be 'skip' or 'refill', not %r" % (bad_samples,))
+        self.bad_samples = bad_samples
+        self.data = str(data)
+        self.pipeline = _pipeline_string(pipeline)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.epochs = epochs
+        self.threads = int(threads)
+        self.dispatcher = dispatcher or ""
+        self.job_name = job_name or ""
+        self.workers = list(workers or [])
+        self.prefetch = int(prefetch)
+        self.deterministic = bool(deterministic)
+        self.token_file = token_file or ""
+        self.consumer_id = consumer_id or ""
+        self.batches_per_split = int(batches_per_split)
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
+            self.pin_memory = False
+        self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        self.local_threads = int(local_threads or 0)
+        if self.local_threads < 0:
+            raise ValueError("local_threads must be >= 0")
+        if self.local_threads and self.mode != "dispatcher":
+            raise ValueError("local_threads joins a dispatcher job (hybrid): give dispatcher= and job_name=")
+        self._local = None  # the in-process worker (hybrid), and the job it serves
+        self._local_job = None
+        self.device = torch.device(device) if device is not None else None
+        if self.device is not None and self.device.type not in ("cpu", "cuda"):
+            raise ValueError("device must be cpu or cuda, not %s" % self.device)
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device=%s, but CUDA is not available" % self.device)
+        self._setup_wire(trainer_normalize)
+        if self.consumer_id:
+            if self.mode != "dispatcher":
+                raise ValueError("consumer_id names a consumer of a shared dispatcher job")
+            if rank not in (None, 0) or world_size not in (None, 1):
+                raise ValueError("give consumer_id (a shared job) or rank/world_size (ranks), not both")
+            self.rank, self.world_size = 0, 1
+        else:
+            self.rank, self.world_size = resolve_rank(rank, world_size)
+        if self.deterministic and self.mode != "dispatcher":
+            raise ValueError("deterministic=True needs a dispatcher job (local and point-to-point loaders are "
+                             "in order already)")
+        # Where the iteration stands: the epoch being yielded, and how many of its
+        # batches were yielded.
+        self._epoch = 0
+        self._batches_done = 0
+        self._resume_state = ""  # dispatcher mode: where the next client starts
+        # The job being read (elastic resume reads the rest of an epoch as a job of its
+        # own, then goes on from the next epoch as another): its name at the
+        # dispatcher, its first epoch, and what an earlier world yielded of this epoch.
+        self._segment_name = self.job_name
+        self._job_first_epoch = 0
+        self._taken = []
+        self._num_samples = -1
+        self._it = None
+        self._stash = None  # a shared job's batch of the next epoch, seen early
+        self._skipped = []
+        self._wait = 0.0
+        self._samples = 0
+        self._batches = 0
+        self._started = None
+        self._len = None
+        self._last = None
+
+    @property
+    def epoch(self):
+        """The epoch the next pass yields (or goes on with, after load_state_dict)."""
+        return self._epoch
+
+    @property
+    def ranked(self):
+        """Whether this loader is a rank (of world_size >= 1), not a shared job's consumer."""
+        return not self.consumer_id
+
+    # -- uint8 on the wire, float32 made on the trainer ----------------------------------
+
+    def _setup_wire(self, trainer_normalize):
+        """A pipeline that normalizes to float32 NCHW sends uint8 NHWC from remote workers
+        (a quarter of the bytes) and makes the float32 here: the normalize, then the
+        tensor ops (RandomErasing) of each sample and the batch op (MixUp/CutMix), by the
+        same code and from the same random streams a worker's float32 output uses (equal
+        to it, bit for bit). With a CUDA device and nothing but the normalize, that runs
+        on the GPU. trainer_normalize: None = when remote or on CUDA; True/False forces."""
+        compiled = _ferry.Pipeline(self.pipeline)
+        self._compiled = compiled
+        self.num_classes = compiled.num_classes  # > 0: batches yield soft targets
+        spec = json.loads(compiled.canonical_json)
+        self._wire_pipeline = self.pipeline
+        self._post = None
+        self._finish = None
+        normalizing = spec["output"] == {"dtype": "float32", "layout": "NCHW"}
+        cuda = self.device is not None and self.device.type == "cuda"
+        if trainer_normalize is None:
+            trainer_normalize = normalizing and (self.mode != "local" or cuda)
+        if not trainer_normalize:
+            return
+        if not normalizing:
+            raise ValueError("trainer_normalize=True, but the pipeline outputs uint8 (nothing to normalize)")
+        self._wire_pipeline = compiled.image_spec_json
+        tensor_ops = [op for op in spec["ops"][len(json.loads(self._wire_pipeline)["ops"]):]]
+        if cuda and [op["op"] for op in tensor_ops] == ["normalize"]:
+            channels = compiled.output_shape[2]
+            norm = tensor_ops[0]
+            self._post = ([float(x) for x in norm["mean"]][:channels], [float(x) for x in norm["std"]][:channels])
+            self._post_device = {}  # device -> (scale, bias) tensors of shape [1, C, 1, 1]
+        else:
+            self._finish = compiled
+
+    def _normalize(self, images):
+        """uint8 NHWC (numpy) -> float32 NCHW torch tensor on the CUDA device."""
+        mean, std = self._post
+        x = self._to_cuda(torch.from_numpy(images))
+        if self.device not in self._post_device:
+            # The worker's arithmetic: x * (1 / (255 std)) + (-mean / std), in float32.
+            m = torch.tensor(mean, dtype=torch.float32)
+            sd = torch.tensor(std, dtype=torch.float32)
+            scale = (1.0 / (255.0 * sd)).view(1, -1, 1, 1).to(self.device)
+            bias = (-m / sd).view(1, -1, 1, 1).to(self.device)
+            self._post_device[self.device] = (scale, bias)
+        scale, bias = self._post_device[self.device]
+        return torch.addcmul(bias, x.permute(0, 3, 1, 2).float(), scale).contiguous()
+
+    def _to_cuda(self, host):
+        """A host tensor (a view of a receive buffer; pinned when the client allocated
+        it with cudaHostAlloc) copied to the device asynchronously; the host tensor is
+        kept until the copy is done, so its buffer is not recycled under the copy."""
+        out = host.to(self.device, non_blocking=host.is_pinned())
+        event = torch.cuda.Event()
+        event.record()
+        self._inflight = [(h, e) for h, e in getattr(self, "_inflight", []) if not e.query()] + [(host, event)]
+        return out
+
+    def _host_alloc(self):
+        """(cudaHostAlloc, cudaFreeHost) addresses from the CUDA runtime torch loaded,
+        for pinned receive buffers; None when there is no CUDA device to copy to."""
+        if self.device is None or self.device.type != "cuda":
+            return None
+        import ctypes
+        import glob
+        torch.cuda.init()
+        names = ["libcudart.so", "libcudart.so.12", "libcudart.so.11.0"]
+        here = os.path.dirname(torch.__file__)
+        names += sorted(glob.glob(os.path.join(here, "lib", "libcudart*.so*")))
+        names += sorted(glob.glob(os.path.join(os.path.dirname(here), "nvidia", "cuda_runtime", "lib", "libcudart*")))
+        for name in names:
+            try:
+                lib = ctypes.CDLL(name)
+                return (ctypes.cast(lib.cudaHostAlloc, ctypes.c_void_p).value,
+                        ctypes.cast(lib.cudaFreeHost, ctypes.c_void_p).value)
+            except (OSError, AttributeError):
+                continue
+        warnings.warn("no CUDA runtime library found: batches are copied to the GPU from unpinned memory")
+        return None
+
+    # -- the C++ iterator, created lazily (after load_state_dict, at the right place) --
+
+    def _last_batch(self):
+        if self.drop_last:
+            return "drop"
+        return "pad" if self.world_size > 1 else "keep"
+
+    def _job_options(self):
+        o = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": self.batch_size, "seed": self.seed,
+             "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
+             "deterministic": self.deterministic, "bad_samples": self.bad_samples}
+        if self.ranked:
+            o.update(rank=self.rank, world_size=self.world_size)
+        if self._taken:
+            o["taken"] = [tuple(t) for t in self._taken]
+        return o
+
+    def _open(self):
+        if self._it is not None:
+            return self._it
+        remaining = 0 if self.epochs is None else self.epochs - self._epoch
+        o = self._job_options()
+        if self.mode == "local":
+            del o["deterministic"]  # batches_per_split stays: refill's groups
+            o.update(epochs=1 if self._taken else remaining, first_epoch=self._epoch,
+                     resume_batches=self._batches_done, threads=self.threads, prefetch=self.prefetch)
+            self._it = _ferry.open_local(o)
+            self._num_samples = self._it.dataset_size()
+        elif self.mode == "dispatcher":
+            # The job counts the run's epochs (from its first; a saved state says where
+            # it stands); a remainder job is the one epoch it finishes.
+            epochs = self._epoch + 1 if self._taken else (0 if self.epochs is None else self.epochs)
+            self._start_local_worker()
+            o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
+                     job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
+                     consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc())
+            self._it = _ferry.connect(o)
+        else:
+            # Point to point, the streams start at the epoch to read.
+            o.update(epochs=remaining, first_epoch=self._epoch, workers=self.workers, credits=self.prefetch,
+                     token_file=self.token_file, host_alloc=self._host_alloc())
+            self._it = _ferry.connect(o)
+        return self._it
+
+    def _consumer(self):
+        """This loader's consumer id at the dispatcher."""
+        return self.consumer_id if self.consumer_id else "rank-%d" % self.rank
+
+    def _start_local_worker(self):
+        """Hybrid: `local_threads` of this process's cores join the job being read as a
+        worker that serves only this loader, leasing splits like any other (one per job
+        segment: an elastic remainder, then the rest of the run)."""
+        if not self.local_threads or self._local_job == self._segment_name:
+            return
+        self._stop_local_worker()
+        self._local = _ferry.LocalWorker({"dispatcher": self.dispatcher, "job_name": self._segment_name,
+                                          "consumer_id": self._consumer(), "threads": self.local_threads,
+                                          "token_file": self.token_file})
+        self._local_job = self._segment_name
+
+    def _stop_local_worker(self):
+        if self._local is not None:
+            self._local_sent = getattr(self, "_local_sent", 0) + self._local.batches_sent()
+            self._local.close()
+            self._local = None
+            self._local_job = None
+
+    def local_batches(self):
+        """Hybrid: batches this process's own worker has served (all segments)."""
+        return getattr(self, "_local_sent", 0) + (self._local.batches_sent() if self._local is not None else 0)
+
+    def close(self):
+        """Stops the pipeline (or the streams) now; a later iteration starts it again,
+        where this one stopped."""
+        if self._it is not None:
+            if self.mode == "dispatcher":
+                try:
+                    self._resume_state = self._it.state(self._unyield())
+                except Exception:
+                    pass  # the dispatcher is gone: a reopen starts from the last state known
+            self._it.close()
+            self._it = None
+        self._stop_local_worker()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def __iter__(self):
+        if self.epochs is not None and self._epoch >= self.epochs:
+            return iter(())
+        return self._epoch_batches()
+
+    def _to_torch(self, b):
+        """(images, labels), or (images, soft targets) when the pipeline has a batch op."""
+        labels = torch.from_numpy(b["labels"])
+        targets = b.get("targets")
+        if self._post is not None:
+            images = self._normalize(b["images"])
+        elif self._finish is not None:
+            images, targets = self._finish.finish(b["images"], b["indices"], b["labels"], int(b["valid"]), self.seed,
+                                                  int(b["epoch"]), int(b["batch_in_epoch"]))
+            images = torch.from_numpy(images)
+        else:
+            images = torch.from_numpy(b["images"])
+        if targets is not None:
+            labels = torch.from_numpy(targets)
+        cuda = self.device is not None and self.device.type == "cuda"
+        if cuda and self._post is None:
+            images = self._to_cuda(images)
+        if cuda:
+            labels = labels.to(self.device)
+        elif self.pin_memory:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        return images, labels
+
+    def _next_raw(self):
+        t0 = time.perf_counter()
+        if self._started is None:
+            self._started = t0
+        b = self._open().next()
+        self._wait += time.perf_counter() - t0
+        self._skipped.extend(self._it.take_skipped())
+        return b
+
+    def _epoch_batches(self):
+        epoch = self._epoch
+        # A rank (and the local loader) yields its epochs one after the other, and the
+        # batch marked last_in_epoch is its epoch's last: the boundary is exact. A
+        # shared job's consumer knows an epoch ended only from the first batch of the
+        # next one, which it keeps for the next pass (and out of its saved state).
+        exact = self.ranked
+        while True:
+            if self._stash is not None and self._stash["epoch"] <= epoch:
+                b, self._stash = self._stash, None
+            elif self._stash is not None:
+                break
+            else:
+                b = self._next_raw()
+                if b is None:
+                    break
+                if b["epoch"] > epoch:
+                    if exact:
+                        raise FerryError("internal: epoch %d ended early (a batch of epoch %d came)"
+                                         % (epoch, b["epoch"]))
+                    self._stash = b
+                    break
+            self._batches_done += 1
+            last = exact and b["last_in_epoch"]
+            if b["valid"] > 0 or b["labels"].shape[0] > 0:
+                self._last = b
+                self._batches += 1
+                self._samples += int(b["valid"])
+                yield self._to_torch(b)
+            if last:
+                break
+        self._epoch = epoch + 1
+        self._batches_done = 0
+        if self._taken:
+            # The rest of an epoch is read: the run goes on from the next epoch, as a
+            # job of its own at a dispatcher.
+            self._it.close()
+            self._it = None
+            self._taken = []
+            self._resume_state = ""
+            self._len = None
+            if self.mode == "dispatcher":
+                self._job_first_epoch = self._epoch
+                self._segment_name = "%s.w%d.e%d" % (self.job_name, self.world_size, self._epoch)
+
+    def __len__(self):
+        """Batches per epoch of this rank (the same for every rank); after an elastic
+        resume, of the epoch being finished, then of the next."""
+        if self._len is None:
+            if self.mode == "local":
+                self._len = self._open().batches_per_epoch()
+            else:
+                n = self._samples_listed()
+                if n < 0:
+                    raise TypeError("the job's size is not known yet (the dispatcher did not answer)")
+                n -= sum(hi - lo for lo, hi in self._taken)
+                self._len = _ferry.batches_per_rank(n, self.batch_size, self.world_size, self._last_batch())
+        return self._len
+
+    def _samples_listed(self):
+        """The dataset's sample count as the job lists it."""
+        if self._num_samples < 0:
+            if self.mode == "local":
+                self._open()
+            elif self.mode == "dispatcher":
+                self._num_samples = self._open().job_samples()
+            else:
+                self._num_samples = len(_ferry.list_dataset(self.data)[0])
+        return self._num_samples
+
+    def _unyield(self):
+        if self._stash is None:
+            return []
+        # Counted as yielded by the client, never given to the trainer: the resumed
+        # loader must get it.
+        s = self._stash
+        return [(s["epoch"], s["split"], s["batch_in_split"], s["batches_in_split"])]
+
+    # -- state -------------------------------------------------------------------------
+
+    _STATE_VERSION = 2
+
+    def state_dict(self):
+        """Where this rank's iteration stands, to resume exactly: save it with the
+        checkpoint (every rank its own)."""
+        sd = {"version": self._STATE_VERSION, "mode": self.mode, "rank": self.rank, "world_size": self.world_size,
+              "ranked": self.ranked, "epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed,
+              "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline,
+              "last_batch": self._last_batch(), "bad_samples": self.bad_samples}
+        sd["job_name"] = self.job_name
+        # The job being read, as elastic resume needs it to work out what was yielded.
+        sd["job"] = {"name": self._segment_name, "first_epoch": self._job_first_epoch,
+                     "taken": [list(t) for t in self._taken], "batches_per_split": self.batches_per_split,
+                     "num_samples": self._samples_listed() if self.mode != "workers" else -1}
+        if self.mode == "dispatcher":
+            sd["iterator_state"] = self._open().state(self._unyield())
+        return sd
+
+    def load_state_dict(self, sd):
+        """Continues from a state_dict(): the next batch is the one after the saved point.
+
+        `sd` is this rank's own state, or the list of every rank's states (as gathered
+        with torch.distributed.all_gather_object, or read one file per rank). Given the
+        list of a different world size (elastic resume), the rest of the epoch the old
+        ranks stopped in, and only the rest, is spread over this world's ranks with
+        equal steps (its last batches padded, or fewer than world_size x batch_size
+        samples dropped), then the run goes on from the next epoch."""
+        if isinstance(sd, (list, tuple)):
+            states = list(sd)
+            if not states:
+                raise ValueError("an empty list of states")
+            worlds = {int(x["world_size"]) if isinstance(x, dict) and "world_size" in x else -1 for x in states}
+            old_world = worlds.pop() if len(worlds) == 1 else -1
+            if old_world < 1 or sorted(int(x["rank"]) for x in states) != list(range(old_world)):
+                raise ValueError("the list must hold every rank's state once, all of one world size")
+            for x in states:
+                self._check_state(x, same_world=old_world == self.world_size)
+            if old_world != self.world_size:
+                self._load_elastic(sorted(states, key=lambda x: int(x["rank"])))
+                return
+            sd = states[self.rank]
+        self._check_state(sd, same_world=True)
+        if int(sd["world_size"]) != self.world_size or int(sd["rank"]) != self.rank:
+            raise ValueError("this is the state of rank %s of %s, and this loader is rank %d of %d; to resume with "
+                             "another world size give the list of every rank's states"
+                             % (sd["rank"], sd["world_size"], self.rank, self.world_size))
+        self.close()
+        self._stash = None
+        self._epoch = int(sd["epoch"])
+        self._batches_done = int(sd["batches_done"])
+        job = sd["job"]
+        self._segment_name = job["name"]
+        self._job_first_epoch = int(job["first_epoch"])
+        self._taken = [tuple(t) for t in job["taken"]]
+        self._num_samples = int(job["num_samples"])
+        self._len = None
+        if self.mode == "dispatcher":
+            self._resume_state = sd["iterator_state"]
+        elif self.mode == "workers" and self._batches_done:
+            raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
+
+    def _load_elastic(self, states):
+        """Elastic resume from the old ranks' states (sorted by rank)."""
+        epochs = {int(x["epoch"]) for x in states}
+        if len(epochs) != 1:
+            raise ValueError("the old ranks' states are at different epochs %s (not saved at the same step?)"
+                             % sorted(epochs))
+        epoch = epochs.pop()
+        old = states[0]
+        job = old["job"]
+        if any(x["job"] != job for x in states):
+            raise ValueError("the old ranks' states are of different jobs")
+        mid_epoch = any(int(x["batches_done"]) > 0 for x in states)
+        if mid_epoch and any(x.get("bad_samples", "skip") == "refill" for x in states):
+            # Under refill a yielded batch holds the split's next good samples, not the
+            # positions its plan names, so the old ranks' positions are not known.
+            raise ValueError("a state saved mid-epoch under bad_samples='refill' resumes with the same world size "
+                             "only (or save at an epoch boundary)")
+        if self.mode == "workers" and mid_epoch:
+            raise ValueError("point-to-point loaders resume at epoch boundaries only; use a dispatcher job")
+        taken = [tuple(t) for t in job["taken"]]  # the old world's own remainder of this epoch
+        n = int(job["num_samples"])
+        if mid_epoch:
+            old_job = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": int(old["batch_size"]),
+                       "seed": self.seed, "shuffle": self.shuffle, "last_batch": old["last_batch"],
+                       "batches_per_split": int(job["batches_per_split"]), "world_size": int(old["world_size"]),
+                       "num_samples": n, "taken": taken}
+            yielded = []
+            for r, x in enumerate(states):
+                if int(x["batches_done"]) == 0:
+                    yielded.append([])
+                elif self.mode == "local":
+                    yielded.append(list(range(int(x["batches_done"]))))
+                else:
+                    yielded.append(_ferry.yielded_batches(old_job, x["iterator_state"], r, epoch))
+            taken = [tuple(t) for t in _ferry.taken_positions(old_job, yielded)]
+        rest = n - sum(hi - lo for lo, hi in taken)
+        if taken and self.drop_last and rest < self.world_size * self.batch_size:
+            taken, epoch = [], epoch + 1  # what is left of the epoch makes no batch for every rank: dropped
+        self.close()
+        self._stash = None
+        self._epoch = epoch
+        self._batches_done = 0
+        self._taken = taken
+        self._num_samples = n
+        self._resume_state = ""
+        self._len = None
+        if self.mode == "dispatcher":
+            # A job of this world for the rest of the epoch (named after what it holds,
+            # so that every new rank names the same), then one from the next epoch.
+            self._job_first_epoch = epoch
+            self._segment_name = "%s.w%d.e%d" % (self.job_name, self.world_size, epoch)
+            if taken:
+                digest = hashlib.sha1(json.dumps(taken).encode()).hexdigest()[:12]
+                self._segment_name += ".rest-" + digest
+
+    def _check_state(self, sd, same_world):
+        if not isinstance(sd, dict) or sd.get("version") != self._STATE_VERSION:
+            raise ValueError("not a ferry.Loader state_dict of this version (version %r)"
+                             % (sd.get("version") if isinstance(sd, dict) else type(sd).__name__))
+        if sd.get("mode") != self.mode:
+            raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), self.mode))
+        if bool(sd.get("ranked")) != self.ranked:
+            raise ValueError("state_dict of a %s given to a %s" % (
+                "rank" if sd.get("ranked") else "shared job's consumer", "rank" if self.ranked else
+                "shared job's consumer"))
+        # Another world may change the batch size (keeping the global batch, say).
+        keys = ("seed", "data", "pipeline", "job_name") + (("batch_size",) if same_world else ())
+        for key in keys:
+            if sd.get(key) != getattr(self, key):
+                raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
+                                                                                        getattr(self, key)))
+        if sd.get("bad_samples", "skip") != self.bad_samples:
+            # Saved by a loader of the other policy: its positions name other batches.
+            raise ValueError("state_dict was saved with bad_samples=%r, this loader has %r"
+                             % (sd.get("bad_samples", "skip"), self.bad_samples))
+
+    # -- observability -------------------------------------------------------------------
+
+    def stats(self):
+        """data_wait_s (time spent waiting for batches), throughput (samples/s since the
+        first batch was asked for), batches, samples, skipped (bad files)."""
+        wall = 0.0 if self._started is None else time.perf_counter() - self._started
+        return {"data_wait_s": self._wait, "throughput": self._samples / wall if wall > 0 else 0.0,
+                "batches": self._batches, "samples": self._samples, "skipped": len(self._skipped),
+                "wall_s": wall}
+
+    def last_batch_info(self):
+        """Of the batch yielded last: its sample indices (a tensor; -1 for padding rows),
+        provenance (epoch, batch_in_epoch, split, batch_in_split), valid rows (the
+        others are padding), and `buffer` = (address, size) of the memory its tensors
+        view."""
+        if self._last is None:
+            return None
+        info = {k: v for k, v in self._last.items() if k not in ("images", "labels", "indices", "targets")}
+        info["indices"] = torch.from_numpy(self._last["indices"])
+        return info
+
+    def skipped(self):
+        """Bad files skipped so far: a list of (index, path, reason)."""
+        return list(self._skipped)

@@ -1,0 +1,496 @@
+"""Transform translation: a torchvision (transforms or transforms.v2) or timm transform,
+as the training scripts build them, into a Ferry pipeline spec whose ops do the same.
+
+    spec = ferry.pipeline_from_transform(ClassificationPresetTrain(crop_size=176, ...))
+
+What is seen through: a Compose, nested Composes, any object whose `.transforms` (or
+`.transform`) attribute is a transform (the reference scripts' preset classes), and
+RandomApply / RandomChoice / RandomOrder of supported transforms. Every parameter is
+carried over; what cannot be honoured raises ValueError naming the transform and what
+to do, and nothing is dropped silently. The README's table lists every transform and
+what Ferry does with it.
+
+Images stay uint8 until ToTensor, PILToTensor + ConvertImageDtype(float32), or v2's
+ToImage + ToDtype(float32, scale=True): that point, with Normalize, is Ferry's
+`normalize` op (fused with the float conversion). After it only tensor ops may follow
+(RandomErasing; flips, which commute with Normalize, move before it).
+"""
+import math
+import numbers
+
+import torch
+
+__all__ = ["pipeline_from_transform", "translate"]
+
+# Interpolation names Ferry runs (torchvision's InterpolationMode values; PIL's ints).
+_INTERP = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", 0: "nearest", 2: "bilinear",
+           3: "bicubic"}
+
+
+def _name(t):
+    return type(t).__name__
+
+
+def _module(t):
+    return type(t).__module__ or ""
+
+
+def _is_timm(t):
+    return _module(t).startswith("timm.")
+
+
+def _interp(mode, what):
+    """A Ferry interpolation name, or ValueError."""
+    value = getattr(mode, "value", mode)
+    if isinstance(value, str):
+        value = value.lower()
+    if value in _INTERP:
+        return _INTERP[value]
+    raise ValueError("ferry cannot run %s with interpolation=%s: it runs nearest, bilinear and bicubic (with "
+                     "torchvision's antialiasing on PIL images)" % (what, getattr(mode, "name", mode)))
+
+
+def _size(size, what):
+    """An int (shorter side / square) or [h, w]."""
+    if isinstance(size, numbers.Number):
+        return int(size)
+    size = list(size)
+    if len(size) == 1:
+        return int(size[0])
+    if len(size) == 2:
+        return [int(size[0]), int(size[1])]
+    raise ValueError("ferry cannot run %s with size=%r" % (what, size))
+
+
+def _fill(fill, what):
+    """torchvision's fill for PIL images: None -> 0, a number, or one per channel."""
+    if fill is None:
+        return 0
+    if isinstance(fill, dict):  # v2: {type: fill}
+        values = [v for v in fill.values() if v is not None]
+        if not values:
+            return 0
+        fill = values[0]
+    if isinstance(fill, numbers.Number):
+        return fill
+    fill = [float(x) for x in fill]
+    if len(fill) not in (1, 3):
+        raise ValueError("ferry cannot run %s with fill=%r (one value, or one per channel)" % (what, fill))
+    return fill
+
+
+def _range(value, what, name, centre=None):
+    if value is None:
+        return None
+    if isinstance(value, numbers.Number):
+        if centre is None:
+            return float(value)
+        return [centre - float(value), centre + float(value)]
+    value = [float(x) for x in value]
+    if len(value) != 2:
+        raise ValueError("ferry cannot run %s with %s=%r" % (what, name, value))
+    return value
+
+
+class _State:
+    """Where the transform stands: "pil" (uint8 image), "uint8" (uint8 CHW tensor:
+    PILToTensor/ToImage, still an image to Ferry), "float" (ToTensor or a float dtype
+    conversion: tensor ops only)."""
+
+    def __init__(self):
+        self.stage = "pil"
+        self.normalized = False
+        self.ops = []        # image ops
+        self.tensor_ops = []  # after the float conversion (normalize first)
+
+
+def _image_op(state, op, what):
+    if state.stage == "float":
+        raise ValueError("ferry cannot run %s after the image became a float tensor (ToTensor / "
+                         "ConvertImageDtype): put it before" % what)
+    state.ops.append(op)
+
+
+def _translate_list(ts):
+    """Nested image ops (RandomApply / RandomChoice / RandomOrder)."""
+    inner = _State()
+    for t in ts:
+        _translate_one(t, inner)
+    if inner.stage != "pil" or inner.tensor_ops:
+        raise ValueError("ferry runs RandomApply / RandomChoice / RandomOrder of image transforms only, not of "
+                         "tensor conversions")
+    return inner.ops
+
+
+def _children(t):
+    """The transforms a container holds, or None."""
+    for attr in ("transforms", "transform"):
+        inner = getattr(t, attr, None)
+        if inner is None or inner is t:
+            continue
+        if isinstance(inner, (list, tuple, torch.nn.ModuleList)):
+            return list(inner)
+        if callable(inner):
+            return [inner]
+    return None
+
+
+def _translate_one(t, state):
+    name = _name(t)
+    if _is_timm(t):
+        return _translate_timm(t, name, state)
+    # -- containers
+    if name == "Compose" or (name not in _TORCHVISION and _children(t) is not None and not _is_transform_class(t)):
+        for inner in _children(t) or []:
+            _translate_one(inner, state)
+        return
+    handler = _TORCHVISION.get(name)
+    if handler is None:
+        raise ValueError(
+            "ferry cannot run %s (%s): it is not a transform Ferry knows, nor an object whose .transforms or "
+            ".transform it can see through. Use the torchvision/timm transforms the README's table lists, or give "
+            "ferry.DataLoader pipeline= (a Ferry spec) for this dataset" % (name, _module(t) or "?"))
+    handler(t, state)
+
+
+def _is_transform_class(t):
+    return _module(t).startswith("torchvision.transforms")
+
+
+# -- torchvision ------------------------------------------------------------------------
+
+def _rrc(t, s):
+    _image_op(s, {"op": "random_resized_crop", "size": _size(t.size, "RandomResizedCrop"),
+                  "scale": [float(x) for x in t.scale], "ratio": [float(x) for x in t.ratio],
+                  "interpolation": _interp(t.interpolation, "RandomResizedCrop")}, "RandomResizedCrop")
+
+
+def _resize(t, s):
+    op = {"op": "resize", "size": _size(t.size, "Resize"), "interpolation": _interp(t.interpolation, "Resize")}
+    if getattr(t, "max_size", None) is not None:
+        op["max_size"] = int(t.max_size)
+    _image_op(s, op, "Resize")
+
+
+def _center_crop(t, s):
+    _image_op(s, {"op": "center_crop", "size": _size(t.size, "CenterCrop")}, "CenterCrop")
+
+
+def _padding(padding):
+    if padding is None:
+        return 0
+    if isinstance(padding, numbers.Number):
+        return int(padding)
+    return [int(x) for x in padding]
+
+
+def _random_crop(t, s):
+    _image_op(s, {"op": "random_crop", "size": _size(t.size, "RandomCrop"), "padding": _padding(t.padding),
+                  "pad_if_needed": bool(t.pad_if_needed), "fill": _fill(t.fill, "RandomCrop"),
+                  "padding_mode": t.padding_mode}, "RandomCrop")
+
+
+def _pad(t, s):
+    _image_op(s, {"op": "pad", "padding": _padding(t.padding), "fill": _fill(t.fill, "Pad"),
+                  "padding_mode": t.padding_mode}, "Pad")
+
+
+def _flip(kind):
+    def handler(t, s):
+        op = {"op": kind, "p": float(t.p)}
+        if s.stage == "float":
+            s.ops.append(op)  # a flip commutes with ToTensor and Normalize: run it on the image
+        else:
+            _image_op(s, op, kind)
+    return handler
+
+
+def _rotation(t, s):
+    _image_op(s, {"op": "random_rotation", "degrees": [float(x) for x in t.degrees],
+                  "interpolation": _interp(t.interpolation, "RandomRotation"), "expand": bool(t.expand),
+                  "center": None if t.center is None else [float(x) for x in t.center],
+                  "fill": _fill(t.fill, "RandomRotation")}, "RandomRotation")
+
+
+def _affine(t, s):
+    op = {"op": "random_affine", "degrees": [float(x) for x in t.degrees],
+          "interpolation": _interp(t.interpolation, "RandomAffine"), "fill": _fill(t.fill, "RandomAffine"),
+          "center": None if t.center is None else [float(x) for x in t.center]}
+    if t.translate is not None:
+        op["translate"] = [float(x) for x in t.translate]
+    if t.scale is not None:
+        op["scale"] = [float(x) for x in t.scale]
+    if t.shear is not None:
+        op["shear"] = [float(x) for x in t.shear]
+    _image_op(s, op, "RandomAffine")
+
+
+def _perspective(t, s):
+    _image_op(s, {"op": "random_perspective", "distortion_scale": float(t.distortion_scale), "p": float(t.p),
+                  "interpolation": _interp(t.interpolation, "RandomPerspective"),
+                  "fill": _fill(t.fill, "RandomPerspective")}, "RandomPerspective")
+
+
+def _jitter_range(value, centre):
+    """ColorJitter keeps (lo, hi) or None."""
+    if value is None:
+        return [centre, centre]
+    if isinstance(value, numbers.Number):
+        v = float(value)
+        return [max(0.0, centre - v), centre + v] if centre == 1.0 else [-v, v]
+    return [float(value[0]), float(value[1])]
+
+
+def _color_jitter(t, s):
+    _image_op(s, {"op": "color_jitter", "brightness": _jitter_range(t.brightness, 1.0),
+                  "contrast": _jitter_range(t.contrast, 1.0), "saturation": _jitter_range(t.saturation, 1.0),
+                  "hue": _jitter_range(t.hue, 0.0)}, "ColorJitter")
+
+
+def _grayscale(t, s):
+    _image_op(s, {"op": "grayscale", "num_output_channels": int(t.num_output_channels)}, "Grayscale")
+
+
+def _random_grayscale(t, s):
+    _image_op(s, {"op": "random_grayscale", "p": float(t.p)}, "RandomGrayscale")
+
+
+def _gaussian_blur(t, s):
+    k = t.kernel_size
+    k = [int(k), int(k)] if isinstance(k, numbers.Number) else [int(x) for x in k]
+    _image_op(s, {"op": "gaussian_blur", "kernel_size": k, "sigma": [float(x) for x in t.sigma]}, "GaussianBlur")
+
+
+def _simple(op, *params):
+    def handler(t, s):
+        d = {"op": op}
+        for name, attr, cast in params:
+            d[name] = cast(getattr(t, attr))
+        _image_op(s, d, _name(t))
+    return handler
+
+
+def _rand_augment(t, s):
+    _image_op(s, {"op": "rand_augment", "num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
+                  "num_magnitude_bins": int(t.num_magnitude_bins),
+                  "interpolation": _interp(t.interpolation, "RandAugment"), "fill": _fill(t.fill, "RandAugment")},
+              "RandAugment")
+
+
+def _trivial(t, s):
+    _image_op(s, {"op": "trivial_augment_wide", "num_magnitude_bins": int(t.num_magnitude_bins),
+                  "interpolation": _interp(t.interpolation, "TrivialAugmentWide"),
+                  "fill": _fill(t.fill, "TrivialAugmentWide")}, "TrivialAugmentWide")
+
+
+def _auto_augment(t, s):
+    policy = getattr(t.policy, "value", t.policy)
+    _image_op(s, {"op": "auto_augment", "policy": str(policy),
+                  "interpolation": _interp(t.interpolation, "AutoAugment"), "fill": _fill(t.fill, "AutoAugment")},
+              "AutoAugment")
+
+
+def _augmix(t, s):
+    _image_op(s, {"op": "augmix", "severity": int(t.severity), "mixture_width": int(t.mixture_width),
+                  "chain_depth": int(t.chain_depth), "alpha": float(t.alpha), "all_ops": bool(t.all_ops),
+                  "interpolation": _interp(t.interpolation, "AugMix"), "fill": _fill(t.fill, "AugMix")}, "AugMix")
+
+
+def _random_apply(t, s):
+    _image_op(s, {"op": "random_apply", "p": float(t.p), "ops": _translate_list(t.transforms)}, "RandomApply")
+
+
+def _random_choice(t, s):
+    op = {"op": "random_choice", "ops": _translate_list(t.transforms)}
+    if getattr(t, "p", None) is not None:
+        op["p"] = [float(x) for x in t.p]
+    _image_op(s, op, "RandomChoice")
+
+
+def _random_order(t, s):
+    _image_op(s, {"op": "random_order", "ops": _translate_list(t.transforms)}, "RandomOrder")
+
+
+def _to_tensor(t, s):
+    if s.stage == "float":
+        raise ValueError("ferry: ToTensor after the image is already a float tensor")
+    s.stage = "float"
+
+
+def _pil_to_tensor(t, s):
+    if s.stage != "pil":
+        raise ValueError("ferry: %s after the image is already a tensor" % _name(t))
+    s.stage = "uint8"
+
+
+def _to_float(t, s):
+    """ConvertImageDtype(float32) / v2.ToDtype(float32, scale=True) after a uint8 tensor."""
+    dtype = getattr(t, "dtype", None)
+    if isinstance(dtype, dict):  # v2: {type: dtype}
+        dtype = next((v for v in dtype.values() if v is not None), None)
+    if dtype != torch.float32:
+        raise ValueError("ferry runs %s to torch.float32 only, not %s" % (_name(t), dtype))
+    if _name(t) == "ToDtype" and not getattr(t, "scale", False):
+        raise ValueError("ferry runs ToDtype(torch.float32, scale=True) (values in [0, 1]), not scale=False")
+    if s.stage == "pil":
+        raise ValueError("ferry: %s before the image is a tensor (PILToTensor / ToImage first)" % _name(t))
+    s.stage = "float"
+
+
+def _normalize(t, s):
+    if s.stage != "float":
+        raise ValueError("Normalize must follow ToTensor (or PILToTensor + ConvertImageDtype(float32), or ToImage + "
+                         "ToDtype(float32, scale=True))")
+    if s.normalized:
+        raise ValueError("ferry runs one Normalize")
+    mean, std = [float(x) for x in t.mean], [float(x) for x in t.std]
+    if len(mean) not in (1, 3) or len(std) not in (1, 3):
+        raise ValueError("ferry runs Normalize with 1 or 3 means and stds, not %r / %r" % (t.mean, t.std))
+    s.tensor_ops.append({"op": "normalize", "mean": mean, "std": std})
+    s.normalized = True
+
+
+def _random_erasing(t, s):
+    if s.stage != "float":
+        raise ValueError("ferry runs RandomErasing on float tensors: put it after ToTensor / Normalize, as "
+                         "torchvision requires")
+    value = t.value
+    if isinstance(value, str):
+        if value != "random":
+            raise ValueError("ferry cannot run RandomErasing with value=%r" % value)
+    elif isinstance(value, numbers.Number):
+        value = float(value)
+    else:
+        value = [float(v) for v in value]
+    s.tensor_ops.append({"op": "random_erasing", "p": float(t.p), "scale": [float(x) for x in t.scale],
+                         "ratio": [float(x) for x in t.ratio], "value": value})
+
+
+def _identity(t, s):
+    pass
+
+
+def _lambda(t, s):
+    raise ValueError("ferry cannot run a Lambda transform (%s): its Python code runs on the trainer only; express "
+                     "it with Ferry's ops (pipeline=) or drop it" % getattr(t.lambd, "__name__", "lambda"))
+
+
+_TORCHVISION = {
+    "RandomResizedCrop": _rrc, "Resize": _resize, "CenterCrop": _center_crop, "RandomCrop": _random_crop,
+    "Pad": _pad, "RandomHorizontalFlip": _flip("hflip"), "RandomVerticalFlip": _flip("vflip"),
+    "RandomRotation": _rotation, "RandomAffine": _affine, "RandomPerspective": _perspective,
+    "ColorJitter": _color_jitter, "Grayscale": _grayscale, "RandomGrayscale": _random_grayscale,
+    "GaussianBlur": _gaussian_blur,
+    "RandomSolarize": _simple("random_solarize", ("threshold", "threshold", float), ("p", "p", float)),
+    "RandomPosterize": _simple("random_posterize", ("bits", "bits", int), ("p", "p", float)),
+    "RandomEqualize": _simple("random_equalize", ("p", "p", float)),
+    "RandomAutocontrast": _simple("random_autocontrast", ("p", "p", float)),
+    "RandomAdjustSharpness": _simple("random_adjust_sharpness", ("sharpness_factor", "sharpness_factor", float),
+                                     ("p", "p", float)),
+    "RandomInvert": _simple("random_invert", ("p", "p", float)),
+    "RandAugment": _rand_augment, "TrivialAugmentWide": _trivial, "AutoAugment": _auto_augment, "AugMix": _augmix,
+    "RandomApply": _random_apply, "RandomChoice": _random_choice, "RandomOrder": _random_order,
+    "ToTensor": _to_tensor, "PILToTensor": _pil_to_tensor, "ToImage": _pil_to_tensor,
+    "ToImageTensor": _pil_to_tensor, "ConvertImageDtype": _to_float, "ToDtype": _to_float,
+    "Normalize": _normalize, "RandomErasing": _random_erasing, "Identity": _identity, "Lambda": _lambda,
+}
+
+
+# -- timm -------------------------------------------------------------------------------
+
+def _timm_interp(value, what):
+    if isinstance(value, (list, tuple)):
+        names = sorted({_interp(v, what) for v in value})
+        if names == ["bicubic", "bilinear"]:
+            return "random"
+        raise ValueError("ferry cannot run %s choosing among %r" % (what, value))
+    return _interp(value, what)
+
+
+def _timm_hparams(op, first):
+    """The hparams timm's AugmentOps carry, from the first one."""
+    hp = dict(first.hparams)
+    kwargs = first.kwargs
+    fill = kwargs.get("fillcolor", (128, 128, 128))
+    op["fill"] = list(fill) if isinstance(fill, (list, tuple)) else fill
+    op["interpolation"] = _timm_interp(kwargs.get("resample", 3), "timm's augmentation")
+    op["translate_const"] = float(hp.get("translate_const", 250))
+    op["translate_pct"] = float(hp.get("translate_pct", 0.45))
+    mstd = float(hp.get("magnitude_std", 0))
+    op["magnitude_std"] = "inf" if math.isinf(mstd) else mstd
+    op["magnitude_max"] = float(hp.get("magnitude_max") or 10)
+    return op
+
+
+def _translate_timm(t, name, s):
+    if name == "RandomResizedCropAndInterpolation":
+        _image_op(s, {"op": "random_resized_crop", "size": _size(t.size, name), "scale": [float(x) for x in t.scale],
+                      "ratio": [float(x) for x in t.ratio], "interpolation": _timm_interp(t.interpolation, name)},
+                  name)
+    elif name == "RandAugment":
+        ops = list(t.ops)
+        if not ops:
+            raise ValueError("timm RandAugment with no ops")
+        if len({(o.prob, o.magnitude) for o in ops}) != 1:
+            raise ValueError("ferry runs timm's RandAugment with one prob and magnitude for all its ops")
+        op = {"op": "timm_rand_augment", "ops": [o.name for o in ops], "num_layers": int(t.num_layers),
+              "prob": float(ops[0].prob), "magnitude": float(ops[0].magnitude)}
+        if t.choice_weights is not None:
+            op["weights"] = [float(w) for w in t.choice_weights]
+        _image_op(s, _timm_hparams(op, ops[0]), name)
+    elif name == "AugMixAugment":
+        if t.blended:
+            raise ValueError("ferry cannot run timm's blended AugMix ('b1'); use the default (basic) mode")
+        ops = list(t.ops)
+        op = {"op": "timm_augmix", "ops": [o.name for o in ops], "magnitude": float(ops[0].magnitude),
+              "width": int(t.width), "depth": int(t.depth), "alpha": float(t.alpha)}
+        _image_op(s, _timm_hparams(op, ops[0]), name)
+    elif name in ("MaybeToTensor", "ToTensor"):
+        _to_tensor(t, s)
+    elif name in ("MaybePILToTensor", "PILToTensor"):
+        _pil_to_tensor(t, s)
+    elif name == "RandomErasing":
+        if getattr(t, "per_pixel", False):
+            value = "random"
+        elif getattr(t, "rand_color", False):
+            value = "random_channel"
+        else:
+            value = 0.0
+        lo, hi = (math.exp(x) for x in t.log_aspect_ratio)
+        if t.min_count != 1:
+            raise ValueError("ferry runs timm's RandomErasing with min_count=1 (the count drawn in [1, max_count])")
+        if s.stage != "float":
+            raise ValueError("ferry runs RandomErasing on float tensors: put it after ToTensor / Normalize")
+        s.tensor_ops.append({"op": "random_erasing", "p": float(t.probability),
+                             "scale": [float(t.min_area), float(t.max_area)], "ratio": [lo, hi], "value": value,
+                             "max_count": int(t.max_count)})
+    else:
+        raise ValueError("ferry cannot run timm's %s: the README's table lists the timm transforms Ferry runs"
+                         % name)
+
+
+# -- the whole transform ----------------------------------------------------------------
+
+def translate(transform):
+    """(spec dict, chw_uint8): the Ferry pipeline spec that does what `transform` does,
+    and whether its output is a uint8 CHW tensor (PILToTensor/ToImage without a float
+    conversion; Ferry yields uint8 NHWC rows, viewed as CHW). ValueError names what
+    cannot be honoured."""
+    s = _State()
+    _translate_one(transform, s)
+    if s.stage == "pil":
+        raise ValueError("the transform must end in ToTensor or PILToTensor (or v2's ToImage): ferry yields tensors")
+    if not s.ops:
+        raise ValueError("ferry needs a crop or a fixed-size resize in the transform (RandomResizedCrop, "
+                         "CenterCrop, RandomCrop, Resize((h, w))): a batch holds images of one size")
+    if s.stage == "float":
+        # Without Normalize, ToTensor's x / 255 is the normalize op with mean 0 and std 1.
+        ops = s.ops + (s.tensor_ops if s.normalized else
+                       [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
+        return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False
+    return {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
+
+
+def pipeline_from_transform(transform):
+    """The Ferry pipeline spec (a dict) that does what a torchvision or timm transform does."""
+    return translate(transform)[0]
