@@ -427,12 +427,27 @@ class PyPipeline {
     return out;
   }
 
+  // The random parameters the ops draw for one sample, [(name, value)] in draw order
+  // (lib/ops/record.h), and the status of processing it.
+  py::tuple Draws(py::bytes encoded, uint64_t seed, uint64_t epoch, int64_t index) const {
+    std::string data = encoded;
+    std::vector<uint8_t> out(p_->sample_bytes());
+    DrawLog log;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      ScopedDrawLog scope(&log);
+      st = p_->Process(data, seed, epoch, index, out.data());
+    }
+    return py::make_tuple(log.draws, st.ok() ? std::string() : st.ToString());
+  }
+
   // The trainer's share: uint8 NHWC rows (of the image spec) -> (float32 NCHW, targets
   // or None): normalize, the tensor ops of each valid row, the batch ops. The GIL is
   // released while it runs.
   py::tuple Finish(py::array_t<uint8_t, py::array::c_style> images, py::array_t<int64_t, py::array::c_style> indices,
                    py::array_t<int64_t, py::array::c_style> labels, int64_t valid, uint64_t seed, uint64_t epoch,
-                   int64_t batch_in_epoch) const {
+                   int64_t batch_in_epoch, bool record) const {
     const auto s = p_->output_shape();
     if (images.ndim() != 4 || images.shape(1) != s.height || images.shape(2) != s.width || images.shape(3) != s.channels)
       throw py::value_error("finish wants uint8 N x H x W x C rows of the pipeline's image spec");
@@ -451,11 +466,14 @@ class PyPipeline {
     const int64_t* idx = indices.data();
     const int64_t* lab = labels.data();
     float* o = out.mutable_data();
+    DrawLog log;
     {
       py::gil_scoped_release release;
+      ScopedDrawLog scope(record ? &log : nullptr);
       p_->FinishOnTrainer(in, rows, valid, idx, lab, seed, epoch, Pipeline::BatchKey(batch_in_epoch, idx, valid), o,
                           t);
     }
+    if (record) return py::make_tuple(out, targets, log.draws);
     return py::make_tuple(out, targets);
   }
 
@@ -532,8 +550,11 @@ PYBIND11_MODULE(_ferry, m) {
       .def_property_readonly("steps", &PyPipeline::Steps)
       .def("process", &PyPipeline::Process, py::arg("encoded"), py::arg("seed") = 0, py::arg("epoch") = 0,
            py::arg("index") = 0)
+      .def("draws", &PyPipeline::Draws, py::arg("encoded"), py::arg("seed") = 0, py::arg("epoch") = 0,
+           py::arg("index") = 0, "([(parameter, value)] the ops drew, error or '') for one sample")
       .def("finish", &PyPipeline::Finish, py::arg("images"), py::arg("indices"), py::arg("labels"), py::arg("valid"),
-           py::arg("seed"), py::arg("epoch"), py::arg("batch_in_epoch"));
+           py::arg("seed"), py::arg("epoch"), py::arg("batch_in_epoch"), py::arg("record") = false,
+           "(float32 images, targets[, draws when record]) of a uint8 batch");
   m.def("registered_ops", &Ops, "the names of every op a pipeline may use");
   m.def("normalize_nhwc", &NormalizeNHWC, py::arg("images"), py::arg("mean"), py::arg("std"),
         "uint8 NHWC -> float32 NCHW (x/255 - mean)/std, as a worker's float32 output");

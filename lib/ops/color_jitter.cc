@@ -36,6 +36,12 @@ class ColorJitter final : public Op {
     f.contrast = float(draw(c_, 1.0));
     f.saturation = float(draw(s_, 1.0));
     const double hue_factor = draw(h_, 0.0);
+    static const char* kOrder[4] = {"order0", "order1", "order2", "order3"};
+    for (int k = 0; k < n; ++k) RecordDraw(kOrder[k], order[k]);
+    if (On(b_, 1.0)) RecordDraw("brightness", f.brightness);
+    if (On(c_, 1.0)) RecordDraw("contrast", f.contrast);
+    if (On(s_, 1.0)) RecordDraw("saturation", f.saturation);
+    if (hue) RecordDraw("hue", hue_factor);
     const int pixels = img.rows * img.cols, channels = img.channels();
     cv::Mat dense = img.isContinuous() ? img : img.clone();
     for (int k = 0; k < n; ++k) {

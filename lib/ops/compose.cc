@@ -49,7 +49,9 @@ class RandomApply final : public Op {
   bool CommutesWithHFlip() const override { return AllCommute(ops_); }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     // torchvision: `if self.p < torch.rand(1): return img`.
-    if (p_ < rng.Uniform()) return Status::OK();
+    const bool applied = !(p_ < rng.Uniform());
+    RecordDraw("applied", applied);
+    if (!applied) return Status::OK();
     return ApplyAll(ops_, img, rng);
   }
 
@@ -80,6 +82,7 @@ class RandomChoice final : public Op {
     const double u = rng.Uniform() * cumulative_.back();
     size_t k = 0;
     while (k + 1 < cumulative_.size() && u >= cumulative_[k]) ++k;
+    RecordDraw("choice", double(k));
     return ops_[k]->Apply(img, rng);
   }
 
@@ -104,6 +107,7 @@ class RandomOrder final : public Op {
     std::vector<size_t> order(ops_.size());
     std::iota(order.begin(), order.end(), size_t{0});
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);  // random.shuffle
+    for (size_t k : order) RecordDraw("order", double(k));
     for (size_t k : order) FERRY_RETURN_IF_ERROR(ops_[k]->Apply(img, rng));
     return Status::OK();
   }

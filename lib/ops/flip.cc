@@ -13,14 +13,20 @@ namespace {
 class HFlip final : public Op {
  public:
   explicit HFlip(double p) : p_(p) {}
-  std::optional<bool> DrawsHFlip(SampleRng& rng) const override { return rng.Bernoulli(p_); }
+  bool IsHFlip() const override { return true; }
+  std::optional<bool> DrawsHFlip(SampleRng& rng) const override { return Draw(rng); }
   bool CommutesWithHFlip() const override { return true; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (rng.Bernoulli(p_)) kernels::HFlipInPlace(img);
+    if (Draw(rng)) kernels::HFlipInPlace(img);
     return Status::OK();
   }
 
  private:
+  bool Draw(SampleRng& rng) const {
+    const bool flip = rng.Bernoulli(p_);
+    RecordDraw("flipped", flip);
+    return flip;
+  }
   const double p_;
 };
 
@@ -29,7 +35,9 @@ class VFlip final : public Op {
   explicit VFlip(double p) : p_(p) {}
   bool CommutesWithHFlip() const override { return true; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (rng.Bernoulli(p_)) {
+    const bool flip = rng.Bernoulli(p_);
+    RecordDraw("flipped", flip);
+    if (flip) {
       cv::Mat out;
       cv::flip(img, out, 0);
       img = out;

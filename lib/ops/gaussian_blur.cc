@@ -13,6 +13,7 @@ class GaussianBlur final : public Op {
   bool CommutesWithHFlip() const override { return true; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     const double s = rng.Uniform(sigma_.first, sigma_.second);
+    RecordDraw("sigma", s);
     if (!img.isContinuous()) img = img.clone();
     kernels::GaussianBlur(img, kx_, ky_, s, s);
     return Status::OK();

@@ -13,11 +13,14 @@ void Resample(const cv::Mat& src, cv::Mat& dst, int interp) {
     src.copyTo(dst);
     return;
   }
-  switch (interp) {
-    case kNearest: kernels::PilResize(src, dst, kernels::Interp::kNearest); return;
-    case kBicubic: kernels::PilResize(src, dst, kernels::Interp::kBicubic); return;
-    default: break;
-  }
+  kernels::PilResize(src, dst,
+                     interp == kNearest   ? kernels::Interp::kNearest
+                     : interp == kBicubic ? kernels::Interp::kBicubic
+                                          : kernels::Interp::kBilinear);
+}
+
+void ResampleFused(const cv::Mat& src, cv::Mat& dst, int interp) {
+  if (interp != kBilinear || (src.cols == dst.cols && src.rows == dst.rows)) return Resample(src, dst, interp);
   const bool near = src.cols <= 3 * dst.cols && src.rows <= 3 * dst.rows;
   cv::resize(src, dst, dst.size(), 0, 0, near ? cv::INTER_LINEAR : cv::INTER_AREA);
 }

@@ -23,14 +23,17 @@ inline int PyRound(double v) { return int(std::nearbyint(v)); }
 enum InterpMode : int { kNearest = 0, kBilinear = 1, kBicubic = 2 };
 
 // Resamples `src` to dst's size (dst allocated by the caller, src's type; may be a
-// view into a batch row) as torchvision does on PIL images:
-//   nearest, bicubic   Pillow's own arithmetic (kernels::PilResize), bit for bit;
-//   bilinear           OpenCV's fixed-point bilinear up to a 3x reduction (the fused
-//                      decode keeps windows within it), area averaging beyond: within
-//                      about 2 levels of Pillow's antialiased bilinear and several
-//                      times faster. (The original pipeline's pixels.)
-// A same-size resample is a copy, as torchvision returns the image unchanged.
+// view into a batch row) as torchvision's Resize does on PIL images: Pillow's own
+// arithmetic for nearest, bilinear and bicubic (kernels::PilResize), bit for bit. A
+// same-size resample is a copy, as torchvision returns the image unchanged.
 void Resample(const cv::Mat& src, cv::Mat& dst, int interp);
+
+// The fused decode's resample (a crop plan's window, already DCT-scaled to within 2x
+// of the output): bilinear is OpenCV's fixed-point bilinear up to a 3x reduction and
+// area averaging beyond (within about 2 levels of Pillow's antialiased bilinear and
+// several times faster: the original pipeline's pixels); nearest and bicubic are
+// Pillow's.
+void ResampleFused(const cv::Mat& src, cv::Mat& dst, int interp);
 
 // torchvision.transforms.RandomResizedCrop.get_params on a W x H image: up to 10
 // draws of (area fraction, log aspect ratio), then the central fallback. Rounding is

@@ -17,7 +17,11 @@ class Grayscale final : public Op {
   bool CommutesWithHFlip() const override { return true; }
 
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (random_ && !rng.Bernoulli(p_)) return Status::OK();
+    if (random_) {
+      const bool applied = rng.Bernoulli(p_);
+      RecordDraw("applied", applied);
+      if (!applied) return Status::OK();
+    }
     kernels::Grayscale(img, random_ ? img.channels() : channels_);
     return Status::OK();
   }

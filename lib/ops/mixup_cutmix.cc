@@ -106,6 +106,9 @@ class MixupCutmix final : public Op {
         }
       }
     }
+    RecordDraw("cutmix", cutmix);
+    RecordDraw("mixed", mix);
+    RecordDraw("lam", lam);
     if (b.targets == nullptr) return;
     std::memset(b.targets, 0, sizeof(float) * size_t(b.rows) * K);
     const float off = float(p_.smoothing / K), on = float(1.0 - p_.smoothing + p_.smoothing / K);

@@ -43,6 +43,7 @@
 #include "core/philox.h"
 #include "ferry/status.h"
 #include "ops/args.h"
+#include "ops/record.h"
 
 namespace ferry {
 
@@ -95,6 +96,7 @@ class Op {
   // carried past it and fused into the final write.
   virtual bool CommutesWithHFlip() const { return false; }
   // hflip: draws whether this sample is mirrored (the flip is carried, see above).
+  virtual bool IsHFlip() const { return false; }
   virtual std::optional<bool> DrawsHFlip(SampleRng& rng) const { return std::nullopt; }
 
   // Crop-like geometry: the plan for a W x H input, drawing from `rng` exactly what

@@ -221,10 +221,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         if (std::optional<bool> f = ops_[size_t(i)]->DrawsHFlip(r)) flip ^= *f;
       }
       bool others = false;  // image ops other than flips follow the plan
-      for (int i = int(consumed); i < first_tensor_op_; ++i) {
-        SampleRng r = Rng(size_t(i), seed, epoch, index);
-        others = others || !ops_[size_t(i)]->DrawsHFlip(r).has_value();
-      }
+      for (int i = int(consumed); i < first_tensor_op_; ++i) others = others || !ops_[size_t(i)]->IsHFlip();
       cv::Mat img;
       if (to_uint8 && out_.channels == region.channels() && plan->out_w == out_.width && plan->out_h == out_.height) {
         // Straight into the batch row; a flip is fused into the resample when nothing
@@ -234,7 +231,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         if (plan->interp == kBilinear && near) {
           kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, flip && !others, img.data);
         } else {
-          Resample(region, img, plan->interp);
+          ResampleFused(region, img, plan->interp);
           if (flip && !others) kernels::HFlipInPlace(img);
         }
         if (!others) flip = false;
@@ -242,13 +239,13 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         scratch.resized.create(plan->out_h, plan->out_w, type);
         img = scratch.resized;
         if (plan->interp == kBilinear && near) kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, false, img.data);
-        else Resample(region, img, plan->interp);
+        else ResampleFused(region, img, plan->interp);
       }
       if (times != nullptr) times->ns[consumed] += MonoNs() - t2;  // the plan's last op
       for (int i = int(consumed); i < first_tensor_op_; ++i) {
         const Op& op = *ops_[size_t(i)];
         SampleRng r = Rng(size_t(i), seed, epoch, index);
-        if (op.DrawsHFlip(r)) continue;  // drawn above
+        if (op.IsHFlip()) continue;  // drawn above
         const int64_t s = times != nullptr ? MonoNs() : 0;
         FERRY_RETURN_IF_ERROR(op.Apply(img, r));
         if (times != nullptr) times->ns[size_t(i) + 1] += MonoNs() - s;
@@ -262,7 +259,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
     scratch.resized.create(plan->out_h, plan->out_w, type);
     cv::Mat img = scratch.resized;
     if (plan->interp == kBilinear && near) kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, false, img.data);
-    else Resample(region, img, plan->interp);
+    else ResampleFused(region, img, plan->interp);
     if (times != nullptr) times->ns[consumed] += MonoNs() - t2;
     return RunImageOps(img, consumed, false, seed, epoch, index, out, times);
   } catch (const cv::Exception& e) {

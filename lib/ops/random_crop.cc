@@ -42,6 +42,8 @@ class RandomCrop final : public Op {
     if (width == w_ && height == h_) return {0, 0, w_, h_};
     const int i = int(rng.Below(uint64_t(height - h_ + 1)));
     const int j = int(rng.Below(uint64_t(width - w_ + 1)));
+    RecordDraw("i", i);
+    RecordDraw("j", j);
     return {j, i, w_, h_};
   }
 

@@ -49,7 +49,9 @@ class RandomErasing final : public Op {
   Stage stage() const override { return Stage::kTensor; }
 
   void ApplyTensor(float* chw, const Shape& s, SampleRng& rng) const override {
-    if (!rng.Bernoulli(p_)) return;
+    const bool applied = rng.Bernoulli(p_);
+    RecordDraw("applied", applied);
+    if (!applied) return;
     const int count = max_count_ <= 1 ? 1 : 1 + int(rng.Below(uint64_t(max_count_)));
     const double area = double(s.height) * s.width;
     const double log_lo = std::log(ratio_.first), log_hi = std::log(ratio_.second);
@@ -72,6 +74,10 @@ class RandomErasing final : public Op {
         }
         const int top = int(rng.Below(uint64_t(s.height - h + 1)));
         const int left = int(rng.Below(uint64_t(s.width - w + 1)));
+        RecordDraw("i", top);
+        RecordDraw("j", left);
+        RecordDraw("h", h);
+        RecordDraw("w", w);
         for (int c = 0; c < s.channels; ++c) {
           for (int y = 0; y < h; ++y) {
             float* row = chw + c * plane + size_t(top + y) * s.width + left;

@@ -20,7 +20,9 @@ class RandomPixelOp final : public Op {
   RandomPixelOp(double p, Kernel k) : p_(p), kernel_(std::move(k)) {}
   bool CommutesWithHFlip() const override { return true; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (!rng.Bernoulli(p_)) return Status::OK();
+    const bool applied = rng.Bernoulli(p_);
+    RecordDraw("applied", applied);
+    if (!applied) return Status::OK();
     kernel_(img);
     return Status::OK();
   }

@@ -17,12 +17,12 @@ class RandomResizedCrop final : public Op {
   Result<Shape> OutputShape(const Shape& in) const override { return Shape{h_, w_, in.channels}; }
 
   std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
-    const cv::Rect box = RandomResizedCropBox(width, height, scale_, ratio_, rng);
+    const cv::Rect box = Box(width, height, rng);
     return CropPlan{box, w_, h_, Interp(rng), antialias_};
   }
 
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    const cv::Rect box = RandomResizedCropBox(img.cols, img.rows, scale_, ratio_, rng);
+    const cv::Rect box = Box(img.cols, img.rows, rng);
     cv::Mat out(h_, w_, img.type());
     Resample(img(box), out, Interp(rng));
     img = out;
@@ -30,7 +30,21 @@ class RandomResizedCrop final : public Op {
   }
 
  private:
-  int Interp(SampleRng& rng) const { return interp_ >= 0 ? interp_ : (rng.Below(2) == 0 ? kBilinear : kBicubic); }
+  // get_params' (i, j, h, w), recorded as it returns them.
+  cv::Rect Box(int width, int height, SampleRng& rng) const {
+    const cv::Rect box = RandomResizedCropBox(width, height, scale_, ratio_, rng);
+    RecordDraw("i", box.y);
+    RecordDraw("j", box.x);
+    RecordDraw("h", box.height);
+    RecordDraw("w", box.width);
+    return box;
+  }
+  int Interp(SampleRng& rng) const {
+    if (interp_ >= 0) return interp_;
+    const int mode = rng.Below(2) == 0 ? kBilinear : kBicubic;
+    RecordDraw("bicubic", mode == kBicubic);
+    return mode;
+  }
 
   const int h_, w_;
   const std::pair<double, double> scale_, ratio_;

@@ -4,6 +4,8 @@
 // center), on Pillow's AFFINE transform with torchvision's inverse matrix.
 // random_perspective: RandomPerspective(distortion_scale, p, interpolation, fill).
 // Parameters are drawn as torchvision's get_params draws them.
+// affine and perspective: the functional F.affine(angle, translate, scale, shear) and
+// F.perspective(startpoints, endpoints) with fixed parameters.
 #include <cmath>
 
 #include "ops/geometry.h"
@@ -46,11 +48,18 @@ class RandomRotation final : public Op {
       : degrees_(degrees), interp_(interp), expand_(expand), center_(c), fill_(fill) {}
 
   Result<Shape> OutputShape(const Shape& in) const override {
-    return expand_ ? Shape{-1, -1, in.channels} : in;  // expand: the rotated box's size varies
+    if (!expand_) return in;
+    if (degrees_.first != degrees_.second || !in.fixed()) return Shape{-1, -1, in.channels};  // it varies
+    // A fixed angle of a fixed size: Pillow's expanded box, by the kernel itself.
+    const cv::Mat probe(in.height, in.width, CV_8UC1, cv::Scalar(0));
+    const cv::Mat r = kernels::PilRotate(probe, degrees_.first, kernels::Interp::kNearest, true,
+                                         center_ ? center_->data() : nullptr, nullptr);
+    return Shape{r.rows, r.cols, in.channels};
   }
 
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     const double angle = rng.Uniform(degrees_.first, degrees_.second);
+    RecordDraw("angle", angle);
     img = kernels::PilRotate(img, angle, ToKernelInterp(interp_), expand_, center_ ? center_->data() : nullptr,
                              fill_.data());
     return Status::OK();
@@ -70,6 +79,7 @@ class RandomAffine final : public Op {
     std::pair<double, double> degrees;
     std::optional<std::pair<double, double>> translate, scale;
     std::vector<double> shear;  // empty, [x_lo, x_hi] or [x_lo, x_hi, y_lo, y_hi]
+    std::optional<std::array<double, 2>> fixed_translate;  // F.affine's translate (pixels)
     int interp;
     std::array<uint8_t, 3> fill;
     std::optional<std::array<double, 2>> center;
@@ -79,7 +89,10 @@ class RandomAffine final : public Op {
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     const double angle = rng.Uniform(p_.degrees.first, p_.degrees.second);
     double tx = 0, ty = 0;
-    if (p_.translate) {
+    if (p_.fixed_translate) {
+      tx = (*p_.fixed_translate)[0];
+      ty = (*p_.fixed_translate)[1];
+    } else if (p_.translate) {
       const double max_dx = p_.translate->first * img.cols, max_dy = p_.translate->second * img.rows;
       tx = PyRound(rng.Uniform(-max_dx, max_dx));
       ty = PyRound(rng.Uniform(-max_dy, max_dy));
@@ -88,6 +101,12 @@ class RandomAffine final : public Op {
     double sx = 0, sy = 0;
     if (p_.shear.size() >= 2) sx = rng.Uniform(p_.shear[0], p_.shear[1]);
     if (p_.shear.size() == 4) sy = rng.Uniform(p_.shear[2], p_.shear[3]);
+    RecordDraw("angle", angle);
+    RecordDraw("tx", tx);
+    RecordDraw("ty", ty);
+    RecordDraw("scale", scale);
+    RecordDraw("shear_x", sx);
+    RecordDraw("shear_y", sy);
     img = AffinePil(img, angle, tx, ty, scale, sx, sy, p_.interp, p_.fill, p_.center ? p_.center->data() : nullptr);
     return Status::OK();
   }
@@ -102,7 +121,9 @@ class RandomPerspective final : public Op {
       : distortion_(distortion), p_(p), interp_(interp), fill_(fill) {}
 
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (!rng.Bernoulli(p_)) return Status::OK();
+    const bool applied = rng.Bernoulli(p_);
+    RecordDraw("applied", applied);
+    if (!applied) return Status::OK();
     const int w = img.cols, h = img.rows, hw = w / 2, hh = h / 2;
     const int dx = int(distortion_ * hw), dy = int(distortion_ * hh);
     auto randint = [&rng](int lo, int hi) { return double(lo + int(rng.Below(uint64_t(hi - lo)))); };
@@ -110,6 +131,12 @@ class RandomPerspective final : public Op {
     const cv::Point2d tr(randint(w - dx - 1, w), randint(0, dy + 1));
     const cv::Point2d br(randint(w - dx - 1, w), randint(h - dy - 1, h));
     const cv::Point2d bl(randint(0, dx + 1), randint(h - dy - 1, h));
+    const char* names[8] = {"tl_x", "tl_y", "tr_x", "tr_y", "br_x", "br_y", "bl_x", "bl_y"};
+    const cv::Point2d corners[4] = {tl, tr, br, bl};
+    for (int k = 0; k < 4; ++k) {
+      RecordDraw(names[2 * k], corners[k].x);
+      RecordDraw(names[2 * k + 1], corners[k].y);
+    }
     const std::array<cv::Point2d, 4> start = {cv::Point2d(0, 0), cv::Point2d(w - 1, 0), cv::Point2d(w - 1, h - 1),
                                               cv::Point2d(0, h - 1)};
     const std::array<double, 8> c = kernels::PerspectiveCoeffs(start, {tl, tr, br, bl});
@@ -128,9 +155,69 @@ class RandomPerspective final : public Op {
   const std::array<uint8_t, 3> fill_;
 };
 
+class Perspective final : public Op {
+ public:
+  Perspective(std::array<double, 8> coeffs, int interp, std::array<uint8_t, 3> fill)
+      : coeffs_(coeffs), interp_(interp), fill_(fill) {}
+  Status Apply(cv::Mat& img, SampleRng&) const override {
+    cv::Mat out(img.rows, img.cols, img.type());
+    kernels::PilPerspective(img, out, coeffs_.data(), ToKernelInterp(interp_), fill_.data());
+    img = out;
+    return Status::OK();
+  }
+
+ private:
+  const std::array<double, 8> coeffs_;
+  const int interp_;
+  const std::array<uint8_t, 3> fill_;
+};
+
+std::array<cv::Point2d, 4> Corners(OpArgs& a, const char* key) {
+  std::array<cv::Point2d, 4> pts{};
+  const nlohmann::json* j = a.Raw(key);
+  bool ok = j != nullptr && j->is_array() && j->size() == 4;
+  for (size_t k = 0; ok && k < 4; ++k) {
+    const nlohmann::json& p = (*j)[k];
+    ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number();
+    if (ok) pts[k] = {p[0].get<double>(), p[1].get<double>()};
+  }
+  if (!ok) a.Fail(key, "must be four [x, y] points: top-left, top-right, bottom-right, bottom-left");
+  a.Record(key, {{pts[0].x, pts[0].y}, {pts[1].x, pts[1].y}, {pts[2].x, pts[2].y}, {pts[3].x, pts[3].y}});
+  return pts;
+}
+
 }  // namespace
 
 void RegisterWarps() {
+  RegisterOp("affine", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    // F.affine with fixed parameters: random_affine with every range collapsed.
+    RandomAffine::Params p;
+    const double angle = a.Number("angle", 0);
+    p.degrees = {angle, angle};
+    const std::vector<double> t = a.Numbers("translate", {0, 0});
+    const double scale = a.Number("scale", 1);
+    const std::vector<double> shear = a.Numbers("shear", {0, 0});
+    a.Require(t.size() == 2, "translate", "must be [tx, ty] pixels");
+    a.Require(scale > 0, "scale", "must be > 0");
+    a.Require(shear.size() == 1 || shear.size() == 2, "shear", "must be a number or [x, y] degrees");
+    p.fixed_translate = {t.size() == 2 ? t[0] : 0, t.size() == 2 ? t[1] : 0};
+    p.scale = std::pair<double, double>{scale, scale};
+    const double sx = shear.empty() ? 0 : shear[0], sy = shear.size() == 2 ? shear[1] : 0;
+    p.shear = {sx, sx, sy, sy};
+    p.interp = a.Interpolation("interpolation", "nearest");
+    p.fill = a.Fill("fill", 0);
+    p.center = CenterArg(a);
+    return std::unique_ptr<Op>(new RandomAffine(std::move(p)));
+  });
+  RegisterOp("perspective", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
+    const auto start = Corners(a, "startpoints");
+    const auto end = Corners(a, "endpoints");
+    const int interp = a.Interpolation("interpolation", "bilinear");
+    const auto fill = a.Fill("fill", 0);
+    const std::array<double, 8> c = kernels::PerspectiveCoeffs(start, end);
+    for (double v : c) a.Require(std::isfinite(v), "endpoints", "make a degenerate quadrilateral");
+    return std::unique_ptr<Op>(new Perspective(c, interp, fill));
+  });
   RegisterOp("random_rotation", [](OpArgs& a) -> Result<std::unique_ptr<Op>> {
     const double zero = 0;
     a.Require(a.Has("degrees"), "degrees", "is required");

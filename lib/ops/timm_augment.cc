@@ -72,7 +72,11 @@ struct Hparams {
 };
 
 // timm's _randomly_negate: -v when random.random() > 0.5.
-double Negate(double v, SampleRng& rng) { return rng.Uniform() > 0.5 ? -v : v; }
+double Negate(double v, SampleRng& rng) {
+  const bool negated = rng.Uniform() > 0.5;
+  RecordDraw("negated", negated);
+  return negated ? -v : v;
+}
 
 void Enhance(cv::Mat& img, T op, double f) {
   switch (op) {
@@ -85,12 +89,15 @@ void Enhance(cv::Mat& img, T op, double f) {
 
 // timm's AugmentOp.__call__ for op `op`.
 void ApplyTimmOp(cv::Mat& img, T op, const Hparams& h, SampleRng& rng) {
-  if (h.prob < 1.0 && rng.Uniform() > h.prob) return;
+  const bool applied = !(h.prob < 1.0 && rng.Uniform() > h.prob);
+  RecordDraw("applied", applied);
+  if (!applied) return;
   double m = h.magnitude;
   if (h.magnitude_std > 0) {
     m = std::isinf(h.magnitude_std) ? rng.Uniform(0, m) : m + h.magnitude_std * Normal01(rng);
   }
   m = std::max(0.0, std::min(m, h.magnitude_max));
+  RecordDraw("magnitude", m);
   const double level = m / 10.0;
   // _check_args_tf draws the interpolation of a geometric op when it is random.
   auto interp = [&]() { return h.interp >= 0 ? h.interp : (rng.Below(2) == 0 ? 1 : 2); };
@@ -158,6 +165,7 @@ class TimmRandAugment final : public Op {
     std::vector<size_t> picks;
     if (weights_.empty()) {
       for (int k = 0; k < layers_; ++k) picks.push_back(size_t(rng.Below(ops_.size())));
+      for (size_t i : picks) RecordDraw("op", double(i));
     } else {  // numpy choice without replacement, with weights
       std::vector<double> w = weights_;
       for (int k = 0; k < layers_ && k < int(w.size()); ++k) {
@@ -167,6 +175,7 @@ class TimmRandAugment final : public Op {
         size_t i = 0;
         while (i + 1 < w.size() && (w[i] == 0 || u >= w[i])) u -= w[i++];
         picks.push_back(i);
+        RecordDraw("op", double(i));
         w[i] = 0;
       }
     }
@@ -189,6 +198,8 @@ class TimmAugMix final : public Op {
     std::vector<float> ws;
     for (double x : Dirichlet(alpha_, width_, rng)) ws.push_back(float(x));
     const float m = float(Beta(alpha_, alpha_, rng));
+    for (float w : ws) RecordDraw("weight", w);
+    RecordDraw("m", m);
     cv::Mat src = img.isContinuous() ? img : img.clone();
     const size_t n = src.total() * src.channels();
     std::vector<float> mixed(n, 0.f);

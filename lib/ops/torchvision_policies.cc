@@ -79,10 +79,13 @@ class RandAugment final : public Op {
   RandAugment(int num_ops, int magnitude, int bins, int interp, std::array<uint8_t, 3> fill)
       : num_ops_(num_ops), magnitude_(magnitude), bins_(bins), interp_(interp), fill_(fill) {}
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    for (int k = 0; k < num_ops_; ++k) {
-      const P op = kRandSpace[rng.Below(kRandSpace.size())];
+    for (int n = 0; n < num_ops_; ++n) {
+      const uint64_t k = rng.Below(kRandSpace.size());
+      const P op = kRandSpace[k];
       double m = Binned(op) ? Magnitude(Space::kRand, op, bins_, magnitude_, img.rows, img.cols) : 0.0;
       if (Signed(op) && rng.Below(2) == 1) m = -m;
+      RecordDraw("op", double(k));
+      RecordDraw("magnitude", m);
       ApplyTorchvisionOp(img, op, m, interp_, fill_);
     }
     return Status::OK();
@@ -97,10 +100,13 @@ class TrivialAugmentWide final : public Op {
  public:
   TrivialAugmentWide(int bins, int interp, std::array<uint8_t, 3> fill) : bins_(bins), interp_(interp), fill_(fill) {}
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    const P op = kRandSpace[rng.Below(kRandSpace.size())];
+    const uint64_t k = rng.Below(kRandSpace.size());
+    const P op = kRandSpace[k];
     double m = 0;
     if (Binned(op)) m = Magnitude(Space::kWide, op, bins_, int(rng.Below(uint64_t(bins_))), img.rows, img.cols);
     if (Signed(op) && rng.Below(2) == 1) m = -m;
+    RecordDraw("op", double(k));
+    RecordDraw("magnitude", m);
     ApplyTorchvisionOp(img, op, m, interp_, fill_);
     return Status::OK();
   }
@@ -177,7 +183,9 @@ class AutoAugment final : public Op {
       : policy_(policy), interp_(interp), fill_(fill) {}
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
     // get_params: the sub-policy, two probabilities, two signs, all drawn first.
-    const SubPolicy& sp = policy_[rng.Below(policy_.size())];
+    const uint64_t policy = rng.Below(policy_.size());
+    const SubPolicy& sp = policy_[policy];
+    RecordDraw("policy", double(policy));
     const double prob[2] = {double(float(rng.Uniform())), double(float(rng.Uniform()))};
     const uint64_t sign[2] = {rng.Below(2), rng.Below(2)};
     const P ops[2] = {sp.op1, sp.op2};
@@ -188,6 +196,8 @@ class AutoAugment final : public Op {
       // AutoAugment's space is RandAugment's with 10 bins (and Invert).
       double m = bins[i] >= 0 ? Magnitude(Space::kRand, ops[i], 10, bins[i], img.rows, img.cols) : 0.0;
       if (Signed(ops[i]) && sign[i] == 0) m = -m;
+      RecordDraw("op", double(ops[i]));
+      RecordDraw("magnitude", m);
       ApplyTorchvisionOp(img, ops[i], m, interp_, fill_);
     }
     return Status::OK();
@@ -215,6 +225,8 @@ class AugMix final : public Op {
     const float m[2] = {float(md[0]), float(md[1])};
     std::vector<float> w;
     for (double x : Dirichlet(alpha_, width_, rng)) w.push_back(float(x) * m[1]);
+    RecordDraw("m0", m[0]);
+    for (float x : w) RecordDraw("weight", x);
     cv::Mat src = img.isContinuous() ? img : img.clone();
     const size_t n = size_t(H) * W * C;
     std::vector<float> mix(n);
@@ -222,11 +234,15 @@ class AugMix final : public Op {
     for (int k = 0; k < width_; ++k) {
       cv::Mat aug = src.clone();
       const int depth = depth_ > 0 ? depth_ : 1 + int(rng.Below(3));
+      RecordDraw("depth", depth);
       for (int d = 0; d < depth; ++d) {
-        const P op = ops_[rng.Below(ops_.size())];
+        const uint64_t k = rng.Below(ops_.size());
+        const P op = ops_[k];
         double mag = 0;
         if (Binned(op)) mag = Magnitude(Space::kAugMix, op, 10, int(rng.Below(uint64_t(severity_))), H, W);
         if (Signed(op) && rng.Below(2) == 1) mag = -mag;
+        RecordDraw("op", double(k));
+        RecordDraw("magnitude", mag);
         ApplyTorchvisionOp(aug, op, mag, interp_, fill_, /*tensor=*/true);
         if (!aug.isContinuous()) aug = aug.clone();
       }
