@@ -99,9 +99,11 @@ def run_decode(args):
     return float(m.group(1)), float(m.group(2))
 
 
-def run_pipeline(args, threads):
-    name = f"ferry-{threads}t"
-    cmd = [args.ferry_bench, "pipeline", "--data", args.data, "--pipeline", "imagenet-train",
+def run_pipeline(args, threads, pipeline="imagenet-train", name=None):
+    """(img/s, img per CPU-s) of `ferry-bench pipeline`; `pipeline` is a preset name,
+    inline JSON or a .json file (recipe_bench.py runs its own spec through here)."""
+    name = name or f"ferry-{threads}t"
+    cmd = [args.ferry_bench, "pipeline", "--data", args.data, "--pipeline", pipeline,
            "--threads", str(threads), "--seconds", str(args.seconds),
            "--batch-size", str(args.batch_size)]
     m = run_tool(name, cmd, PIPELINE_RE, tool_timeout(args))
@@ -115,25 +117,29 @@ def tool_timeout(args):
     return 120 + 5 * args.seconds
 
 
-def run_torchvision(args):
-    print("[torchvision] in-process DataLoader(num_workers=0), 1 torch thread", flush=True)
+def run_torchvision(args, transform=None, collate_fn=None, name="torchvision"):
+    """(img/s, img per CPU-s) of torchvision's DataLoader; `transform` defaults to the
+    plain recipe above, `collate_fn` to default_collate (recipe_bench.py passes its
+    DeiT recipe and MixUp/CutMix collate)."""
+    print(f"[{name}] in-process DataLoader(num_workers=0), 1 torch thread", flush=True)
     import torch
     import torchvision
     import torchvision.transforms as T
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    transform = T.Compose([
-        T.RandomResizedCrop(224),
-        T.RandomHorizontalFlip(),
-        T.ToTensor(),
-        T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ])
+    if transform is None:
+        transform = T.Compose([
+            T.RandomResizedCrop(224),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        ])
     dataset = torchvision.datasets.ImageFolder(args.data, transform=transform)
     if len(dataset) == 0:
-        raise StepError(f"torchvision: no images in {args.data}")
+        raise StepError(f"{name}: no images in {args.data}")
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                                         num_workers=0)
+                                         num_workers=0, collate_fn=collate_fn)
 
     def batches():
         while True:  # as many epochs as the window needs
@@ -149,7 +155,7 @@ def run_torchvision(args):
         images += x.shape[0]
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
-    print(f"[torchvision] {images} images in {wall:.2f} s, {cpu:.2f} CPU-s "
+    print(f"[{name}] {images} images in {wall:.2f} s, {cpu:.2f} CPU-s "
           f"(torch {torch.__version__}, torchvision {torchvision.__version__})", flush=True)
     return images / wall, images / cpu
 

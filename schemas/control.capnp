@@ -137,6 +137,15 @@ struct WorkerLoad {
   readNs @2 :Int64;
   decodeNs @3 :Int64;
   augmentNs @4 :Int64;
+  # Each pipeline step's cost, sampled (a fraction of samples is timed step by step):
+  # read, decode, each op by name, output. Cumulative, like the rest.
+  ops @5 :List(OpCost);
+}
+
+struct OpCost {
+  name @0 :Text;
+  ns @1 :Int64;
+  samples @2 :Int64;
 }
 
 struct JobStatus {

@@ -525,6 +525,11 @@ std::string DispatcherService::MetricsText() const {
         for (const auto& [name, a] : advice)
           if (a.recommended_workers > 0)
             t.Sample("ferry_job_recommended_workers", {{"ferry_job", name}}, double(a.recommended_workers));
+        t.Family("ferry_job_op_share", "gauge",
+                 "Each pipeline step's share of a sample's time on the job's workers (read, decode, each op, output), "
+                 "last 10 s, from the workers' sampled op costs.");
+        for (const auto& [name, a] : advice)
+          for (const auto& [op, share] : a.op_shares) t.Sample("ferry_job_op_share", {{"ferry_job", name}, {"op", op}}, share);
         t.Family("ferry_dispatcher_worker_capacity_samples_per_second", "gauge",
                  "Samples a worker produces per busy second (from its heartbeats), last 10 s.");
         for (const auto& [id, w] : st.workers()) {

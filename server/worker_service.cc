@@ -88,8 +88,12 @@ class WorkerService::Impl {
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
     l.load = [stats = pipeline_stats_] {
       const Histogram::Snapshot r = stats->read.Read(), d = stats->decode.Read(), a = stats->augment.Read();
-      return wire::WorkerLoad{stats->samples.load(std::memory_order_relaxed), stats->BusyNs(), int64_t(r.sum * 1e9),
-                              int64_t(d.sum * 1e9), int64_t(a.sum * 1e9)};
+      wire::WorkerLoad load{stats->samples.load(std::memory_order_relaxed), stats->BusyNs(), int64_t(r.sum * 1e9),
+                            int64_t(d.sum * 1e9), int64_t(a.sum * 1e9), {}};
+      for (const auto& [name, c] : stats->ops.Read()) {
+        if (load.ops.size() < wire::WorkerLoad::kMaxOpCosts) load.ops.push_back({name.substr(0, 64), c.ns, c.samples});
+      }
+      return load;
     };
     link_ = std::make_unique<DispatcherLink>(std::move(l));
     link_->Start();
@@ -722,6 +726,13 @@ std::string WorkerService::MetricsText() const {
   t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "augment"}}, ps.augment.Read());
   t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "assemble"}}, ps.assemble.Read());
   t.HistogramSamples("ferry_worker_stage_seconds", {{"stage", "send"}}, i.send_wait_.Read());
+  const std::map<std::string, OpCosts::Cost> ops = ps.ops.Read();
+  t.Family("ferry_worker_op_seconds_total", "counter",
+           "Time per pipeline step (read, decode, each op by name, output), summed over the samples timed step by "
+           "step (one in " + std::to_string(PipelineStats::kOpSampling) + "): the steps' shares of a sample's time.");
+  for (const auto& [name, c] : ops) t.Sample("ferry_worker_op_seconds_total", {{"op", name}}, double(c.ns) / 1e9);
+  t.Family("ferry_worker_op_timed_samples_total", "counter", "Samples timed step by step, per step.");
+  for (const auto& [name, c] : ops) t.Sample("ferry_worker_op_timed_samples_total", {{"op", name}}, double(c.samples));
   struct Queues {
     int64_t batches = 0, credits = 0;
   };

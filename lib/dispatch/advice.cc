@@ -78,6 +78,16 @@ LoadTracker::WorkerRate LoadTracker::RateOf(const std::string& worker) const {
   r.read = double(b.read_ns - a.read_ns) / 1e9;
   r.decode = double(b.decode_ns - a.decode_ns) / 1e9;
   r.augment = double(b.augment_ns - a.augment_ns) / 1e9;
+  // Per step: the mean cost per timed sample in the window (steps newly seen count from
+  // zero; a peer's cumulative figures only grow, else the series restarted).
+  for (const wire::OpCost& o : b.ops) {
+    int64_t ns0 = 0, n0 = 0;
+    for (const wire::OpCost& p : a.ops) {
+      if (p.name == o.name) ns0 = p.ns, n0 = p.samples;
+    }
+    const int64_t dn = o.samples - n0, dns = o.ns - ns0;
+    if (dn > 0 && dns >= 0 && Plausible(o.ns)) r.ops[o.name] += double(dns) / 1e9 / double(dn);
+  }
   return r;
 }
 
@@ -104,6 +114,7 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
   a.input_wait = std::min(1.0, wait / elapsed);
 
   double capacity = 0, busy = 0, read = 0, decode = 0, augment = 0;
+  std::map<std::string, double> ops;  // mean seconds per sample per step, summed over workers
   int known = 0;
   for (const std::string& w : workers) {
     const WorkerRate r = RateOf(w);
@@ -113,7 +124,15 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
     read += r.read;
     decode += r.decode;
     augment += r.augment;
+    for (const auto& [name, s] : r.ops) ops[name] += s;
     ++known;
+  }
+  double per_sample = 0;
+  for (const auto& [name, s] : ops) per_sample += s;
+  if (per_sample > 0) {
+    for (const auto& [name, s] : ops) a.op_shares.emplace_back(name, s / per_sample);
+    std::stable_sort(a.op_shares.begin(), a.op_shares.end(),
+                     [](const auto& x, const auto& y) { return x.second > y.second; });
   }
   if (known > 0) {
     capacity /= known;
@@ -140,6 +159,13 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
       stage = std::string(name) + " (" + Percent(top / stages) + " of a sample's time)";
     }
     a.limited_by = "workers: " + stage + "; input wait " + Percent(a.input_wait);
+    if (!a.op_shares.empty()) {
+      // The costliest steps, by name: what an operator changes (a lighter op, more workers).
+      std::string top;
+      for (size_t k = 0; k < a.op_shares.size() && k < 3; ++k)
+        top += (k ? ", " : "") + a.op_shares[k].first + " " + Percent(a.op_shares[k].second);
+      a.limited_by += "; costliest steps: " + top;
+    }
   }
   return a;
 }

@@ -7,7 +7,9 @@
 //              in Next(), wall time from the first Next() to the last, samples yielded;
 //   workers    with each heartbeat (wire::WorkerLoad): samples produced, busy time
 //              (some stream producing, not waiting for its consumer or for splits),
-//              and the read/decode/augment time summed over samples.
+//              the read/decode/augment time summed over samples, and each pipeline
+//              step's time over the samples timed step by step (so the advice names
+//              the costliest op: "rand_augment 41%, decode 33%, ...").
 // Each is kept as a short series, and the figures below are differences over the last
 // kWindowMs (so a lost message loses nothing, and a trainer that changes pace is seen
 // within a window). In memory only: a restarted dispatcher learns them again.
@@ -55,6 +57,9 @@ class LoadTracker {
     double capacity = 0;    // samples per busy second
     double busy = 0;        // fraction of the window busy
     double read = 0, decode = 0, augment = 0;  // stage seconds in the window
+    // Each pipeline step's seconds per timed sample in the window (its mean cost), by
+    // name ("read", "decode", an op's name, "output").
+    std::map<std::string, double> ops;
   };
   WorkerRate RateOf(const std::string& worker) const;
 
@@ -64,6 +69,9 @@ class LoadTracker {
     double demand = 0;             // samples/s the consumers would take
     int64_t recommended_workers = 0;  // 0: no worker capacity known yet
     std::string limited_by;        // in words
+    // The pipeline steps' shares of a sample's time on the job's workers, costliest
+    // first (from the workers' sampled op costs; empty until known).
+    std::vector<std::pair<std::string, double>> op_shares;
   };
   // `consumers`: the job's live consumers; `workers`: those that may serve it.
   Advice AdviceFor(const std::string& job, const std::vector<std::string>& consumers,

@@ -17,7 +17,7 @@ class HFlip final : public Op {
   std::optional<bool> DrawsHFlip(SampleRng& rng) const override { return Draw(rng); }
   bool CommutesWithHFlip() const override { return true; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (Draw(rng)) kernels::HFlipInPlace(img);
+    if (Draw(rng)) kernels::HFlip(img);
     return Status::OK();
   }
 

@@ -64,20 +64,36 @@ class MixupCutmix final : public Op {
           x2 = std::min(rx + rw, W), y2 = std::min(ry + rh, H);
         }
         const int bw = x2 - x1, bh = y2 - y1;
-        if (bw > 0 && bh > 0) {
-          // The boxes of every row first, then each row takes its partner's.
-          std::vector<float> boxes(size_t(n) * C * bh * bw);
-          auto box_row = [&](int64_t i, int c, int y) { return &boxes[((size_t(i) * C + c) * bh + y) * bw]; };
-          for (int64_t i = 0; i < n; ++i)
+        if (bw > 0 && bh > 0 && n > 1) {
+          // Each row takes its partner's box: the flip pairs swap theirs; the roll moves
+          // each box one row down, the last row's (saved first) going to row 0. One box
+          // of scratch, whatever the batch.
+          std::vector<float> saved(size_t(C) * bh * bw), tmp(saved.size());
+          auto copy_box = [&](float* dst, const float* src, bool to_rows) {  // rows <-> a packed box
             for (int c = 0; c < C; ++c)
-              for (int y = 0; y < bh; ++y)
-                std::memcpy(box_row(i, c, y), b.images + i * row + c * plane + size_t(y1 + y) * W + x1,
-                            sizeof(float) * bw);
-          for (int64_t i = 0; i < n; ++i)
-            for (int c = 0; c < C; ++c)
-              for (int y = 0; y < bh; ++y)
-                std::memcpy(b.images + i * row + c * plane + size_t(y1 + y) * W + x1, box_row(partner(i), c, y),
-                            sizeof(float) * bw);
+              for (int y = 0; y < bh; ++y) {
+                float* r = (to_rows ? dst : const_cast<float*>(src)) + c * plane + size_t(y1 + y) * W + x1;
+                float* p = (to_rows ? const_cast<float*>(src) : dst) + (size_t(c) * bh + y) * bw;
+                if (to_rows) std::memcpy(r, p, sizeof(float) * bw);
+                else std::memcpy(p, r, sizeof(float) * bw);
+              }
+          };
+          auto row_of = [&](int64_t i) { return b.images + i * row; };
+          if (p_.flip_partner) {
+            for (int64_t i = 0; i < n / 2; ++i) {
+              copy_box(saved.data(), row_of(i), false);
+              copy_box(tmp.data(), row_of(n - 1 - i), false);
+              copy_box(row_of(i), tmp.data(), true);
+              copy_box(row_of(n - 1 - i), saved.data(), true);
+            }
+          } else {
+            copy_box(saved.data(), row_of(n - 1), false);
+            for (int64_t i = n - 1; i >= 1; --i) {
+              copy_box(tmp.data(), row_of(i - 1), false);
+              copy_box(row_of(i), tmp.data(), true);
+            }
+            copy_box(row_of(0), saved.data(), true);
+          }
         }
         lam = 1.0 - double(bw) * bh / (double(W) * H);
       } else {

@@ -280,7 +280,7 @@ Status Pipeline::RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t see
       continue;
     }
     if (flip && !op.CommutesWithHFlip()) {
-      kernels::HFlipInPlace(img);
+      kernels::HFlip(img);
       flip = false;
     }
     FERRY_RETURN_IF_ERROR(op.Apply(img, r));

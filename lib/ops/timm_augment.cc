@@ -312,7 +312,7 @@ Result<std::unique_ptr<Op>> MakeRand(OpArgs& a) {
       else if (k == "p") h.prob = std::stod(v);
       else if (k == "mstd") h.magnitude_std = std::stod(v);
       else if (k == "mmax") h.magnitude_max = std::stoi(v);
-      else if (k == "inc") increasing = std::stoi(v) != 0;
+      else if (k == "inc") increasing = true;  // timm: `if bool(val)`, and any non-empty string is true
       else a.Fail("config", "has a section Ferry does not know: '" + k + v + "'");
     } catch (const std::exception&) {
       a.Fail("config", "has a malformed section '" + k + v + "'");
@@ -351,8 +351,9 @@ Result<std::unique_ptr<Op>> MakeAugMix(OpArgs& a) {
       else if (k == "d") depth = std::stoi(v);
       else if (k == "a") alpha = std::stod(v);
       else if (k == "mstd") h.magnitude_std = std::stod(v);
-      else if (k == "b" && std::stoi(v) != 0) a.Fail("config", "asks for timm's blended AugMix, which Ferry does not run");
-      else if (k != "b") a.Fail("config", "has a section Ferry does not know: '" + k + v + "'");
+      else if (k == "b") a.Fail("config", "asks for timm's blended AugMix (timm reads any 'b' section as on), "
+                                          "which Ferry does not run");
+      else a.Fail("config", "has a section Ferry does not know: '" + k + v + "'");
     } catch (const std::exception&) {
       a.Fail("config", "has a malformed section '" + k + v + "'");
     }

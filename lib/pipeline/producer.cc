@@ -313,6 +313,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   tbb::parallel_for(tbb::blocked_range<int>(0, n, 1), [&](const tbb::blocked_range<int>& r) {
     FERRY_TSAN_ACQUIRE(b);
     thread_local std::string bytes;
+    thread_local uint32_t sampled = 0;  // every kOpSampling-th sample of a thread is timed step by step
+    thread_local StepTimes times;
     for (int i = r.begin(); i != r.end(); ++i) {
       const int64_t idx = samples[size_t(i)];
       m.labels[i] = dataset_->Label(idx);
@@ -325,11 +327,17 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
         read_failed[size_t(i)] = 1;
       } else {
         int64_t t2 = 0;
+        const bool profile = stats != nullptr && ++sampled % PipelineStats::kOpSampling == 0;
+        if (profile) times.ns.assign(pipeline_->step_names().size(), 0);
         st = pipeline_->Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
-                                stats != nullptr ? &t2 : nullptr);
+                                stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr);
         if (stats != nullptr && st.ok()) {
           stats->decode.ObserveNs(t2 - t1);
           stats->augment.ObserveNs(MonoNs() - t2);
+          if (profile) {
+            stats->ops.Add("read", t1 - t0);
+            stats->ops.Add(pipeline_->step_names(), times.ns);
+          }
         }
       }
       status[size_t(i)] = std::move(st);

@@ -8,13 +8,20 @@
 //   assemble  a batch's wait for memory (the bound on batches in flight: a slow
 //             consumer shows here) and its compaction around skipped files
 // The worker adds the send stage (a batch's wait for credits and the socket).
+//
+// Op costs: one sample in kOpSampling is timed step by step (read, decode, each op of
+// the pipeline by name, output), so that the metrics and the dispatcher's advice can
+// name the costliest op without timing every op of every sample.
 #ifndef FERRY_PIPELINE_STATS_H_
 #define FERRY_PIPELINE_STATS_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/histogram.h"
 #include "core/mutex.h"
@@ -22,8 +29,42 @@
 
 namespace ferry {
 
+// Each step's sampled cost, by name, summed over every producer of a worker.
+// Thread-safe (a mutex: only sampled samples take it).
+class OpCosts {
+ public:
+  struct Cost {
+    int64_t ns = 0, samples = 0;
+  };
+  void Add(const std::vector<std::string>& names, const std::vector<int64_t>& ns) LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < names.size() && i < ns.size(); ++i) {
+      Cost& c = costs_[names[i]];
+      c.ns += ns[i];
+      c.samples += 1;
+    }
+  }
+  void Add(const std::string& name, int64_t ns) LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    Cost& c = costs_[name];
+    c.ns += ns;
+    c.samples += 1;
+  }
+  std::map<std::string, Cost> Read() const LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return costs_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, Cost> costs_ GUARDED_BY(mu_);
+};
+
 struct PipelineStats {
+  // One sample in this many is timed step by step (OpCosts).
+  static constexpr int kOpSampling = 8;
   Histogram read, decode, augment, assemble;
+  OpCosts ops;
   std::atomic<int64_t> samples{0};  // decoded into a batch
 
   // Busy time: while at least one batch is being made (decoded, augmented,

@@ -150,6 +150,12 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
     load.setReadNs(m.load.read_ns);
     load.setDecodeNs(m.load.decode_ns);
     load.setAugmentNs(m.load.augment_ns);
+    auto ops = load.initOps(unsigned(std::min(m.load.ops.size(), WorkerLoad::kMaxOpCosts)));
+    for (unsigned k = 0; k < ops.size(); ++k) {
+      ops[k].setName(m.load.ops[k].name);
+      ops[k].setNs(m.load.ops[k].ns);
+      ops[k].setSamples(m.load.ops[k].samples);
+    }
   });
 }
 
@@ -264,7 +270,15 @@ Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
     for (auto j : r.getWantJobs()) m.want_jobs.push_back(Str(j));
     for (auto u : r.getUnfitJobs()) m.unfit_jobs[Str(u.getName())] = Str(u.getReason());
     auto l = r.getLoad();
-    m.load = {l.getSamples(), l.getBusyNs(), l.getReadNs(), l.getDecodeNs(), l.getAugmentNs()};
+    m.load = {l.getSamples(), l.getBusyNs(), l.getReadNs(), l.getDecodeNs(), l.getAugmentNs(), {}};
+    const auto ops = l.getOps();  // read each pointer once: traversal counts every read
+    if (ops.size() > WorkerLoad::kMaxOpCosts)
+      return Status::InvalidArgument("Heartbeat: more than " + std::to_string(WorkerLoad::kMaxOpCosts) + " op costs");
+    for (auto o : ops) {
+      const auto name = o.getName();
+      if (name.size() > 64) return Status::InvalidArgument("Heartbeat: an op name over 64 bytes");
+      m.load.ops.push_back({Str(name), o.getNs(), o.getSamples()});
+    }
     return m;
   });
 }

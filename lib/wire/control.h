@@ -51,8 +51,17 @@ struct ConsumerLoad {
   int64_t wait_ns = 0, elapsed_ns = 0, samples = 0;
   bool operator==(const ConsumerLoad&) const = default;
 };
+// One pipeline step's sampled cost on a worker: its name ("read", "decode", an op's
+// name, "output"), nanoseconds summed over the samples that were timed, and how many.
+struct OpCost {
+  std::string name;
+  int64_t ns = 0, samples = 0;
+  bool operator==(const OpCost&) const = default;
+};
 struct WorkerLoad {
   int64_t samples = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, augment_ns = 0;
+  std::vector<OpCost> ops;  // cumulative, at most kMaxOpCosts
+  static constexpr size_t kMaxOpCosts = 256;
   bool operator==(const WorkerLoad&) const = default;
 };
 

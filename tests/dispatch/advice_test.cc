@@ -24,7 +24,12 @@ void Feed(LoadTracker& t, double rate_needed, double rate_got, const std::vector
     t.Consumer("job", "c1", {int64_t((s - compute) * kS), int64_t(s * kS), int64_t(samples)}, int64_t(s * 1000));
     for (size_t w = 0; w < workers.size(); ++w) {
       const auto [each, busy] = workers[w];
-      t.Worker("w" + std::to_string(w), {int64_t(each * s), int64_t(busy * s * kS), 0, int64_t(0.6 * each * s * 1e6), 0},
+      // One sample in 8 timed step by step: decode 0.6 ms, rand_augment 0.3 ms, output 0.1 ms.
+      const int64_t timed = int64_t(each * s / 8);
+      t.Worker("w" + std::to_string(w),
+               {int64_t(each * s), int64_t(busy * s * kS), 0, int64_t(0.6 * each * s * 1e6), 0,
+                {{"decode", 600000 * timed, timed}, {"output", 100000 * timed, timed},
+                 {"rand_augment", 300000 * timed, timed}}},
                int64_t(s * 1000));
     }
   }
@@ -40,6 +45,14 @@ TEST(AdviceTest, AnInputBoundJobGetsTheWorkersItsDemandNeeds) {
   EXPECT_NEAR(a.demand, 1000, 1);
   EXPECT_EQ(a.recommended_workers, 3);  // ceil(1000 / 400)
   EXPECT_NE(a.limited_by.find("workers: decode"), std::string::npos) << a.limited_by;
+  // The costliest steps, by name, with their shares of a sample's time.
+  ASSERT_EQ(a.op_shares.size(), 3u);
+  EXPECT_EQ(a.op_shares[0].first, "decode");
+  EXPECT_NEAR(a.op_shares[0].second, 0.6, 0.01);
+  EXPECT_EQ(a.op_shares[1].first, "rand_augment");
+  EXPECT_NEAR(a.op_shares[1].second, 0.3, 0.01);
+  EXPECT_NE(a.limited_by.find("costliest steps: decode 60%, rand_augment 30%, output 10%"), std::string::npos)
+      << a.limited_by;
   const LoadTracker::WorkerRate r = t.RateOf("w0");
   EXPECT_NEAR(r.capacity, 400, 1);
   EXPECT_NEAR(r.busy, 1.0, 0.01);

@@ -65,7 +65,8 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   ASSERT_TRUE(interval.ok());
   EXPECT_EQ(*interval, 250u);
 
-  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}}, {100, 2, 3, 4, 5}};
+  HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}},
+                 {100, 2, 3, 4, 5, {{"decode", 7000, 3}, {"rand_augment", 9000, 3}}}};
   Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->worker_id, "w1");
@@ -75,6 +76,10 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_EQ(hb->want_jobs, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(hb->unfit_jobs, (std::map<std::string, std::string>{{"gone", "no such directory"}}));
   EXPECT_EQ(hb->load, h.load);
+  h.load.ops.assign(300, {"op", 1, 1});  // past the bound: the encoder sends kMaxOpCosts
+  Result<HeartbeatMsg> capped = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
+  ASSERT_TRUE(capped.ok()) << capped.status().ToString();
+  EXPECT_EQ(capped->load.ops.size(), WorkerLoad::kMaxOpCosts);
 
   HeartbeatOkMsg ok;
   ok.leases = {{"run7", 2, 5, "c1"}, {"run7", 2, 6, "c2"}};

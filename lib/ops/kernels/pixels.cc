@@ -37,6 +37,12 @@ void ResizeToUint8HWC(const cv::Mat& src, int out_w, int out_h, bool flip, uint8
   cv::flip(tmp, dst, 1);
 }
 
+void HFlip(cv::Mat& img) {
+  cv::Mat out;
+  cv::flip(img, out, 1);
+  img = out;
+}
+
 void HFlipInPlace(cv::Mat& img) {
   thread_local cv::Mat tmp;
   cv::flip(img, tmp, 1);

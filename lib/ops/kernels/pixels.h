@@ -26,8 +26,11 @@ void ResizeInto(const cv::Mat& src, cv::Mat& dst);
 // aliases (the fused JPEG decode keeps windows within that); channels is 1 or 3.
 void ResizeToUint8HWC(const cv::Mat& src, int out_w, int out_h, bool flip, uint8_t* out);
 
-// Mirrors an interleaved 8-bit image left-right, in place.
+// Mirrors an interleaved 8-bit image left-right, in place (through scratch: two passes;
+// for memory that must stay where it is, e.g. a batch row).
 void HFlipInPlace(cv::Mat& img);
+// Replaces `img` with its mirror image (one pass into new memory).
+void HFlip(cv::Mat& img);
 
 // ColorJitter's brightness, contrast and saturation, in the order given (0, 1, 2;
 // factor 1 = the op is absent), on interleaved uint8: blends with black, with the
