@@ -114,7 +114,7 @@ TEST(AdviceTest, NonsenseFiguresAreIgnoredAndAdviceStaysBounded) {
   const LoadTracker::Advice before = t.AdviceFor("job", {"c1"}, {"w0"});
   // Negative or overflowing figures (a broken or hostile peer) change nothing.
   t.Consumer("job", "c1", {-5, INT64_MAX, INT64_MIN}, 5100);
-  t.Worker("w0", {INT64_MAX, -1, 0, 0, 0}, 5100);
+  t.Worker("w0", {INT64_MAX, -1, 0, 0, 0, {}}, 5100);
   const LoadTracker::Advice after = t.AdviceFor("job", {"c1"}, {"w0"});
   EXPECT_EQ(after.recommended_workers, before.recommended_workers);
   EXPECT_DOUBLE_EQ(after.demand, before.demand);
@@ -123,7 +123,7 @@ TEST(AdviceTest, NonsenseFiguresAreIgnoredAndAdviceStaysBounded) {
   for (int step = 0; step <= 20; ++step) {
     const int64_t ms = step * 100;
     big.Consumer("job", "c1", {0, ms * 1000000, int64_t(1) << 58 >> (20 - step)}, ms);
-    big.Worker("w0", {step, int64_t(step) * kS / 10, 0, 0, 0}, ms);
+    big.Worker("w0", {step, int64_t(step) * kS / 10, 0, 0, 0, {}}, ms);
   }
   const LoadTracker::Advice a = big.AdviceFor("job", {"c1"}, {"w0"});
   EXPECT_EQ(a.recommended_workers, LoadTracker::kMaxRecommended);
@@ -134,7 +134,7 @@ TEST(AdviceTest, ASilentConsumerDoesNotKeepAnOldWindow) {
   Feed(t, 1000, 800, {{400, 1.0}});  // c1 reports for 5 s
   EXPECT_TRUE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
   // c1 goes silent; the worker goes on reporting for another 11 s.
-  for (int step = 51; step <= 160; ++step) t.Worker("w0", {40 * step, int64_t(step) * kS / 10, 0, 0, 0}, step * 100);
+  for (int step = 51; step <= 160; ++step) t.Worker("w0", {40 * step, int64_t(step) * kS / 10, 0, 0, 0, {}}, step * 100);
   EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {"w0"}).known) << "c1's window is over 10 s old";
   EXPECT_TRUE(t.RateOf("w0").known);
 }
