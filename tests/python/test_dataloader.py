@@ -174,3 +174,33 @@ def test_seed_none_follows_torch_and_epochs_have_no_limit(ferry, small_tree):
     orders = [[i for _, ids in labels_and_indices(loader) for i in ids] for _ in range(3)]
     assert loader.epoch == 3 and all(sorted(o) == list(range(120)) for o in orders)
     assert orders[0] != orders[1] != orders[2]
+
+
+def test_a_collate_fn_it_does_not_know_runs_on_the_trainer(ferry, small_tree):
+    """Any collate_fn but MixUp/CutMix is applied on the trainer to each batch's samples
+    (image tensor, int label), said once at start, its time measured; never refused."""
+    seen = []
+
+    def my_collate(samples):
+        seen.append(len(samples))
+        images = torch.stack([x for x, _ in samples])
+        return images * 2, torch.tensor([y for _, y in samples]) + 100
+
+    with pytest.warns(UserWarning, match="runs on the trainer"):
+        loader = ferry.DataLoader(ImageFolder(small_tree, transform=SMALL), batch_size=16, shuffle=False,
+                                  collate_fn=my_collate, threads=1)
+    plain = ferry.DataLoader(ImageFolder(small_tree, transform=SMALL), batch_size=16, shuffle=False, threads=1)
+    got, want = list(loader), list(plain)
+    assert seen == [16] * 7 + [8] and len(got) == len(want) == 8
+    for (x, y), (px, py) in zip(got, want):
+        assert torch.equal(x, px * 2) and torch.equal(y, py + 100)
+    assert loader.stats()["collate_s"] > 0 and "collate_s" not in plain.stats()
+
+
+def test_a_transform_class_of_your_own_is_named(ferry, small_tree):
+    class MyCrop:
+        def __call__(self, img):
+            return img.crop((0, 0, 32, 32))
+
+    with pytest.raises(ValueError, match="MyCrop.*pipeline="):
+        ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([MyCrop(), T.ToTensor()])), batch_size=8)
