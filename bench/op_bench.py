@@ -20,7 +20,6 @@ marked; they are findings, not noise, when both runs agree.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -33,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import compare  # noqa: E402  (bench/compare.py: the machine line, the number format)
+from recipe_bench import load_reference_mixing  # noqa: E402
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
@@ -51,15 +51,6 @@ def first_jpeg(root):
         elif entry.lower().endswith((".jpg", ".jpeg")):
             return path
     return None
-
-
-def load_reference_mixing():
-    """RandomMixup / RandomCutmix of tests/python/reference/transforms.py, loaded by path."""
-    path = os.path.join(ROOT, "tests", "python", "reference", "transforms.py")
-    spec = importlib.util.spec_from_file_location("reference_transforms", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RandomMixup, module.RandomCutmix
 
 
 def torchvision_cases(photo):
