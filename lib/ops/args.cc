@@ -1,6 +1,7 @@
 #include "ops/args.h"
 
 #include <cmath>
+#include <string_view>
 
 namespace ferry {
 
@@ -138,31 +139,28 @@ std::pair<int, int> OpArgs::Size(const char* key, std::pair<int, int> def) {
 }
 
 int OpArgs::Interpolation(const char* key, const char* def) {
-  std::string name = def;
+  // Index = Ferry's mode (geometry.h InterpMode).
+  static const char* const kNames[] = {"nearest", "bilinear", "bicubic"};
+  auto by_name = [](std::string_view n) {
+    for (int m = 0; m < 3; ++m)
+      if (n == kNames[m]) return m;
+    return -1;
+  };
+  int mode = by_name(def);
   if (const json* j = Lookup(key)) {
+    mode = -1;
     if (j->is_string()) {
-      name = j->get<std::string>();
+      mode = by_name(j->get<std::string>());
     } else if (j->is_number_integer()) {
-      switch (j->get<int>()) {  // PIL's Image.NEAREST, BILINEAR, BICUBIC
-        case 0: name = "nearest"; break;
-        case 2: name = "bilinear"; break;
-        case 3: name = "bicubic"; break;
-        default: name = "?";
-      }
-    } else {
-      name = "?";
+      const int pil = j->get<int>();  // PIL's Image.NEAREST, BILINEAR, BICUBIC
+      mode = pil == 0 ? 0 : pil == 2 ? 1 : pil == 3 ? 2 : -1;
     }
   }
-  int mode = -1;
-  if (name == "nearest") mode = 0;
-  else if (name == "bilinear") mode = 1;
-  else if (name == "bicubic") mode = 2;
   if (mode < 0) {
     Fail(key, "must be \"nearest\", \"bilinear\" or \"bicubic\"");
     mode = 1;
-    name = "bilinear";
   }
-  canonical_[key] = name;
+  canonical_[key] = kNames[mode];
   return mode;
 }
 
