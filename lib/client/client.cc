@@ -127,22 +127,18 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
       stats_.wait_seconds += std::chrono::duration<double>(last_return_ - t0).count();
     };
     for (;;) {
-      while (!ledger_.Releasable() && error_.ok() && !Ended()) cv_.Wait(&mu_);
+      DropDiscardable();
+      while (!ledger_.Releasable() && error_.ok() && !Ended()) {
+        cv_.Wait(&mu_);
+        DropDiscardable();
+      }
       if (!ledger_.Releasable()) {
         waited();
         if (!error_.ok()) return error_;
         return Status::OutOfRange("end of data");
       }
-      const size_t acks = ledger_.to_ack().size();
-      Ledger::Taken t = ledger_.Take();
-      // The batch leaves the prefetch window: its worker may send one more (unless
-      // its credit went back when it arrived: see Ledger::Arrival).
-      if (t.credit) GrantLater(t.stream);
-      if (ledger_.to_ack().size() > acks && control_) control_->Notify();
-      if (t.duplicate) continue;  // yielded before (a re-sent split): dropped
-      // Accounted for, nothing to yield; but a rank yields it all the same (it must
-      // take its step: every rank takes as many as every other).
-      if (t.batch.rows() == 0 && !ledger_.ranked()) continue;
+      Ledger::Taken t = TakeFront();
+      if (t.duplicate || Discardable(t.batch)) continue;  // (DropDiscardable dropped these already)
       waited();
       ++stats_.batches;
       stats_.samples += t.batch.valid;
@@ -157,8 +153,12 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     const auto deadline = DeadlineIn(seconds);
     MutexLock lock(&mu_);
     if (!first_next_) first_next_ = t0;
+    // Ready means a batch Next() yields: those it would drop are dropped here, so that
+    // Next() after a true never waits (the Python binding relies on it to answer Ctrl-C).
+    DropDiscardable();
     while (!ledger_.Releasable() && error_.ok() && !Ended()) {
       if (!cv_.WaitUntil(&mu_, deadline)) break;
+      DropDiscardable();
     }
     last_return_ = std::chrono::steady_clock::now();
     stats_.wait_seconds += std::chrono::duration<double>(last_return_ - t0).count();
@@ -223,6 +223,32 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
   bool dispatched() const { return !opts_.dispatcher.empty(); }
   // Dynamic sharding: splits, acknowledgements, dedup (dispatcher, distributed_epoch).
   bool sharded() const { return dispatched() && opts_.job.mode == ProcessingMode::kDistributedEpoch; }
+
+  // Takes the releasable arrival: it leaves the prefetch window, so its worker may send
+  // one more (unless its credit went back when it arrived: see Ledger::Arrival), and
+  // the splits it completes are acknowledged.
+  Ledger::Taken TakeFront() EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t acks = ledger_.to_ack().size();
+    Ledger::Taken t = ledger_.Take();
+    if (t.credit) GrantLater(t.stream);
+    if (ledger_.to_ack().size() > acks && control_) control_->Notify();
+    return t;
+  }
+
+  // An empty batch of a consumer that is not a rank: accounted for, nothing to yield (a
+  // rank yields it all the same: it must take its step, as every other rank does).
+  bool Discardable(const Batch& b) EXCLUSIVE_LOCKS_REQUIRED(mu_) { return b.rows() == 0 && !ledger_.ranked(); }
+
+  // Takes and drops the releasable arrivals Next() would not yield: batches of a re-sent
+  // split yielded before (duplicates), and Discardable ones.
+  void DropDiscardable() EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (;;) {
+      bool duplicate = false;
+      const Batch* b = ledger_.Peek(&duplicate);
+      if (b == nullptr || !(duplicate || Discardable(*b))) return;
+      TakeFront();
+    }
+  }
 
   // Nothing more will come: Next() returns OutOfRange once the queue is empty.
   bool Ended() EXCLUSIVE_LOCKS_REQUIRED(mu_) {

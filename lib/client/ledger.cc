@@ -160,6 +160,14 @@ std::optional<size_t> Ledger::Pick() const {
   return std::nullopt;
 }
 
+const Batch* Ledger::Peek(bool* duplicate) const {
+  const std::optional<size_t> pick = Pick();
+  if (!pick) return nullptr;
+  const Batch& b = ready_[*pick].batch;
+  *duplicate = accounting() && Yielded(b.provenance);
+  return &b;
+}
+
 Ledger::Taken Ledger::Take() {
   const size_t pick = *Pick();
   Taken t;

@@ -109,6 +109,9 @@ class Ledger {
     bool credit = true;      // return one credit to `stream` now (not if it was held)
     bool duplicate = false;  // drop it: it was yielded before
   };
+  // The arrival Take() would take (nullptr: none is releasable), and whether it is a
+  // duplicate (yielded before). The pointer is valid until the ledger changes.
+  const Batch* Peek(bool* duplicate) const;
   // Takes the releasable arrival. A non-duplicate is now yielded (accounted); a
   // batch with no rows is accounted but not for the trainer. Ranked, the batch that
   // completes the rank's epoch is marked last_in_epoch (and no other). REQUIRES:

@@ -103,6 +103,27 @@ TEST(LedgerTest, DuplicatesStillReturnTheirStreamsCredit) {
   EXPECT_EQ(l.QueuedFrom(6), 0);
 }
 
+// Peek shows what Take would take, and whether it is a duplicate (the client drops
+// those before it says a batch is ready, so that Next() after WaitReady never waits).
+TEST(LedgerTest, PeekShowsTheReleasableArrivalAndWhetherItIsADuplicate) {
+  Ledger l(Ledger::Mode::kArrival);
+  bool duplicate = true;
+  EXPECT_EQ(l.Peek(&duplicate), nullptr);
+  ArriveAll(l, {{0, 3, 0}}, 2);
+  const Batch* b = l.Peek(&duplicate);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(KeyOf(*b), Key(0, 3, 0));
+  EXPECT_FALSE(duplicate);
+  EXPECT_FALSE(l.Take().duplicate);
+  ArriveAll(l, {{0, 3, 0}}, 2);  // re-sent
+  b = l.Peek(&duplicate);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(duplicate);
+  EXPECT_EQ(l.duplicates(), 0) << "peeking counts nothing";
+  EXPECT_TRUE(l.Take().duplicate);
+  EXPECT_EQ(l.Peek(&duplicate), nullptr);
+}
+
 TEST(LedgerTest, EmptyBatchesCountTowardsTheirSplitWithoutBeingQueued) {
   Ledger l(Ledger::Mode::kArrival);
   EXPECT_EQ(l.Arrive(MakeBatch(0, 0, 0, 2, /*rows=*/0), 0), Ledger::Arrival::kAccounted) << "every file bad: its credit returns at once";
