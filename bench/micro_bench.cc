@@ -159,7 +159,8 @@ BENCHMARK(BM_NormalizeToFloatCHW);
 // The whole per-sample unit of the pipeline (decode + augment + write into a batch row).
 void BM_ProcessSample(benchmark::State& state) {
   const PipelineSpec spec = state.range(0) == 0 ? PipelineSpec::ImagenetTrain() : PipelineSpec::ImagenetEval();
-  const Pipeline& proc = **Pipeline::Compile(spec);
+  const std::shared_ptr<const Pipeline> proc_ptr = *Pipeline::Compile(spec);
+  const Pipeline& proc = *proc_ptr;
   const size_t sample_bytes = proc.sample_bytes();
   const int rows = 64;
   std::vector<uint8_t> batch(sample_bytes * rows + 64);

@@ -82,7 +82,9 @@ Delivered Copy(const Batch& b, const PipelineSpec& spec) {
   EXPECT_EQ(b.images.rank, 4);
   EXPECT_EQ(b.images.dtype, spec.dtype());
   EXPECT_EQ(b.images.shape[0], d.rows);
-  const Pipeline& compiled = **Pipeline::Compile(spec);
+  // Keep the shared_ptr: a reference through the temporary Result would dangle.
+  const std::shared_ptr<const Pipeline> compiled_ptr = *Pipeline::Compile(spec);
+  const Pipeline& compiled = *compiled_ptr;
   const Shape shape = compiled.output_shape();
   const size_t sample_bytes = compiled.sample_bytes();
   if (spec.output == PipelineSpec::Output::kUint8NHWC) {

@@ -254,8 +254,12 @@ def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     address = "127.0.0.1:%d" % silent.getsockname()[1]
+    # Python raises KeyboardInterrupt only where SIGINT was not ignored at its start, and
+    # a shell's background job (a CI runner's, `cmd &`) starts with it ignored: the
+    # child asks for the default handler itself, as an interactive trainer has it.
     script = textwrap.dedent("""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, %r)
         import ferry
         loader = ferry.Loader(data=%r, batch_size=4, workers=[%r])
