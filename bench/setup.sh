@@ -7,20 +7,31 @@
 # Used by bench/run_main.sh and tests/run_all.sh; safe to run again.
 #
 # Environment: FERRY_BUILD_DIR (default build), FERRY_DATA_DIR (default data),
-#              FERRY_JOBS (default nproc).
+#              FERRY_JOBS (default nproc),
+#              FERRY_SETUP=main: only what the main job runs (bench/run_main.sh): the
+#                build's packages and the three programs it starts, so that its first
+#                batch does not wait for the tests' packages (torch, clang) and builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-readonly PACKAGES=(
-  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+readonly BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   libboost-dev capnproto libcapnp-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
-  prometheus iproute2
-  python3-torch python3-torchvision python3-numpy python3-pybind11 python3-pytest python3-yaml
+  python3-dev python3-pybind11 python3-numpy
+)
+# The tests' and benchmarks' own: Clang (fuzz and sanitizer builds), torch and
+# torchvision to compare with, Prometheus, network namespaces.
+readonly TEST_PACKAGES=(
+  clang libclang-rt-14-dev prometheus iproute2
+  python3-torch python3-torchvision python3-pytest python3-yaml
   python3-pip python3-venv python3-setuptools python3-wheel
 )
+main_only() { [[ "${FERRY_SETUP:-}" == main ]]; }
+PACKAGES=("${BUILD_PACKAGES[@]}")
+main_only || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 install_packages() {
   local missing=()
@@ -40,7 +51,9 @@ build() {
   local dir=${FERRY_BUILD_DIR:-build}
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE=/usr/bin/python3 -DFERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" >/dev/null
-  cmake --build "$dir" -j "${FERRY_JOBS:-$(nproc)}"
+  local targets=()
+  main_only && targets=(--target ferry-local ferry-consume ferry-make-sample)
+  cmake --build "$dir" -j "${FERRY_JOBS:-$(nproc)}" "${targets[@]}"
 }
 
 sample_data() {

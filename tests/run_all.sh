@@ -7,41 +7,57 @@
 #   4. the Python suites (pytest with /usr/bin/python3) and the example training loop;
 #   5. a short libFuzzer run over the frame and message parsers and over the
 #      dispatcher's control plane (Clang);
-#   6. the C++ suites again built with ASan+UBSan (GCC);
+#   6. the C++ suites again built with ASan+UBSan (Clang);
 #   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
 #      the locking annotations are checked in the same build).
+# Each stage prints its seconds. CI builds Ferry three times (and the fuzz targets), so
+# the sanitizer builds are -O1 with line tables only (exact stacks at a third of
+# GCC's -O2 -g time; the tests' own code at -O0, tests/CMakeLists.txt): the whole run
+# stays well inside CI's time.
 #   bash tests/run_all.sh                       # everything
 #   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh # skip both sanitizer builds
 set -euo pipefail
 cd "$(dirname "$0")/.."
+run_start=$(date +%s)
+stage_start=$run_start
+stage() {  # the seconds of the stage that ends, then the next stage's title
+  local now
+  now=$(date +%s)
+  echo "   ($(( now - stage_start )) s; $(( now - run_start )) s in all)"
+  stage_start=$now
+  [[ $# -gt 0 ]] && echo "== $*"
+  return 0
+}
+echo "== set-up (bench/setup.sh: packages, Release build, sample data)"
 bash bench/setup.sh
 
 build=${FERRY_BUILD_DIR:-build}
 data="$PWD/${FERRY_DATA_DIR:-data}/sample"
 jobs=${FERRY_JOBS:-$(nproc)}
 
-echo "== ctest (Release)"
+stage "ctest (Release)"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
-echo "== installed package (tests/install: find_package(ferry) in an unrelated project)"
+stage "installed package (tests/install: find_package(ferry) in an unrelated project)"
 bash tests/install/run.sh "$build" "$data"
 
-echo "== pytest"
+stage "pytest"
 FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
   FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
-echo "== example training loop (client/examples/train_resnet.py)"
+stage "example training loop (client/examples/train_resnet.py)"
 start=$(date +%s)
 PYTHONPATH="$PWD/$build/python" timeout 120 /usr/bin/python3 client/examples/train_resnet.py \
   --data "$data" --steps 12 | tee /tmp/ferry-train-example.log | tail -4
 grep -q '^verdict: ' /tmp/ferry-train-example.log
 echo "example training loop: $(( $(date +%s) - start )) s"
 
-echo "== fuzz (frame and message parsers; the dispatcher's control plane; ${FERRY_FUZZ_SECONDS:-30} s each)"
+stage "fuzz (frame and message parsers; the dispatcher's control plane; ${FERRY_FUZZ_SECONDS:-30} s each)"
 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then
+  stage
   exit 0
 fi
 
@@ -50,19 +66,22 @@ fi
 sanitized_suites() {
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF \
-    -DFERRY_SAMPLE_DATA="$data" "$@" >/dev/null
+  local flags="-O1 -gline-tables-only -DNDEBUG"
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF \
+    -DFERRY_SAMPLE_DATA="$data" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
 }
 
-echo "== ctest (ASan+UBSan)"
+stage "ctest (ASan+UBSan, Clang)"
 asan=${build}-asan
-sanitized_suites "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON
+sanitized_suites "$asan" -DFERRY_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" --output-on-failure -j "$jobs"
 
-echo "== ctest (TSan, Clang with -Werror=thread-safety)"
+stage "ctest (TSan, Clang with -Werror=thread-safety)"
 tsan=${build}-tsan
-CC=clang CXX=clang++ sanitized_suites "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TSAN=ON -DFERRY_WERROR=ON
+sanitized_suites "$tsan" -DFERRY_TSAN=ON -DFERRY_WERROR=ON
 TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir "$tsan" --output-on-failure -j "$jobs" --timeout 900
+stage
