@@ -63,7 +63,7 @@ Result<std::unique_ptr<LocalCluster>> SyntheticCluster(int workers, int64_t cost
   LocalClusterOptions lo;
   lo.workers = workers;
   lo.threads_per_worker = 1;
-  lo.worker_args = {"--synthetic-cost-us", std::to_string(cost_us), "--drain-timeout", "1"};
+  lo.worker_args = {"--allow-synthetic", "--synthetic-cost-us", std::to_string(cost_us), "--drain-timeout", "1"};
   return LocalCluster::Start(lo);
 }
 

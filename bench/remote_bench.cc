@@ -181,7 +181,7 @@ WorkerProcess StartWorker(const std::string& bin, int buffered, int cpu, const s
   int out[2];
   if (pipe(out) != 0) return w;
   std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--threads", "1", "--buffered-batches",
-                                   std::to_string(buffered)};
+                                   std::to_string(buffered), "--allow-synthetic"};
   if (!tls_dir.empty()) {
     for (const char* f : {"--tls-cert", "/server.pem", "--tls-key", "/server.key", "--tls-ca", "/ca.pem"}) {
       args.push_back(f[0] == '/' ? tls_dir + f : f);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -56,6 +57,13 @@ int main(int argc, char** argv) {
   o.token = *token;
   ferry::RaiseFileLimit();
   ferry::BlockTerminationSignals();
+  // A journal that can no longer be made durable: stop (exit 1 below), so that a
+  // restart (the supervisor's) recovers from what is on disk.
+  std::atomic<bool> fatal{false};
+  o.on_fatal = [&fatal](const ferry::Status&) {
+    fatal = true;
+    ::kill(::getpid(), SIGTERM);
+  };
   auto service = ferry::DispatcherService::Start(o);
   if (!service.ok()) {
     std::fprintf(stderr, "ferry-dispatcher: %s\n", service.status().ToString().c_str());
@@ -96,5 +104,9 @@ int main(int argc, char** argv) {
              (long long)st.core.leases, (long long)st.core.acks);
   metrics.reset();
   service->reset();
+  if (fatal) {
+    std::fprintf(stderr, "ferry-dispatcher: exiting 1: the journal could not be made durable (see above)\n");
+    return 1;
+  }
   return 0;
 }

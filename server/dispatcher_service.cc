@@ -98,7 +98,12 @@ class DispatcherService::Impl {
       if (durable) conn->Send(std::move(frame));
       else conn->Close();
     }
+    if (!core_->fatal().ok()) Stop(core_->fatal());
   }
+
+  // The journal cannot be made durable any more: no reply goes out from here on, and
+  // the process is told to exit (DispatcherOptions::on_fatal).
+  void Stop(const Status& why);
 
   void SessionClosed(const std::shared_ptr<DispatcherSession>& s) {
     asio::post(io_, [this, s] { sessions_.erase(s); });
@@ -390,6 +395,17 @@ DispatcherService::Impl::~Impl() {
   });
   if (io_thread_.joinable()) io_thread_.join();
   blocking_.join();
+}
+
+void DispatcherService::Impl::Stop(const Status& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  if (tick_) tick_->cancel();
+  auto copy = sessions_;
+  for (auto& s : copy) s->Close();
+  if (opts_.on_fatal) opts_.on_fatal(why);
 }
 
 void DispatcherService::Impl::Accept() {

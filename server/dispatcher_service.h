@@ -13,6 +13,7 @@
 #define FERRY_SERVER_DISPATCHER_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,11 @@ struct DispatcherOptions {
   int max_handshaking = 128;         // connections before Hello; past it the oldest is closed
   std::string id = "ferry-dispatcher";
   dispatch::DispatcherConfig core;   // work dir, heartbeats, leases, idle exit, journal
+  // Called once, on the io thread, when the journal can no longer be made durable (a
+  // failed fdatasync: dispatch::Journal): the service has closed every connection and
+  // stopped listening; the process should exit so that a restart recovers from the
+  // disk. ferry-dispatcher exits 1.
+  std::function<void(const Status&)> on_fatal;
 };
 
 class DispatcherService {

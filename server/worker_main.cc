@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("--worker-id", o.worker_id, "identity at the dispatcher (default: the address + a random suffix)");
   bool exit_when_idle = false;
   app.add_flag("--exit-when-idle", exit_when_idle, "exit (draining first) once the dispatcher has no unfinished job");
+  app.add_flag("--allow-synthetic", o.allow_synthetic,
+               "serve synthetic: datasets (benchmarks); without it they are refused");
   app.add_option("--synthetic-cost-us", o.synthetic_cost_us,
                  "benchmarks: each batch of a synthetic job takes this long, with no decoding")
       ->check(CLI::NonNegativeNumber);

@@ -11,8 +11,9 @@
 #include <thread>
 
 #include "core/log.h"
-#include "core/resources.h"
 #include "core/mutex.h"
+#include "core/names.h"
+#include "core/resources.h"
 #include "data/dataset.h"
 #include "net/http_server.h"
 #include "net/run_io.h"
@@ -86,6 +87,7 @@ class WorkerService::Impl {
     l.serves_job = opts_.serves_job;
     l.serves_consumer = opts_.serves_consumer;
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
+    l.allow_synthetic = opts_.allow_synthetic;
     l.load = [stats = pipeline_stats_] {
       const Histogram::Snapshot r = stats->read.Read(), d = stats->decode.Read(), a = stats->augment.Read();
       wire::WorkerLoad load{stats->samples.load(std::memory_order_relaxed), stats->BusyNs(), int64_t(r.sum * 1e9),
@@ -355,15 +357,17 @@ class Session : public std::enable_shared_from_this<Session> {
     outbox_.Grant(msg_.credits);
     timer_.cancel();
     state_ = State::kOpening;
+    if (Status st = CheckOptionalName("consumer id", msg_.consumer_id); !st.ok()) return Refuse(st);
     if (msg_.by_name) {
       if (msg_.consumer_id.empty()) return Refuse(Status::InvalidArgument("a stream by job name needs a consumer id"));
+      if (Status st = CheckName("job name", msg_.job_name); !st.ok()) return Refuse(st);
       feed_ = svc_->link_->Feed(msg_.job_name, msg_.consumer_id);
       svc_->link_->Want(msg_.job_name);
       if (feed_->held() == 0) svc_->link_->Poke();  // a consumer is waiting: ask for splits now
       return WaitForJob();
     }
     if (Status st = CheckInlineStream(msg_); !st.ok()) return Refuse(st);
-    if (msg_.job.synthetic()) return StartSynthetic();
+    if (msg_.job.synthetic()) return svc_->opts_.allow_synthetic ? StartSynthetic() : Refuse(SyntheticRefused());
     // Listing can take a second on ImageNet-sized trees: do it off the io thread.
     std::weak_ptr<Session> weak = weak_from_this();
     WorkerService::Impl* svc = svc_;
@@ -519,8 +523,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void SyntheticFill() {
-    // Keep a few frames queued beyond the credits, like the real producer does.
-    while (!synthetic_->done() && int64_t(outbox_.queued()) < std::max<int64_t>(2, outbox_.credits() + 1)) {
+    // Keep a few frames queued beyond the credits, like the real producer does, and no
+    // more than the stream's buffers hold, whatever the client granted (a client that
+    // granted 2^32 credits and never read grew this queue until the OOM killer came).
+    const int64_t buffers = std::max(2, svc_->opts_.buffered_batches);
+    while (!synthetic_->done() &&
+           int64_t(outbox_.queued()) < std::max<int64_t>(2, std::min(outbox_.credits(), buffers) + 1)) {
       std::optional<SyntheticSource::Frame> f = synthetic_->Next();
       if (!f) break;
       outbox_.AddFrame(std::move(f->frame), f->needs_credit, f->last);

@@ -56,6 +56,7 @@ struct WorkerOptions {
   // told of. Both or neither.
   std::string serves_job, serves_consumer;
   int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
+  bool allow_synthetic = false;    // serve "synthetic:" jobs (benchmarks); else refused
 };
 
 class WorkerService {

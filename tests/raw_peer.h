@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "ferry/buffer.h"
@@ -115,11 +116,12 @@ class RawPeer {
   }
 
   // Challenge -> Hello -> HelloOk.
-  Status Handshake(const std::string& token = "") {
+  Status Handshake(const std::string& token = "", std::optional<wire::Role> role = std::nullopt) {
     FERRY_ASSIGN_OR_RETURN(InFrame f, Expect(MessageType::kChallenge));
     FERRY_ASSIGN_OR_RETURN(wire::ChallengeMsg ch, wire::DecodeChallenge(f));
     wire::HelloMsg h;
     h.peer_id = "raw-peer";
+    if (role) h.role = *role;
     if (ch.auth_required) {
       h.nonce = net::RandomNonce();
       h.mac = net::ClientProof(token, uint8_t(h.role), ch.nonce, h.nonce);

@@ -82,6 +82,14 @@ Result<LastBatch> ParseLastBatch(std::string_view name);
 std::string_view BadSamplesName(BadSamples b);  // "skip", "refill"
 Result<BadSamples> ParseBadSamples(std::string_view name);
 
+// The largest epoch number a job, a state or a peer may name (2^32 - 1): no training
+// run comes near it, and every number above it is refused where it enters (a state
+// edited by hand, a hostile peer), so that no loop or table is ever sized by one.
+inline constexpr uint64_t kMaxEpoch = (uint64_t{1} << 32) - 1;
+// How many finished epochs one consumer's saved state may reopen behind its job (each
+// is held whole again until redone).
+inline constexpr uint64_t kMaxReopenedEpochs = 1024;
+
 // Batches in an epoch of `samples` samples under the last-batch policy.
 int64_t BatchesIn(int64_t samples, int64_t batch_size, LastBatch last_batch);
 

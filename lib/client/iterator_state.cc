@@ -119,6 +119,14 @@ Result<IteratorState> IteratorState::Parse(const std::string& text) {
     if (l.fail() && !l.eof()) return bad();
   }
   if (st.job.empty() || st.consumer.empty()) return Status::InvalidArgument("iterator state: no job or consumer");
+  // A state is a file a person may edit: an epoch past any run's is refused here (the
+  // dispatcher checks again, for peers that are not this client).
+  uint64_t last = st.first_open;
+  for (const SplitId& d : st.done) last = std::max(last, d.first);
+  for (const auto& [k, bs] : st.partial) last = std::max(last, k.first);
+  if (last > kMaxEpoch)
+    return Status::InvalidArgument("iterator state: epoch " + std::to_string(last) +
+                                   " is past the largest epoch number, " + std::to_string(kMaxEpoch));
   return st;
 }
 

@@ -145,6 +145,43 @@ inline void AppendJsonEscaped(std::string_view s, char* out, size_t cap, size_t*
   out[*len] = '\0';
 }
 
+// `s` for a text log line, into out[*len, cap) and NUL-terminated: control bytes and
+// bytes that are not UTF-8 become \xNN (\n for a newline), so that a name a peer sent
+// can never start a line of its own or garble the terminal.
+inline void AppendTextEscaped(std::string_view s, char* out, size_t cap, size_t* len) {
+  if (cap == 0) return;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = 1;
+    char e[8];
+    const char* p = s.data() + i;
+    size_t k = 1;
+    if (c == '\n') {
+      p = "\\n";
+      k = 2;
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(e, sizeof e, "\\x%02x", c);
+      p = e;
+      k = 4;
+    } else if (c >= 0x80) {
+      n = Utf8SequenceLength(s.substr(i));
+      if (n == 0) {
+        std::snprintf(e, sizeof e, "\\x%02x", c);
+        p = e;
+        k = 4;
+        n = 1;
+      } else {
+        k = n;
+      }
+    }
+    if (*len + k >= cap) break;
+    std::memcpy(out + *len, p, k);
+    *len += k;
+    i += n;
+  }
+  out[*len] = '\0';
+}
+
 // Quiet: nothing at all (fuzzers, which run the daemons' code millions of times).
 inline void SetLogQuiet(bool quiet) { SetLogLevel(quiet ? LogLevel::kOff : LogLevel::kInfo); }
 
@@ -166,8 +203,11 @@ inline void VLogAt(LogLevel level, const char* fmt, va_list ap) {
                  LogProgramName(), LogLevelName(level), escaped);
     return;
   }
+  char escaped[sizeof msg * 4];  // room for every byte's longest escape
+  size_t n = 0;
+  AppendTextEscaped(msg, escaped, sizeof escaped, &n);
   std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s %s: %s\n", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
-               t.tm_hour, t.tm_min, t.tm_sec, int(tv.tv_usec / 1000), LogProgramName(), LogLevelName(level), msg);
+               t.tm_hour, t.tm_min, t.tm_sec, int(tv.tv_usec / 1000), LogProgramName(), LogLevelName(level), escaped);
 }
 
 __attribute__((format(printf, 2, 3))) inline void LogAt(LogLevel level, const char* fmt, ...) {

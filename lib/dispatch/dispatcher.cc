@@ -11,6 +11,7 @@
 
 #include "ops/pipeline.h"
 #include "core/log.h"
+#include "core/names.h"
 
 namespace ferry::dispatch {
 
@@ -60,6 +61,7 @@ Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& con
 }
 
 Status Dispatcher::Commit(const Update& u) {
+  if (!fatal_.ok()) return fatal_;
   if (!journal_->healthy()) {
     Status again = journal_->Sync();  // what is queued, written again if the disk allows now
     if (!again.ok()) return JournalDown(again);
@@ -92,8 +94,16 @@ void Dispatcher::JournalUp() {
 }
 
 Status Dispatcher::Sync() {
+  if (!fatal_.ok()) return fatal_;
   if (config_.sync || !journal_->healthy()) {
     Status s = journal_->Sync();
+    if (journal_->failed()) {
+      // Final: the replies waiting on this sync never go out, nor any other (dirty_
+      // stays set), and the service stops; a restart replays what is on disk.
+      fatal_ = s;
+      LogError("%s: stopping, so that a restart recovers from what is on disk", s.ToString().c_str());
+      return fatal_;
+    }
     if (!s.ok()) {
       // The replies waiting on this sync must not go out; the updates stay queued in
       // the journal, and reads need no sync meanwhile.
@@ -124,6 +134,10 @@ int64_t Dispatcher::LeasedTo(const std::string& worker, const std::string& job) 
 // --- Workers -------------------------------------------------------------------------
 
 Result<uint32_t> Dispatcher::RegisterWorker(const wire::RegisterWorkerMsg& m, int64_t now_ms) {
+  FERRY_RETURN_IF_ERROR(CheckName("worker id", m.worker_id));
+  FERRY_RETURN_IF_ERROR(CheckName("worker address", m.address));
+  FERRY_RETURN_IF_ERROR(CheckOptionalName("the job a worker serves", m.serves_job));
+  FERRY_RETURN_IF_ERROR(CheckOptionalName("the consumer a worker serves", m.serves_consumer));
   auto it = state_.workers().find(m.worker_id);
   if (it == state_.workers().end() || it->second.address != m.address || it->second.serves_job != m.serves_job ||
       it->second.serves_consumer != m.serves_consumer) {
@@ -380,8 +394,8 @@ std::vector<std::string> Dispatcher::ReportWorker(const std::string& address, in
 // --- Jobs ----------------------------------------------------------------------------
 
 Result<Dispatcher::JoinResult> Dispatcher::GetOrCreateJob(const wire::GetOrCreateJobMsg& m) {
-  if (m.job.name.empty() || m.consumer_id.empty())
-    return Status::InvalidArgument("job name and consumer id are required");
+  FERRY_RETURN_IF_ERROR(CheckName("job name", m.job.name));
+  FERRY_RETURN_IF_ERROR(CheckName("consumer id", m.consumer_id));
   FERRY_RETURN_IF_ERROR(CheckJob(m.job.job));  // the ops and their parameters too
   if (m.job.job.ranked()) {
     const int64_t rank = ConsumerRank(m.consumer_id);
@@ -480,8 +494,23 @@ Result<wire::JobStatusMsg> Dispatcher::AckSplits(const wire::AckSplitsMsg& m) {
 }
 
 Result<wire::JobStatusMsg> Dispatcher::RestoreConsumer(const wire::RestoreConsumerMsg& m) {
+  // A saved state comes from a file a person may have edited: its numbers are checked
+  // here, where they enter, before any of them sizes a loop or a table.
+  if (m.first_open > kMaxEpoch)
+    return Status::OutOfRange("restore: first_open " + std::to_string(m.first_open) +
+                              " is past the largest epoch number, " + std::to_string(kMaxEpoch));
+  if (const JobState* j = state_.job(m.job); j != nullptr && m.first_open + kMaxReopenedEpochs < j->first_open)
+    return Status::OutOfRange("restore: first_open " + std::to_string(m.first_open) + " is " +
+                              std::to_string(j->first_open - m.first_open) + " epochs behind job " + m.job +
+                              " (at epoch " + std::to_string(j->first_open) + "): a state may reopen at most " +
+                              std::to_string(kMaxReopenedEpochs) + " finished epochs");
   dispatch::RestoreConsumer u{m.job, m.consumer_id, m.first_open, {}};
-  for (const auto& [e, s] : m.done) u.done.push_back({e, s});
+  for (const auto& [e, s] : m.done) {
+    if (e > kMaxEpoch)
+      return Status::OutOfRange("restore: done epoch " + std::to_string(e) + " is past the largest epoch number, " +
+                                std::to_string(kMaxEpoch));
+    u.done.push_back({e, s});
+  }
   FERRY_RETURN_IF_ERROR(Commit(u));
   Log("job %s: consumer %s resumed from a saved state at epoch %llu (%zu splits done)", m.job.c_str(),
       m.consumer_id.c_str(), (unsigned long long)m.first_open, m.done.size());
@@ -532,6 +561,7 @@ LoadTracker::Advice Dispatcher::Advice(const std::string& job) const {
 void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
   // A journal that could not be written: try again now and then, so that what is
   // queued reaches the disk once there is room, changes or not.
+  if (!fatal_.ok()) return;  // stopping: nothing changes any more
   if (!journal_->healthy() && now_ms - journal_retry_ms_ >= 1000) {
     journal_retry_ms_ = now_ms;
     if (journal_->Sync().ok()) JournalUp();

@@ -134,6 +134,9 @@ class Dispatcher {
 
   const DispatcherState& state() const { return state_; }
   bool journal_healthy() const { return journal_->healthy(); }
+  // Not OK once a sync of the journal failed (Journal::failed()): every request is
+  // refused from then on, and the service must stop.
+  const Status& fatal() const { return fatal_; }
   const Journal& journal() const { return *journal_; }
   // The work dir's identity (kept in it): clients check it did not change under them.
   const std::string& state_id() const { return state_id_; }
@@ -165,6 +168,7 @@ class Dispatcher {
   std::unique_ptr<Journal> journal_;
   bool dirty_ = false;
   bool journal_down_ = false;
+  Status fatal_;  // a failed journal sync: final (see fatal())
   int64_t journal_retry_ms_ = 0;
   std::map<std::string, int64_t> last_seen_ms_;
   std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)

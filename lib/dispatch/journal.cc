@@ -454,6 +454,7 @@ Journal::~Journal() {
 }
 
 Status Journal::Append(const Update& u) {
+  if (failed()) return sync_error_;
   std::string record = Record(EncodeUpdate(u));
   ++records_;
   if (broken_) {
@@ -481,6 +482,7 @@ Status Journal::Break(const Status& s) {
 }
 
 Status Journal::Sync() {
+  if (failed()) return sync_error_;
   if (broken_) {
     // Repair: back to the last size known durable, then every record since, whole,
     // then fdatasync. A failed fdatasync may have dropped pages it could not write
@@ -494,7 +496,15 @@ Status Journal::Sync() {
     }
   }
   const int64_t t0 = MonoNs();
-  if (::fdatasync(fd_) != 0) return Break(Io("journal fdatasync"));
+  if (::fdatasync(fd_) != 0) {
+    const int err = errno;
+    sync_error_ = Status::DataLoss("fdatasync of " + GenPath(dir_, "journal", generation_) + " failed (" +
+                                   std::strerror(err) +
+                                   "): what it held may not be on disk, and no later sync can prove it is");
+    broken_ = true;
+    last_error_ = sync_error_;
+    return sync_error_;
+  }
   sync_seconds_.ObserveNs(MonoNs() - t0);
   synced_size_ = size_;
   unsynced_.clear();
@@ -504,6 +514,7 @@ Status Journal::Sync() {
 }
 
 Status Journal::Compact(const DispatcherState& state) {
+  if (failed()) return sync_error_;
   if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
   const uint64_t next = generation_ + 1;
   const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";

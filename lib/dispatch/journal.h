@@ -13,10 +13,15 @@
 // on open, and so is a tail of zeros; a corrupt record before the end is an error
 // (DataLoss), never skipped. Open removes *.tmp files a crash left.
 //
-// Failures (a full disk, an I/O error) do not lose records: a record that cannot be
+// Failures of write() (a full disk) do not lose records: a record that cannot be
 // written, and every record since the last successful Sync(), is kept in memory, the
 // file is cut back to its last durable size, and the journal is broken (healthy() is
 // false) until a Sync() writes them all again and syncs.
+//
+// A failed fdatasync() is different, and final (failed()): the kernel may have dropped
+// the pages it could not write and reported that once, so no later sync proves
+// anything (PostgreSQL's lesson of 2018). Every later Append() and Sync() returns the
+// error; the dispatcher stops, and a restart recovers from what is truly on disk.
 #ifndef FERRY_DISPATCH_JOURNAL_H_
 #define FERRY_DISPATCH_JOURNAL_H_
 
@@ -51,7 +56,9 @@ class Journal {
   // Starts a new generation from `state` (whose updates must all be appended). On
   // failure the current generation goes on.
   Status Compact(const DispatcherState& state);
-  bool healthy() const { return !broken_; }
+  bool healthy() const { return !broken_ && sync_error_.ok(); }
+  // Whether an fdatasync() failed (see above): nothing more can be made durable.
+  bool failed() const { return !sync_error_.ok(); }
   // For /metrics: bytes of the current generation's file, and fdatasync latency.
   uint64_t size() const { return size_; }
   const Histogram& sync_seconds() const { return sync_seconds_; }
@@ -75,6 +82,7 @@ class Journal {
   std::vector<std::string> unsynced_;  // records since the last good Sync(), encoded
   bool broken_ = false;
   Status last_error_;
+  Status sync_error_;  // the failed fdatasync, final
   Histogram sync_seconds_;
 };
 

@@ -194,6 +194,10 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("restore: no consumer " + u.consumer + " in " + u.job);
   if (j.spec.epochs > 0 && u.first_open > uint64_t(j.spec.epochs))
     return Status::OutOfRange("restore: epoch out of range");
+  // Bounded where a peer's request enters (Dispatcher::RestoreConsumer) and here too,
+  // since the loop below holds every reopened epoch whole.
+  if (u.first_open > kMaxEpoch || u.first_open + kMaxReopenedEpochs < j.first_open)
+    return Status::OutOfRange("restore: epoch " + std::to_string(u.first_open) + " is out of range");
   const bool alone = j.consumers.size() == 1;
   // One epoch back is possible with several consumers when its owners are still known.
   const bool reopenable = u.first_open + 1 == j.first_open && j.completed.count(u.first_open) > 0;

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -23,8 +25,12 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// At most this many connections at once; when full, the oldest one still waiting for
+// its request is closed to make room, so idle or slow sockets (a scanner, a stuck
+// client, an attack) cannot lock Kubernetes' probes out and get a healthy daemon
+// restarted in a loop. A probe sends its request at once: a second is plenty.
 constexpr int kMaxConnections = 64;
-constexpr auto kRequestTimeout = std::chrono::seconds(5);
+constexpr auto kRequestTimeout = std::chrono::seconds(1);
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -33,6 +39,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++*open_;
   }
   ~Connection() { --*open_; }
+
+  // Whether it still waits for its request (closing it loses no answer).
+  bool reading() const { return reading_; }
+  void Abort() {
+    if (reading_) Close();
+  }
 
   void Start() {
     parser_.emplace();
@@ -45,6 +57,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void OnRead(beast::error_code ec) {
+    reading_ = false;
     if (ec) return Close();
     const auto& req = parser_->get();
     HttpResponse r;
@@ -88,6 +101,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   http::response<http::string_body> res_;
   const std::map<std::string, HttpServer::Handler>* routes_;
   std::atomic<int>* open_;
+  bool reading_ = true;  // io thread only
 };
 
 }  // namespace
@@ -117,12 +131,19 @@ class HttpServer::Impl {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
-        if (open_.load() >= kMaxConnections) {
-          beast::error_code ignored;
-          socket.close(ignored);
-        } else {
-          std::make_shared<Connection>(std::move(socket), &routes_, &open_)->Start();
+        // Full: the oldest connection still waiting for its request makes room.
+        while (open_.load() >= kMaxConnections && !waiting_.empty()) {
+          std::shared_ptr<Connection> oldest = waiting_.front().lock();
+          waiting_.pop_front();
+          if (oldest && oldest->reading()) {
+            oldest->Abort();
+            break;
+          }
         }
+        auto c = std::make_shared<Connection>(std::move(socket), &routes_, &open_);
+        c->Start();
+        while (!waiting_.empty() && waiting_.front().expired()) waiting_.pop_front();
+        waiting_.push_back(c);
       }
       Accept();
     });
@@ -132,6 +153,7 @@ class HttpServer::Impl {
   // destroys the handlers still pending.
   const std::map<std::string, Handler> routes_;
   std::atomic<int> open_{0};
+  std::deque<std::weak_ptr<Connection>> waiting_;  // io thread only: by accept time
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{asio::make_work_guard(io_)};
   tcp::acceptor acceptor_;

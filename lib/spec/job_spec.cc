@@ -65,6 +65,12 @@ Status JobSpec::Validate() const {
     return Status::InvalidArgument("unknown bad-sample policy");
   if (num_samples < 0) return Status::InvalidArgument("num_samples must be >= 0");
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
+  if (epochs > 0 && uint64_t(epochs) > kMaxEpoch + 1)
+    return Status::InvalidArgument("epochs " + std::to_string(epochs) + " is past the most a job may have, " +
+                                   std::to_string(kMaxEpoch + 1) + " (<= 0: no end)");
+  if (first_epoch > kMaxEpoch)
+    return Status::InvalidArgument("first_epoch " + std::to_string(first_epoch) +
+                                   " is past the largest epoch number, " + std::to_string(kMaxEpoch));
   if (epochs > 0 && first_epoch >= uint64_t(epochs))
     return Status::InvalidArgument("first_epoch must be before epochs (the run's epoch count)");
   if (remainder()) {

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "data/job_listing.h"
 #include "net/backoff.h"
+#include "worker/synthetic_source.h"
 
 namespace ferry {
 
@@ -199,6 +200,10 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
   job->name = j.name;
   job->spec = j.job;
   if (j.job.synthetic()) {
+    if (!o_.allow_synthetic) {
+      job->status = SyntheticRefused();
+      return job;
+    }
     job->dataset = std::shared_ptr<const Dataset>(MakeSyntheticDataset(j.job.num_samples));
     return job;
   }

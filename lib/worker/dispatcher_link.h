@@ -47,6 +47,9 @@ struct LinkOptions {
   // Hybrid: a trainer's own worker, leasing only this consumer's splits of this job.
   std::string serves_job, serves_consumer;
   std::function<Result<std::shared_ptr<const Dataset>>(const std::string&)> open_dataset;
+  // Whether jobs of "synthetic:" datasets are served (benchmarks); else such a job is
+  // refused like a dataset that cannot be opened.
+  bool allow_synthetic = false;
   // The worker's production figures, sent with each heartbeat (the dispatcher's
   // advice); may be empty.
   std::function<wire::WorkerLoad()> load;

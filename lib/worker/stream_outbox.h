@@ -18,6 +18,7 @@
 #ifndef FERRY_WORKER_STREAM_OUTBOX_H_
 #define FERRY_WORKER_STREAM_OUTBOX_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -32,7 +33,10 @@ namespace ferry {
 class StreamOutbox {
  public:
   // Credits may come before the stream knows its source (while it opens).
-  void Grant(uint32_t n) { credits_ += n; }
+  // A client's grants add up to at most kMaxCredits: more than any worker buffers
+  // (--buffered-batches is at most 64), and no number a peer sends sizes anything here.
+  static constexpr int64_t kMaxCredits = 1024;
+  void Grant(uint32_t n) { credits_ = std::min<int64_t>(credits_ + int64_t(n), kMaxCredits); }
   // The source is known. `splits`: the stream carries leased splits. `last_epoch`: an
   // epoch stream's last epoch (-1: it runs forever). Before any frame is added.
   void SetSource(bool splits, int64_t last_epoch) {

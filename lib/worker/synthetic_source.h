@@ -16,6 +16,14 @@
 
 namespace ferry {
 
+// Why a worker started without --allow-synthetic refuses a "synthetic:" dataset: a
+// synthetic job costs a worker memory and io time but reads no file, so any client
+// could use one to load it; only benchmarks need them.
+inline Status SyntheticRefused() {
+  return Status(StatusCode::kPermissionDenied,
+                "this worker serves no synthetic: datasets (benchmarks start it with --allow-synthetic)");
+}
+
 class SyntheticSource {
  public:
   // InvalidArgument unless the dataset reads synthetic:BYTES:BATCHES with BYTES a

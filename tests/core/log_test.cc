@@ -76,5 +76,27 @@ TEST(LogTest, AFullBufferEndsAtAWholeEscape) {
   }
 }
 
+std::string TextEscaped(std::string_view s, size_t cap = 4096) {
+  std::string out(cap, '\x01');
+  size_t n = 0;
+  AppendTextEscaped(s, out.data(), cap, &n);
+  EXPECT_EQ(out[n], '\0');
+  return out.substr(0, n);
+}
+
+// Text logs: a name a peer sent can never start a line of its own (issue 25).
+TEST(LogTest, TextEscapesControlBytesAndBadUtf8) {
+  EXPECT_EQ(TextEscaped("job x\n2026-01-01 forged"), "job x\\n2026-01-01 forged");
+  EXPECT_EQ(TextEscaped(std::string("\r\x01\x1b[31m\x7f", 8)), "\\x0d\\x01\\x1b[31m\\x7f");
+  EXPECT_EQ(TextEscaped("caf\xc3\xa9 \"q\" \\ ok"), "caf\xc3\xa9 \"q\" \\ ok") << "UTF-8 and quotes kept";
+  EXPECT_EQ(TextEscaped("caf\xc3"), "caf\\xc3");
+  EXPECT_EQ(TextEscaped("\xff\xfe"), "\\xff\\xfe");
+  for (size_t cap = 1; cap < 20; ++cap) {
+    const std::string e = TextEscaped("\n\x01\xff abc", cap);
+    EXPECT_LT(e.size(), cap);
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace ferry

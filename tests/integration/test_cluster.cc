@@ -44,6 +44,7 @@ WorkerOptions TestCluster::WorkerOpts() const {
   w.token = o_.token;
   w.dispatcher = dispatcher_address_;
   w.drain_timeout_s = 20;
+  w.allow_synthetic = true;  // the tests' synthetic: jobs
   return w;
 }
 

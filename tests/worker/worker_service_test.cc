@@ -158,6 +158,7 @@ class WorkerTest : public ::testing::Test {
     o.token = token;
     o.drain_timeout_s = 10;
     o.id = "test-worker";
+    o.allow_synthetic = true;  // the synthetic-source tests
     return o;
   }
 

@@ -1,0 +1,333 @@
+// Hardening (issue 25) with real processes: each test stages what a hostile peer, an
+// edited file or a failing disk did to a daemon before its fix, and checks what the
+// daemon does now. The daemons are the real ferry-worker and ferry-dispatcher; a raw
+// peer (tests/raw_peer.h) sends what the Client never would.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/job.h"
+#include "net/address.h"
+#include "process/daemon_test.h"
+
+namespace ferry {
+namespace {
+
+using testing::Child;
+using testing::ExpectEachIndexOnce;
+using testing::kSamples;
+using testing::kSpecJson;
+using testing::RawPeer;
+using testing::ReadFile;
+using wire::MessageType;
+
+class HardeningTest : public testing::DaemonTest {
+ protected:
+  // ferry-consume against `dispatcher`, with these flags after the dataset's.
+  std::unique_ptr<Child> Consume(const std::string& dispatcher, std::vector<std::string> flags,
+                                 const std::string& name) {
+    std::vector<std::string> argv = {consume_bin_, "--dispatcher", dispatcher, "--data", data_->path(),
+                                     "--pipeline", kSpecJson, "--batch-size", "4"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
+  }
+
+  // A request by hand on a connection of its own (a daemon closes a connection after
+  // an error reply) and the answer: the reply's type, or its error.
+  static Result<MessageType> Ask(const std::string& daemon, const wire::OutFrame& request, double timeout_s,
+                                 wire::Role role = wire::Role::kClient) {
+    RawPeer p(daemon);
+    FERRY_RETURN_IF_ERROR(p.Handshake("", role));
+    if (!p.Send(request)) return Status::Unavailable("the daemon closed the connection");
+    FERRY_ASSIGN_OR_RETURN(wire::InFrame f, p.ReadFrame(timeout_s));
+    if (f.header.type != MessageType::kError) return f.header.type;
+    FERRY_ASSIGN_OR_RETURN(wire::ErrorMsg e, wire::DecodeError(f));
+    return e.status;
+  }
+};
+
+// An HTTP GET on a fresh connection: the status line, or "" after `timeout_s`.
+std::string HttpGet(const std::string& address, const std::string& path, double timeout_s) {
+  auto hp = net::SplitHostPort(address);
+  if (!hp.ok()) return "";
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(hp->second);
+  ::inet_pton(AF_INET, hp->first.c_str(), &a.sin_addr);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: probe\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size())) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+      char buf[4096];
+      while (got.find("\r\n") == std::string::npos) {
+        const int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 deadline - std::chrono::steady_clock::now())
+                                 .count());
+        pollfd p{fd, POLLIN, 0};
+        if (left <= 0 || ::poll(&p, 1, left) <= 0) break;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, size_t(n));
+      }
+    }
+  }
+  ::close(fd);
+  const size_t eol = got.find("\r\n");
+  return eol == std::string::npos ? "" : got.substr(0, eol);
+}
+
+int64_t RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+// Defect 2: a saved state at epoch 2^40 of a job with no epoch limit was taken as it
+// came, and a state far behind its job made the dispatcher build every epoch between
+// (1.2 GB in 5 s, the client waiting; before the fix this test's restores time out).
+// Now an epoch past 2^32 - 1 is refused by name where it enters (the client's parser,
+// the dispatcher's request), and so is a state more than 1,024 finished epochs behind
+// its job, in well under a second; the dispatcher serves the next job.
+TEST_F(HardeningTest, AnEpochPastAnyRunIsRefusedByNameAndTheDispatcherServesOn) {
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher);
+  auto w = StartWorker({"--dispatcher", dispatcher});
+  const std::string saved = dir_ / "state.txt";
+  auto first = Consume(dispatcher,
+                       {"--job", "endless", "--consumer-id", "c1", "--epochs", "0", "--stop-after", "2",
+                        "--save-state", saved},
+                       "first");
+  ASSERT_EQ(first->Wait(60), std::optional<int>(0)) << first->err();
+  std::string state = ReadFile(saved);
+  ASSERT_NE(state.find("first_open 0\n"), std::string::npos) << state;
+
+  // The client's own parser refuses an edited state before it reaches anyone.
+  const std::string edited = dir_ / "edited.txt";
+  std::ofstream(edited) << std::string(state).replace(state.find("first_open 0"), 12, "first_open 1099511627776");
+  auto resumed = Consume(dispatcher, {"--resume", edited, "--epochs", "0"}, "resumed");
+  const std::optional<int> rc = resumed->Wait(10);
+  ASSERT_TRUE(rc.has_value()) << "an edited state hung the client: " << resumed->err();
+  EXPECT_NE(*rc, 0);
+  EXPECT_NE(resumed->err().find("epoch 1099511627776 is past the largest epoch number"), std::string::npos)
+      << resumed->err();
+
+  // A peer that is not the Client: the dispatcher checks where the request enters.
+  wire::RestoreConsumerMsg far{"endless", "c1", uint64_t{1} << 40, {}};
+  auto t0 = std::chrono::steady_clock::now();
+  Result<MessageType> reply = Ask(dispatcher, wire::EncodeRestoreConsumer(far), 5);
+  ASSERT_FALSE(reply.ok()) << "a restore at epoch 2^40 was accepted";
+  EXPECT_NE(reply.status().message().find("first_open 1099511627776 is past the largest epoch number"),
+            std::string::npos)
+      << reply.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+
+  // The largest epoch is a job's to reach; a state 2^32 epochs behind it is refused.
+  wire::RestoreConsumerMsg last{"endless", "c1", kMaxEpoch, {}};
+  reply = Ask(dispatcher, wire::EncodeRestoreConsumer(last), 5);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  wire::RestoreConsumerMsg behind{"endless", "c1", 0, {}};
+  t0 = std::chrono::steady_clock::now();
+  reply = Ask(dispatcher, wire::EncodeRestoreConsumer(behind), 5);
+  ASSERT_FALSE(reply.ok()) << "a state 2^32 epochs behind its job was accepted";
+  EXPECT_NE(reply.status().message().find("epochs behind job endless"), std::string::npos)
+      << reply.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+
+  // The dispatcher is whole: the next job reads its epoch exactly once, and nothing
+  // was built for the epochs it was asked to reopen.
+  const std::string dump = dir_ / "next.txt";
+  auto next = Consume(dispatcher, {"--job", "next", "--epochs", "1", "--dump-indices", dump}, "next");
+  ASSERT_EQ(next->Wait(60), std::optional<int>(0)) << next->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_FALSE(d->Wait(0).has_value()) << "the dispatcher exited: " << d->err();
+  EXPECT_LT(RssKb(d->pid()), 200 * 1024) << "the dispatcher's memory grew";
+}
+
+// Defect 10: job names, consumer and worker ids were checked only for being non-empty,
+// so a newline in one forged a line of the dispatcher's log, and a byte that is not
+// UTF-8 reached /metrics as a label value (failing the whole scrape). Before the fix
+// each request below was accepted. Now each is refused by name with the rule, the
+// log holds no forged line, and an honest name still works.
+TEST_F(HardeningTest, NamesFromPeersAreCheckedWhereTheyEnter) {
+  std::string dispatcher, worker;
+  auto d = StartDispatcher({}, &dispatcher);
+  auto w = StartWorker({"--dispatcher", dispatcher}, &worker);
+  // The worker checks the names a stream carries, too.
+  wire::OpenStreamMsg stream = Job(4, kSpecJson);
+  stream.consumer_id = "c\x1b[2J";
+  Status refused = OpenRaw(worker, stream);
+  EXPECT_NE(refused.message().find("consumer id holds byte 0x1b at offset 1"), std::string::npos)
+      << refused.ToString();
+  stream.consumer_id = "c1";
+  stream.by_name = true;
+  stream.job_name = "j\n";
+  refused = OpenRaw(worker, stream);
+  EXPECT_NE(refused.message().find("job name holds byte 0x0a at offset 1"), std::string::npos) << refused.ToString();
+  wire::GetOrCreateJobMsg job;
+  job.job.job.dataset = data_->path();
+  auto spec = PipelineSpec::FromJson(kSpecJson);
+  ASSERT_TRUE(spec.ok());
+  job.job.job.pipeline = *spec;
+  job.job.job.batch_size = 4;
+  job.consumer_id = "c1";
+  const std::string forged = "x\n2026-01-01T00:00:00.000Z ferry-dispatcher info: FORGED";
+  struct Case {
+    std::string job, consumer, rule;
+  };
+  const std::vector<Case> cases = {
+      {forged, "c1", "job name holds byte 0x0a at offset 1"},
+      {"caf\xc3", "c1", "job name holds byte 0xc3 at offset 3"},
+      {"ok", "rank 0", "consumer id holds byte 0x20 at offset 4"},
+      {std::string(201, 'j'), "c1", "job name is 201 bytes long"},
+  };
+  for (const Case& c : cases) {
+    job.job.name = c.job;
+    job.consumer_id = c.consumer;
+    Result<MessageType> reply = Ask(dispatcher, wire::EncodeGetOrCreateJob(job), 10);
+    ASSERT_FALSE(reply.ok()) << "accepted: " << c.rule;
+    EXPECT_NE(reply.status().message().find(c.rule), std::string::npos) << reply.status().ToString();
+    EXPECT_NE(reply.status().message().find("printable ASCII"), std::string::npos) << reply.status().ToString();
+  }
+  wire::RegisterWorkerMsg rogue{"w\r\nFORGED", "127.0.0.1:1"};
+  Result<MessageType> reply = Ask(dispatcher, wire::EncodeRegisterWorker(rogue), 10, wire::Role::kWorker);
+  ASSERT_FALSE(reply.ok()) << "a worker id with a newline was registered";
+  EXPECT_NE(reply.status().message().find("worker id holds byte 0x0d at offset 1"), std::string::npos)
+      << reply.status().ToString();
+
+  // An honest name works, and the log never started a line of a peer's making.
+  const std::string dump = dir_ / "ok.txt";
+  auto ok = Consume(dispatcher, {"--job", "team-a/run_7:train", "--epochs", "1", "--dump-indices", dump}, "ok");
+  ASSERT_EQ(ok->Wait(60), std::optional<int>(0)) << ok->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  for (const std::string& line : testing::Lines(d->err()))
+    EXPECT_TRUE(line.rfind("2026-01-01T00:00:00.000Z", 0) != 0 && line.rfind("FORGED", 0) != 0)
+        << "a forged log line: " << line;
+  EXPECT_FALSE(d->Wait(0).has_value()) << d->err();
+}
+
+// Defect 4: when fdatasync failed, the journal was marked broken and retried, the
+// dispatcher cleared its dirty flag, and it went on serving: replies went out over
+// state the disk might not hold, and a sync retried after the kernel had reported
+// (and forgotten) its failure proved nothing. Before the fix the dispatcher below
+// never exits while the disk fails. Now a failed sync is final: the dispatcher sends
+// nothing more, exits 1 naming the sync, and a restart on the same journal recovers
+// from what is on disk; the consumer, which kept retrying, ends its epoch with every
+// sample exactly once.
+TEST_F(HardeningTest, AFailedSyncStopsTheDispatcherAndARestartRecoversFromTheDisk) {
+  const char* shim = std::getenv("FERRY_FAULT_SYNC_BIN");
+  if (shim == nullptr || *shim == '\0') GTEST_SKIP() << "FERRY_FAULT_SYNC_BIN is not set (CTest sets it)";
+  const std::string trigger = dir_ / "disk-fails";
+  const std::string listen = "127.0.0.1:" + std::to_string(testing::FreePort());
+  Child failing({"/usr/bin/env", std::string("LD_PRELOAD=") + shim, "FERRY_FAULT_SYNC_EIO=" + trigger,
+                 dispatcher_bin_, "--listen", listen, "--work-dir", dir_ / "journal", "--heartbeat-interval-ms", "100",
+                 "--heartbeat-timeout-ms", "1000"},
+                dir_ / "failing.out", dir_ / "failing.err");
+  testing::WaitForListening(failing, "dispatcher");
+  auto w = StartWorker({"--dispatcher", listen});
+  const std::string dump = dir_ / "indices.txt";
+  auto c = Consume(listen,
+                   {"--job", "durable", "--batches-per-split", "1", "--epochs", "1", "--step-ms", "100",
+                    "--dump-indices", dump},
+                   "consume");
+  ASSERT_TRUE(testing::WaitFor([&] { return testing::Lines(ReadFile(dump)).size() >= 8; }, 30)) << c->err();
+  std::ofstream(trigger) << "EIO\n";
+  const std::optional<int> rc = failing.Wait(15);
+  ASSERT_TRUE(rc.has_value()) << "the dispatcher went on after a failed fdatasync: " << failing.err();
+  EXPECT_EQ(*rc, 1) << failing.err();
+  EXPECT_NE(failing.err().find("fdatasync of"), std::string::npos) << failing.err();
+  EXPECT_NE(failing.err().find("Input/output error"), std::string::npos) << failing.err();
+  EXPECT_FALSE(c->Wait(0).has_value()) << "the consumer gave up: " << c->err();
+
+  // The disk is replaced; the dispatcher restarts on its journal.
+  std::filesystem::remove(trigger);
+  auto d = StartDispatcher({}, nullptr, listen, "journal");
+  EXPECT_NE(d->err().find("replayed"), std::string::npos) << d->err();
+  const std::optional<int> done = c->Wait(90);
+  ASSERT_TRUE(done.has_value()) << "no recovery after the restart: " << d->err();
+  EXPECT_EQ(*done, 0) << c->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+}
+
+// Defect 1: any worker served "synthetic:" datasets to any client, and a synthetic
+// stream filled its outbox up to the credits granted: a client that granted 2^32
+// credits and never read made the worker's io thread queue frames without end
+// (before the fix this test's worker grows by gigabytes and serves nobody else).
+// Now synthetic datasets need --allow-synthetic (refused by name otherwise), a
+// stream's credits are capped, and what it queues is bounded by its buffers: the
+// worker's memory stays flat and the next client reads its epoch.
+TEST_F(HardeningTest, AClientAskingForEveryCreditLeavesTheWorkerWithinItsMemory) {
+  wire::OpenStreamMsg m = Job(8, kSpecJson);
+  m.job.dataset = "synthetic:" + std::to_string(8 * 65536) + ":1000000";  // 512 KiB batches
+  m.job.epochs = 1;
+  m.credits = 0xFFFFFFFFu;
+  std::string plain, bench;
+  auto p1 = StartWorker({"--max-memory", "64MB"}, &plain);
+  Status refused = OpenRaw(plain, m);
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
+  EXPECT_NE(refused.message().find("--allow-synthetic"), std::string::npos) << refused.ToString();
+
+  auto w = StartWorker({"--allow-synthetic", "--max-memory", "64MB", "--buffered-batches", "4"}, &bench);
+  const int64_t before = RssKb(w->pid());
+  RawPeer greedy(bench);
+  ASSERT_TRUE(greedy.Handshake().ok());
+  ASSERT_TRUE(greedy.Send(wire::EncodeOpenStream(m)));
+  for (int i = 0; i < 4; ++i) greedy.Send(wire::EncodeCredit(0xFFFFFFFFu));
+  int64_t most = before;
+  for (int i = 0; i < 30; ++i) {  // 3 s of a client that never reads
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    most = std::max(most, RssKb(w->pid()));
+  }
+  EXPECT_LT(most - before, 64 * 1024) << "the worker grew from " << before << " kB to " << most << " kB";
+  ExpectAnEpochFrom(bench);
+  EXPECT_FALSE(w->Wait(0).has_value()) << w->err();
+}
+
+// Defect 8: the metrics server took 64 connections and closed every one past them, so
+// 64 idle sockets made /healthz unreachable and Kubernetes restarted a healthy
+// worker, in a loop (before the fix the probe below gets no answer). Now a request
+// has a second to arrive, and when the server is full the oldest connection still
+// waiting for its request makes room: /healthz answers within a second while 1,000
+// idle connections are open.
+TEST_F(HardeningTest, HealthzAnswersWhileAThousandIdleConnectionsAreOpen) {
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < 1200 && files.rlim_max >= 1200) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 4096);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  }
+  if (files.rlim_cur < 1200) GTEST_SKIP() << "needs 1,200 open files (RLIMIT_NOFILE is " << files.rlim_cur << ")";
+  const std::string metrics = "127.0.0.1:" + std::to_string(testing::FreePort());
+  std::string worker;
+  auto w = StartWorker({"--metrics", metrics}, &worker);
+  ASSERT_TRUE(testing::WaitFor([&] { return HttpGet(metrics, "/healthz", 1).find(" 200 ") != std::string::npos; }, 10));
+  std::vector<std::unique_ptr<RawPeer>> idle;  // connected, and never a byte sent
+  for (int i = 0; i < 1000; ++i) idle.push_back(std::make_unique<RawPeer>(metrics));
+  for (int probe = 0; probe < 5; ++probe) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string status = HttpGet(metrics, "/healthz", 1.0);
+    EXPECT_NE(status.find(" 200 "), std::string::npos) << "probe " << probe << ": '" << status << "'";
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+    idle.push_back(std::make_unique<RawPeer>(metrics));  // and more keep coming
+  }
+  ExpectAnEpochFrom(worker);
+}
+
+}  // namespace
+}  // namespace ferry
