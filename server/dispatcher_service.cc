@@ -104,6 +104,8 @@ class DispatcherService::Impl {
   // The journal cannot be made durable any more: no reply goes out from here on, and
   // the process is told to exit (DispatcherOptions::on_fatal).
   void Stop(const Status& why);
+  // Stops listening and ticking and closes every session (io thread).
+  void Shutdown();
 
   void SessionClosed(const std::shared_ptr<DispatcherSession>& s) {
     asio::post(io_, [this, s] { sessions_.erase(s); });
@@ -383,28 +385,25 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
 };
 
 DispatcherService::Impl::~Impl() {
-  asio::post(io_, [this] {
-    // A tick whose timer had already fired when cancel() ran still runs: it must not
-    // arm the timer again, or the io thread never runs out of work.
-    stopping_ = true;
-    boost::system::error_code ec;
-    acceptor_.close(ec);
-    if (tick_) tick_->cancel();
-    auto copy = sessions_;
-    for (auto& s : copy) s->Close();
-  });
+  asio::post(io_, [this] { Shutdown(); });
   if (io_thread_.joinable()) io_thread_.join();
   blocking_.join();
 }
 
-void DispatcherService::Impl::Stop(const Status& why) {
-  if (stopping_) return;
+void DispatcherService::Impl::Shutdown() {
+  // A tick whose timer had already fired when cancel() ran still runs: it must not
+  // arm the timer again, or the io thread never runs out of work.
   stopping_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
   if (tick_) tick_->cancel();
   auto copy = sessions_;
   for (auto& s : copy) s->Close();
+}
+
+void DispatcherService::Impl::Stop(const Status& why) {
+  if (stopping_) return;
+  Shutdown();
   if (opts_.on_fatal) opts_.on_fatal(why);
 }
 
