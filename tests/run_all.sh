@@ -53,7 +53,7 @@ PYTHONPATH="$PWD/$build/python" timeout 120 /usr/bin/python3 client/examples/tra
 grep -q '^verdict: ' /tmp/ferry-train-example.log
 echo "example training loop: $(( $(date +%s) - start )) s"
 
-stage "fuzz (frame and message parsers; the dispatcher's control plane; ${FERRY_FUZZ_SECONDS:-30} s each)"
+stage "fuzz (frame and message parsers; the dispatcher's control plane; its journal files; ${FERRY_FUZZ_SECONDS:-30} s each)"
 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then

@@ -11,66 +11,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "wire/codec.h"
+#include "core/log.h"
+#include "dispatch/journal_codec.h"
 
 namespace ferry::dispatch {
 
 namespace {
-
-// --- A small, bounds-checked binary encoding ------------------------------------
-
-class Writer {
- public:
-  void U64(uint64_t v) {
-    while (v >= 0x80) {
-      s_.push_back(char(v | 0x80));
-      v >>= 7;
-    }
-    s_.push_back(char(v));
-  }
-  void I64(int64_t v) { U64((uint64_t(v) << 1) ^ uint64_t(v >> 63)); }
-  void Str(const std::string& v) {
-    U64(v.size());
-    s_ += v;
-  }
-  std::string Take() { return std::move(s_); }
-
- private:
-  std::string s_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& s) : s_(s) {}
-  bool U64(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos_ >= s_.size()) return false;
-      const uint8_t b = uint8_t(s_[pos_++]);
-      *v |= uint64_t(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  }
-  bool I64(int64_t* v) {
-    uint64_t u;
-    if (!U64(&u)) return false;
-    *v = int64_t(u >> 1) ^ -int64_t(u & 1);
-    return true;
-  }
-  bool Str(std::string* v) {
-    uint64_t n;
-    if (!U64(&n) || n > s_.size() - pos_) return false;
-    v->assign(s_, pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == s_.size(); }
-
- private:
-  const std::string& s_;
-  size_t pos_ = 0;
-};
 
 uint32_t Crc32(const std::string& data) {
   static const std::array<uint32_t, 256> table = [] {
@@ -87,14 +33,42 @@ uint32_t Crc32(const std::string& data) {
   return c ^ 0xFFFFFFFFu;
 }
 
-// Tag 1 was CreateJob with a job encoding of its own (before one JobSpec travelled
-// everywhere): such a journal is refused with a clear error rather than misread.
-enum Tag : uint64_t {
-  kCreateJobV1 = 1, kAddConsumer, kRegisterWorker, kRemoveWorker, kDrainWorker, kLeaseSplits, kAckSplits, kRemoveJob,
-  kJobProgress, kRestoreConsumer, kCreateJob, kRegisterServingWorker, kRemoveConsumer, kAssignSplits, kReturnSplits,
-};
+// Format 2 files start with this; a file without it is of format 1 (read, then
+// compacted into format 2 at once: Journal::upgrade_due()).
+constexpr char kMagic[] = "FERRYJ2\n";
+constexpr size_t kMagicSize = 8;
+constexpr size_t kHeaderSize = 12;  // u32 length, u32 CRC of the payload, u32 CRC of those 8 bytes
+// No record is larger (a snapshot's lists are cut into records of at most
+// kMaxListedPerRecord entries); a length past it is corruption, not a torn write.
+constexpr uint32_t kMaxRecordBytes = 1u << 30;
+constexpr size_t kMaxListedPerRecord = size_t(1) << 20;
 
-constexpr uint64_t kMaxListed = 1 << 24;
+// A snapshot's update, cut into updates of at most kMaxListedPerRecord listed splits
+// each (applying the pieces in turn is applying the whole: acks, assignments and
+// leases of distinct splits are independent), so that no record nears
+// kMaxRecordBytes however large the state. Takes the update's list (a piece copies
+// the rest of it, never the whole list: 2^25 splits are 512 MiB).
+template <typename T>
+void AppendChunks(T&& x, std::vector<Update>* out) {
+  const auto all = std::move(x.splits);
+  x.splits.clear();
+  for (size_t at = 0;; at += kMaxListedPerRecord) {
+    T piece = x;
+    const size_t end = std::min(all.size(), at + kMaxListedPerRecord);
+    piece.splits.assign(all.begin() + ptrdiff_t(at), all.begin() + ptrdiff_t(end));
+    out->push_back(std::move(piece));
+    if (end == all.size()) break;
+  }
+}
+
+std::vector<Update> Chunked(Update&& u) {
+  std::vector<Update> out;
+  if (auto* a = std::get_if<AckSplits>(&u)) AppendChunks(std::move(*a), &out);
+  else if (auto* s = std::get_if<AssignSplits>(&u)) AppendChunks(std::move(*s), &out);
+  else if (auto* l = std::get_if<LeaseSplits>(&u)) AppendChunks(std::move(*l), &out);
+  else out.push_back(std::move(u));
+  return out;
+}
 
 Status Io(const std::string& what) { return Status::Unavailable(what + ": " + std::strerror(errno)); }
 
@@ -111,37 +85,26 @@ Status WriteAll(int fd, const std::string& bytes) {
   return Status::OK();
 }
 
+uint32_t Crc32Of(const char* p, size_t n) { return Crc32(std::string(p, n)); }
+
+// A format 2 record: its 12-byte header (the header's own CRC tells a corrupt length
+// from a torn write), then the payload.
 std::string Record(const std::string& payload) {
-  std::string r(8, '\0');
+  std::string r(kHeaderSize, '\0');
   const uint32_t len = uint32_t(payload.size()), crc = Crc32(payload);
   std::memcpy(r.data(), &len, 4);
   std::memcpy(r.data() + 4, &crc, 4);
+  const uint32_t hcrc = Crc32Of(r.data(), 8);
+  std::memcpy(r.data() + 8, &hcrc, 4);
   return r + payload;
 }
 
-// Reads the records of a file. A torn tail (short header or payload at the very end)
-// is reported through *torn_at; anything else malformed is DataLoss.
-Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at) {
-  *torn_at = -1;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Io("open " + path);
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Io("read " + path);
-    }
-    if (n == 0) break;
-    data.append(buf, size_t(n));
-  }
-  ::close(fd);
+// The records of format 1 (u32 length, u32 CRC of the payload; read only) from `pos`.
+// Its header has no checksum of its own: a length running past the end can only be
+// taken for a torn write, as format 1 always did.
+Status ReadRecordsV1(const std::string& path, const std::string& data, std::vector<Update>* out, off_t* torn_at) {
   size_t pos = 0;
   while (pos < data.size()) {
-    // A tail of zeros: the file grew but its blocks were never written (a crash on a
-    // file system that orders metadata before data). Torn, like a short tail.
     if (std::all_of(data.begin() + ptrdiff_t(pos), data.end(), [](char c) { return c == 0; })) {
       *torn_at = off_t(pos);
       return Status::OK();
@@ -159,7 +122,77 @@ Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* tor
     }
     std::string payload = data.substr(pos + 8, len);
     if (Crc32(payload) != crc) {
-      if (pos + 8 + len == data.size()) {  // a torn last write can also look like this
+      if (pos + 8 + len == data.size()) {
+        *torn_at = off_t(pos);
+        return Status::OK();
+      }
+      return Status::DataLoss(path + ": checksum mismatch at offset " + std::to_string(pos));
+    }
+    Result<Update> u = DecodeUpdateV1(payload);
+    if (!u.ok()) return Status::DataLoss(path + ": bad record at offset " + std::to_string(pos) + ": " + u.status().message());
+    out->push_back(std::move(*u));
+    pos += 8 + len;
+  }
+  return Status::OK();
+}
+
+// Reads the records of a file into *out. A torn tail, which only a crash during the
+// last append can leave, is reported through *torn_at (the offset to cut at): a tail of
+// zeros, a header cut short, a valid header whose payload is cut short at the very end
+// of the file, or a last record whose payload fails its checksum. Anything else is
+// DataLoss naming the offset: a header that fails its own checksum (a flipped bit in a
+// length) or a record that fails its checksum before the end, never a silent cut.
+// *format is 1 or 2 (0 for an empty file).
+Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
+  *torn_at = -1;
+  *format = 0;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Io("open " + path);
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return Io("read " + path);
+    }
+    if (n == 0) break;
+    data.append(buf, size_t(n));
+  }
+  ::close(fd);
+  if (data.empty()) return Status::OK();
+  if (data.size() < kMagicSize && data.compare(0, data.size(), kMagic, data.size()) == 0) {
+    *torn_at = 0;  // created, and its magic cut short
+    return Status::OK();
+  }
+  if (data.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+    *format = 1;
+    return ReadRecordsV1(path, data, out, torn_at);
+  }
+  *format = 2;
+  size_t pos = kMagicSize;
+  while (pos < data.size()) {
+    const size_t left = data.size() - pos;
+    if (std::all_of(data.begin() + ptrdiff_t(pos), data.end(), [](char c) { return c == 0; }) ||
+        left < kHeaderSize) {
+      *torn_at = off_t(pos);
+      return Status::OK();
+    }
+    uint32_t len, crc, hcrc;
+    std::memcpy(&len, data.data() + pos, 4);
+    std::memcpy(&crc, data.data() + pos + 4, 4);
+    std::memcpy(&hcrc, data.data() + pos + 8, 4);
+    if (Crc32Of(data.data() + pos, 8) != hcrc || len > kMaxRecordBytes)
+      return Status::DataLoss(path + ": corrupt record header at offset " + std::to_string(pos) + " of " +
+                              std::to_string(data.size()) + " bytes (the records after it are not replayed)");
+    if (left - kHeaderSize < len) {  // a whole header, its payload cut short: the end
+      *torn_at = off_t(pos);
+      return Status::OK();
+    }
+    std::string payload = data.substr(pos + kHeaderSize, len);
+    if (Crc32(payload) != crc) {
+      if (pos + kHeaderSize + len == data.size()) {  // the last write's blocks never reached the disk
         *torn_at = off_t(pos);
         return Status::OK();
       }
@@ -168,7 +201,7 @@ Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* tor
     Result<Update> u = DecodeUpdate(payload);
     if (!u.ok()) return Status::DataLoss(path + ": bad record at offset " + std::to_string(pos) + ": " + u.status().message());
     out->push_back(std::move(*u));
-    pos += 8 + len;
+    pos += kHeaderSize + len;
   }
   return Status::OK();
 }
@@ -195,220 +228,6 @@ void RemoveStaleTemporaries(const std::string& dir) {
 
 }  // namespace
 
-std::string EncodeUpdate(const Update& u) {
-  Writer w;
-  std::visit(
-      [&w](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, CreateJob>) {
-          w.U64(kCreateJob);
-          w.Str(x.name);
-          w.Str(wire::EncodeJobBytes(x.spec));  // the wire's Job: one encoding of a job
-        } else if constexpr (std::is_same_v<T, AddConsumer>) {
-          w.U64(kAddConsumer);
-          w.Str(x.job);
-          w.Str(x.consumer);
-        } else if constexpr (std::is_same_v<T, RegisterWorker>) {
-          // A worker for everyone keeps the old record (journals stay readable by
-          // either version); a hybrid one has its own.
-          w.U64(x.serves_job.empty() ? kRegisterWorker : kRegisterServingWorker);
-          w.Str(x.worker);
-          w.Str(x.address);
-          if (!x.serves_job.empty()) {
-            w.Str(x.serves_job);
-            w.Str(x.serves_consumer);
-          }
-        } else if constexpr (std::is_same_v<T, RemoveWorker>) {
-          w.U64(kRemoveWorker);
-          w.Str(x.worker);
-        } else if constexpr (std::is_same_v<T, DrainWorker>) {
-          w.U64(kDrainWorker);
-          w.Str(x.worker);
-        } else if constexpr (std::is_same_v<T, ReturnSplits>) {
-          w.U64(kReturnSplits);
-          w.Str(x.job);
-          w.Str(x.worker);
-        } else if constexpr (std::is_same_v<T, LeaseSplits>) {
-          w.U64(kLeaseSplits);
-          w.Str(x.job);
-          w.Str(x.worker);
-          w.U64(x.splits.size());
-          for (const auto& l : x.splits) {
-            w.U64(l.ref.epoch);
-            w.I64(l.ref.split);
-            w.Str(l.consumer);
-          }
-        } else if constexpr (std::is_same_v<T, AckSplits>) {
-          w.U64(kAckSplits);
-          w.Str(x.job);
-          w.Str(x.consumer);
-          w.U64(x.splits.size());
-          for (const auto& r : x.splits) {
-            w.U64(r.epoch);
-            w.I64(r.split);
-          }
-        } else if constexpr (std::is_same_v<T, RemoveJob>) {
-          w.U64(kRemoveJob);
-          w.Str(x.job);
-        } else if constexpr (std::is_same_v<T, JobProgress>) {
-          w.U64(kJobProgress);
-          w.Str(x.job);
-          w.U64(x.first_open);
-        } else if constexpr (std::is_same_v<T, RemoveConsumer>) {
-          w.U64(kRemoveConsumer);
-          w.Str(x.job);
-          w.Str(x.consumer);
-        } else if constexpr (std::is_same_v<T, AssignSplits>) {
-          w.U64(kAssignSplits);
-          w.Str(x.job);
-          w.Str(x.consumer);
-          w.U64(x.splits.size());
-          for (const auto& r : x.splits) {
-            w.U64(r.epoch);
-            w.I64(r.split);
-          }
-        } else if constexpr (std::is_same_v<T, RestoreConsumer>) {
-          w.U64(kRestoreConsumer);
-          w.Str(x.job);
-          w.Str(x.consumer);
-          w.U64(x.first_open);
-          w.U64(x.done.size());
-          for (const auto& r : x.done) {
-            w.U64(r.epoch);
-            w.I64(r.split);
-          }
-        }
-      },
-      u);
-  return w.Take();
-}
-
-Result<Update> DecodeUpdate(const std::string& bytes) {
-  Reader r(bytes);
-  uint64_t tag;
-  if (!r.U64(&tag)) return Status::DataLoss("empty update");
-  auto bad = [] { return Status::DataLoss("malformed update"); };
-  Update u;
-  switch (tag) {
-    case kCreateJob: {
-      CreateJob x;
-      std::string job;
-      if (!r.Str(&x.name) || !r.Str(&job)) return bad();
-      auto spec = wire::DecodeJobBytes(job);
-      if (!spec.ok()) return Status::DataLoss("malformed job in the journal: " + spec.status().message());
-      x.spec = std::move(*spec);
-      u = std::move(x);
-      break;
-    }
-    case kCreateJobV1:
-      return Status::DataLoss(
-          "the journal was written by an older Ferry (job format 1); start the dispatcher with an empty --work-dir");
-    case kAddConsumer: {
-      AddConsumer x;
-      if (!r.Str(&x.job) || !r.Str(&x.consumer)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kRegisterWorker: {
-      RegisterWorker x;
-      if (!r.Str(&x.worker) || !r.Str(&x.address)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kRegisterServingWorker: {
-      RegisterWorker x;
-      if (!r.Str(&x.worker) || !r.Str(&x.address) || !r.Str(&x.serves_job) || !r.Str(&x.serves_consumer)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kRemoveWorker: {
-      RemoveWorker x;
-      if (!r.Str(&x.worker)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kDrainWorker: {
-      DrainWorker x;
-      if (!r.Str(&x.worker)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kReturnSplits: {
-      ReturnSplits x;
-      if (!r.Str(&x.job) || !r.Str(&x.worker)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kLeaseSplits: {
-      LeaseSplits x;
-      uint64_t n;
-      if (!r.Str(&x.job) || !r.Str(&x.worker) || !r.U64(&n) || n > kMaxListed) return bad();
-      x.splits.resize(size_t(n));
-      for (auto& l : x.splits) {
-        if (!r.U64(&l.ref.epoch) || !r.I64(&l.ref.split) || !r.Str(&l.consumer)) return bad();
-      }
-      u = std::move(x);
-      break;
-    }
-    case kAckSplits: {
-      AckSplits x;
-      uint64_t n;
-      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&n) || n > kMaxListed) return bad();
-      x.splits.resize(size_t(n));
-      for (auto& s : x.splits) {
-        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
-      }
-      u = std::move(x);
-      break;
-    }
-    case kRemoveJob: {
-      RemoveJob x;
-      if (!r.Str(&x.job)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kJobProgress: {
-      JobProgress x;
-      if (!r.Str(&x.job) || !r.U64(&x.first_open)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kRestoreConsumer: {
-      RestoreConsumer x;
-      uint64_t n;
-      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&x.first_open) || !r.U64(&n) || n > kMaxListed)
-        return bad();
-      x.done.resize(size_t(n));
-      for (auto& s : x.done) {
-        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
-      }
-      u = std::move(x);
-      break;
-    }
-    case kRemoveConsumer: {
-      RemoveConsumer x;
-      if (!r.Str(&x.job) || !r.Str(&x.consumer)) return bad();
-      u = std::move(x);
-      break;
-    }
-    case kAssignSplits: {
-      AssignSplits x;
-      uint64_t n;
-      if (!r.Str(&x.job) || !r.Str(&x.consumer) || !r.U64(&n) || n > kMaxListed) return bad();
-      x.splits.resize(size_t(n));
-      for (auto& s : x.splits) {
-        if (!r.U64(&s.epoch) || !r.I64(&s.split)) return bad();
-      }
-      u = std::move(x);
-      break;
-    }
-    default:
-      return Status::DataLoss("unknown update tag " + std::to_string(tag));
-  }
-  if (!r.done()) return bad();
-  return u;
-}
-
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -429,22 +248,42 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
   }
   RemoveStaleTemporaries(dir);
   replay->clear();
+  bool upgrade = false;
   if (found) {
     off_t torn = -1;
-    Status s = ReadRecords(GenPath(dir, "snapshot", gen), replay, &torn);
+    int format = 0;
+    Status s = ReadRecords(GenPath(dir, "snapshot", gen), replay, &torn, &format);
+    // Generation 0 starts from nothing; every later one from its snapshot, which
+    // Compact() made durable before the journal that names the generation existed.
+    if (s.code() == StatusCode::kNotFound && gen > 0)
+      return Status::DataLoss("snapshot-" + std::to_string(gen) + " is missing beside journal-" + std::to_string(gen) +
+                              ": the state before that generation is lost");
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
     if (torn >= 0) return Status::DataLoss("snapshot-" + std::to_string(gen) + " is incomplete");
+    upgrade = format == 1;
     const std::string jpath = GenPath(dir, "journal", gen);
-    s = ReadRecords(jpath, replay, &torn);
+    s = ReadRecords(jpath, replay, &torn, &format);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    if (torn >= 0 && ::truncate(jpath.c_str(), torn) != 0) return Io("truncate " + jpath);
+    upgrade = upgrade || format == 1;
+    if (torn >= 0) {
+      Log("%s: dropping a torn last record at offset %lld (a crash during its write)", jpath.c_str(),
+          (long long)torn);
+      if (::truncate(jpath.c_str(), torn) != 0) return Io("truncate " + jpath);
+    }
   }
-  const int fd = ::open(GenPath(dir, "journal", gen).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const std::string jpath = GenPath(dir, "journal", gen);
+  const int fd = ::open(jpath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Io("open journal in " + dir);
   auto j = std::unique_ptr<Journal>(new Journal(dir, gen, fd));
   const off_t end = ::lseek(fd, 0, SEEK_END);
   if (end < 0) return Io("seek journal in " + dir);
   j->size_ = j->synced_size_ = uint64_t(end);
+  j->upgrade_due_ = upgrade;
+  if (end == 0) {  // a new file: format 2's magic first, durable before any record
+    FERRY_RETURN_IF_ERROR(WriteAll(fd, std::string(kMagic, kMagicSize)));
+    if (::fdatasync(fd) != 0) return Io("fdatasync " + jpath);
+    j->size_ = j->synced_size_ = kMagicSize;
+  }
   FERRY_RETURN_IF_ERROR(SyncDir(dir));
   return j;
 }
@@ -518,14 +357,21 @@ Status Journal::Compact(const DispatcherState& state) {
   if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
   const uint64_t next = generation_ + 1;
   const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";
-  std::string bytes;
-  for (const Update& u : state.Snapshot()) bytes += Record(EncodeUpdate(u));
   const int sfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (sfd < 0) return Io("open " + tmp);
-  Status s = WriteAll(sfd, bytes);
+  // Written a record at a time: a large state's snapshot is never held whole as bytes.
+  Status s = WriteAll(sfd, std::string(kMagic, kMagicSize));
+  for (Update& whole : state.Snapshot()) {
+    for (const Update& u : Chunked(std::move(whole))) {
+      if (s.ok()) s = WriteAll(sfd, Record(EncodeUpdate(u)));
+    }
+  }
   if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
   ::close(sfd);
-  FERRY_RETURN_IF_ERROR(s);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
   if (::rename(tmp.c_str(), GenPath(dir_, "snapshot", next).c_str()) != 0) {
     s = Io("rename " + tmp);
     ::unlink(tmp.c_str());
@@ -535,6 +381,16 @@ Status Journal::Compact(const DispatcherState& state) {
   const int jfd = ::open(jnext.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (jfd < 0) {
     s = Io("open " + jnext);
+    ::unlink(GenPath(dir_, "snapshot", next).c_str());
+    return s;
+  }
+  // Its magic, durable before the directory entry that makes the generation current
+  // (a crash before then leaves an empty or short file, which Open() takes as new).
+  s = WriteAll(jfd, std::string(kMagic, kMagicSize));
+  if (s.ok() && ::fdatasync(jfd) != 0) s = Io("fdatasync " + jnext);
+  if (!s.ok()) {
+    ::close(jfd);
+    ::unlink(jnext.c_str());
     ::unlink(GenPath(dir_, "snapshot", next).c_str());
     return s;
   }
@@ -552,8 +408,9 @@ Status Journal::Compact(const DispatcherState& state) {
     fd_ = again;
     generation_ = next;
     records_ = 0;
-    size_ = synced_size_ = 0;
+    size_ = synced_size_ = kMagicSize;
     unsynced_.clear();  // in the snapshot, which is durable
+    upgrade_due_ = false;
     return s;
   }
   // Generation `next` is complete on disk: the old one can go.
@@ -563,8 +420,9 @@ Status Journal::Compact(const DispatcherState& state) {
   ::unlink(GenPath(dir_, "snapshot", generation_).c_str());
   generation_ = next;
   records_ = 0;
-  size_ = synced_size_ = 0;
+  size_ = synced_size_ = kMagicSize;
   unsynced_.clear();  // in the snapshot, which is durable
+  upgrade_due_ = false;
   return Status::OK();
 }
 

@@ -3,15 +3,21 @@
 // Files in the work dir, for generation G:
 //   snapshot-G   the updates that rebuild the state as of G's start (may be absent for G=0)
 //   journal-G    updates applied since, one record each
-// Record: u32 payload length, u32 CRC-32 of the payload, payload (EncodeUpdate).
+// A file starts with "FERRYJ2\n". Record: u32 payload length, u32 CRC-32 of the payload,
+// u32 CRC-32 of those 8 bytes, payload (EncodeUpdate: a Cap'n Proto Update,
+// schemas/journal.capnp). Files of format 1 (no magic, no header checksum, hand-kept
+// varints) are read, and compacted into format 2 at once (upgrade_due()).
 //
 // Append() writes and fdatasync()s a record before returning: the service applies an
 // update, appends it, and only then sends the reply that depends on it. Compact()
 // writes snapshot-(G+1) from the state, fsyncs it, renames it into place, starts
 // journal-(G+1) and deletes generation G. A crash at any point leaves either the old
-// or the new generation complete. A torn final record (crash mid-append) is dropped
-// on open, and so is a tail of zeros; a corrupt record before the end is an error
-// (DataLoss), never skipped. Open removes *.tmp files a crash left.
+// or the new generation complete. A torn final record (crash mid-append: a header cut
+// short, or a valid header whose payload is cut short at the very end) is dropped on
+// open, and so is a tail of zeros; a header that fails its checksum, or a record that
+// fails its checksum before the end, is an error (DataLoss, naming the offset), never
+// a silent cut. A generation past 0 without its snapshot is DataLoss too. Open
+// removes *.tmp files a crash left.
 //
 // Failures of write() (a full disk) do not lose records: a record that cannot be
 // written, and every record since the last successful Sync(), is kept in memory, the
@@ -31,13 +37,12 @@
 #include <vector>
 
 #include "core/histogram.h"
+#include "dispatch/journal_codec.h"
 #include "dispatch/state.h"
 #include "ferry/status.h"
 
 namespace ferry::dispatch {
 
-std::string EncodeUpdate(const Update& u);
-Result<Update> DecodeUpdate(const std::string& bytes);
 
 class Journal {
  public:
@@ -64,6 +69,9 @@ class Journal {
   const Histogram& sync_seconds() const { return sync_seconds_; }
 
   uint64_t generation() const { return generation_; }
+  // Whether what Open() read was of format 1: the caller compacts at once (Compact()
+  // writes format 2), since format 2 records cannot follow format 1 ones in a file.
+  bool upgrade_due() const { return upgrade_due_; }
   uint64_t records_since_snapshot() const { return records_; }
   // Whether Append syncs to disk (default true). Tests and benchmarks may turn it off.
   void set_sync(bool sync) { sync_ = sync; }
@@ -83,6 +91,7 @@ class Journal {
   bool broken_ = false;
   Status last_error_;
   Status sync_error_;  // the failed fdatasync, final
+  bool upgrade_due_ = false;
   Histogram sync_seconds_;
 };
 

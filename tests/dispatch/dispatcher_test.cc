@@ -498,5 +498,42 @@ TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {
   EXPECT_FALSE(again.count(mine[0]));
 }
 
+// A work dir of an older Ferry (journal format 1: no magic, 8-byte record headers,
+// hand-kept varints): Open replays it and rewrites the state as a format 2 snapshot at
+// once (format 2 records cannot follow format 1 ones in one file), and the next start
+// reads format 2 only.
+TEST_F(DispatcherTest, AJournalOfFormatOneIsUpgradedOnOpen) {
+  auto crc32 = [](const std::string& data) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (unsigned char b : data) {
+      c ^= b;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    }
+    return c ^ 0xFFFFFFFFu;
+  };
+  std::string v1;
+  // Format 1's RegisterWorker: tag 3, then the id and the address, each a varint length and its bytes.
+  for (const std::string& payload : {std::string("\x03\x02w0\x05" "a:100", 10), std::string("\x03\x02w1\x05" "b:200", 10)}) {
+    const uint32_t len = uint32_t(payload.size()), crc = crc32(payload);
+    v1.append(reinterpret_cast<const char*>(&len), 4).append(reinterpret_cast<const char*>(&crc), 4) += payload;
+  }
+  testing::WriteFile(dir_.path() + "/journal-0", v1);
+  {
+    auto d = Open();
+    ASSERT_NE(d, nullptr);
+    ASSERT_EQ(d->state().workers().size(), 2u);
+    EXPECT_EQ(d->state().workers().at("w1").address, "b:200");
+  }
+  namespace fs = std::filesystem;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/journal-0")) << "generation 0 was left";
+  ASSERT_TRUE(fs::exists(dir_.path() + "/snapshot-1"));
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/snapshot-1").compare(0, 8, "FERRYJ2\n"), 0);
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/journal-1"), "FERRYJ2\n");
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->state().workers().size(), 2u);
+  EXPECT_EQ(again->state().workers().at("w0").address, "a:100");
+}
+
 }  // namespace
 }  // namespace ferry::dispatch

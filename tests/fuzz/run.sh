@@ -3,12 +3,13 @@
 # their own, and runs each for a bounded time from a seed corpus:
 #   frame_fuzzer       the frame header and every message decoder (lib/wire)
 #   dispatcher_fuzzer  request programs against a real Dispatcher and its journal
+#   journal_fuzzer     any bytes as the journal's files (format 1 and 2, snapshots)
 # Exits non-zero if the build fails or a fuzzer finds a crash, a leak, a sanitizer
 # report or a failed check; the input that did it is kept (see below).
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]
 #     SECONDS                fuzzing time per target (default: $FERRY_FUZZ_SECONDS, else 30)
-#     TARGET                 which (default: both)
+#     TARGET                 which (default: all three)
 #     FERRY_FUZZ_BUILD_DIR   the build folder (default: build-fuzz in the checkout)
 #     FERRY_FUZZ_CORPUS      a folder to keep and grow corpora in between runs, one
 #                            subfolder per target (default: a temporary one, seeded afresh)
@@ -40,7 +41,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUIL
   { cat "$build/configure.log" >&2; exit 2; }
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(frame_fuzzer dispatcher_fuzzer)
+[ ${#targets[@]} -gt 0 ] || targets=(frame_fuzzer dispatcher_fuzzer journal_fuzzer)
 echo "fuzz: building ${targets[*]}"
 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 
