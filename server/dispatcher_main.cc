@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
   app.add_option("--leases-ahead", o.core.lease.max_outstanding, "splits a worker may hold un-acked per job")
       ->check(CLI::Range(1, 1024));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
+  app.add_option("--data-root", o.data_roots,
+                 "a folder new jobs' datasets may be listed in (repeatable), as the workers' --data-root; without "
+                 "any, every path this process can read");
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds a new connection has to authenticate")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-connections", o.max_connections, "open connections at most; more are closed at once")

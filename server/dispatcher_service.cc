@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/mutex.h"
+#include "data/data_roots.h"
 #include "data/job_listing.h"
 #include "net/http_server.h"
 #include "net/run_io.h"
@@ -46,6 +47,8 @@ class DispatcherService::Impl {
 
   Status Init() {
     FERRY_ASSIGN_OR_RETURN(tls_, net::TlsContextsFor(opts_.tls, /*need_server=*/true, /*need_client=*/false));
+    FERRY_ASSIGN_OR_RETURN(roots_, DataRoots::Make(opts_.data_roots));
+    if (!roots_.confined()) Log("no --data-root: new jobs may name any path this dispatcher can list (see SECURITY.md)");
     FERRY_ASSIGN_OR_RETURN(core_, dispatch::Dispatcher::Open(opts_.core, NowMs()));
     FERRY_ASSIGN_OR_RETURN(address_, net::Listen(acceptor_, opts_.listen));
     return Status::OK();
@@ -116,6 +119,7 @@ class DispatcherService::Impl {
   tcp::acceptor acceptor_;
   std::shared_ptr<BufferAllocator> buffers_;
   net::TlsContexts tls_;  // server only
+  DataRoots roots_;       // --data-root: where new jobs' datasets are listed
   asio::thread_pool blocking_{1};  // dataset listing, off the io thread
   std::string address_;
   std::unique_ptr<dispatch::Dispatcher> core_;  // io thread only, after Init()
@@ -341,7 +345,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     std::weak_ptr<DispatcherSession> weak = weak_from_this();
     DispatcherService::Impl* svc = svc_;
     asio::post(svc_->blocking_, [weak, svc, req = *m] {
-      Result<JobSpec> listed = ListJob(req.job.job);
+      Result<JobSpec> listed = ListJob(req.job.job, svc->roots_);
       asio::post(svc->io_, [weak, svc, req, listed] {
         auto created = svc->core_->CreateJob(req, listed);
         svc->core_->ConsumerSeen(req.job.name, req.consumer_id, NowMs());

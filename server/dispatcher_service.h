@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dispatch/dispatcher.h"
 #include "ferry/status.h"
@@ -41,6 +42,9 @@ struct DispatcherOptions {
   // stopped listening; the process should exit so that a restart recovers from the
   // disk. ferry-dispatcher exits 1.
   std::function<void(const Status&)> on_fatal;
+  // Folders the dispatcher may list a new job's dataset in (data/data_roots.h), as
+  // the workers' --data-root; empty: any readable path.
+  std::vector<std::string> data_roots;
 };
 
 class DispatcherService {

@@ -29,6 +29,7 @@ import sys
 import time
 
 DEFAULT_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+SAGEMAKER_DATA = "/opt/ml/input/data"  # where SageMaker mounts the training channels
 
 
 def fail(msg):
@@ -49,10 +50,19 @@ def parse():
     ap.add_argument("--host-address", action="append", default=[], metavar="NAME=ADDRESS")
     ap.add_argument("--token-file", help="passed to the daemons (the trainer reads $FERRY_TOKEN or its own)")
     ap.add_argument("--worker-arg", action="append", default=[], help="more flags for ferry-worker")
+    ap.add_argument("--data-root", action="append", default=None, metavar="DIR",
+                    help="a folder jobs may read (repeatable; $FERRY_DATA_ROOT, colon-separated; default: SageMaker's "
+                         "channels, /opt/ml/input/data, where it exists), for the dispatcher and the worker")
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- TRAINER COMMAND (training hosts)")
     a = ap.parse_args()
     if a.trainer and a.trainer[0] == "--":
         a.trainer = a.trainer[1:]
+    if a.data_root is None:
+        env = os.environ.get("FERRY_DATA_ROOT")
+        if env:
+            a.data_root = [d for d in env.split(":") if d]
+        else:
+            a.data_root = [SAGEMAKER_DATA] if os.path.isdir(SAGEMAKER_DATA) else []
     return a
 
 
@@ -148,16 +158,18 @@ def main():
         sys.stderr.write("ferry-launch: %s %s on %s\n" % (me, name, line.split()[-1]))
         sys.stderr.flush()
 
+    roots = [f for d in a.data_root for f in ("--data-root", d)]
+
     def metrics(port_offset):
         return ["--metrics", "0.0.0.0:%d" % (a.metrics_port + port_offset)] if a.metrics_port else []
 
     if me == first:
         os.makedirs(a.work_dir, exist_ok=True)
         daemon("ferry-dispatcher", ["--listen", "0.0.0.0:%d" % a.port, "--work-dir", a.work_dir, "--exit-when-idle"]
-               + metrics(0))
+               + metrics(0) + roots)
     me_address = addresses.get(me, me)
     daemon("ferry-worker", ["--listen", "0.0.0.0:%d" % a.worker_port, "--advertise", "%s:%d" % (me_address, a.worker_port),
-                            "--dispatcher", dispatcher, "--exit-when-idle"] + metrics(1) + a.worker_arg)
+                            "--dispatcher", dispatcher, "--exit-when-idle"] + metrics(1) + roots + a.worker_arg)
 
     # The data group ends when its daemons do: once training has finished every job.
     # One that fails takes the other down (a worker without its dispatcher would retry

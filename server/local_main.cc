@@ -30,10 +30,19 @@ int main(int argc, char** argv) {
   ferry::AddLogFlag(app);
   app.add_option("--token-file", o.token_file, "shared token file for every daemon");
   app.add_option("--worker-arg", o.worker_args, "an extra flag for every worker (repeatable)");
+  std::vector<std::string> data_roots;
+  app.add_option("--data-root", data_roots,
+                 "a folder jobs may read (repeatable): passed to the dispatcher and every worker (see SECURITY.md)");
   app.add_option("command", command, "a command to run against the cluster (after --)");
   app.positionals_at_end();
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
 
+  for (const std::string& root : data_roots) {
+    for (auto* args : {&o.dispatcher_args, &o.worker_args}) {
+      args->push_back("--data-root");
+      args->push_back(root);
+    }
+  }
   ferry::BlockTerminationSignals();
   auto cluster = ferry::LocalCluster::Start(o);
   if (!cluster.ok()) {

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_flag("--exit-when-idle", exit_when_idle, "exit (draining first) once the dispatcher has no unfinished job");
   app.add_flag("--allow-synthetic", o.allow_synthetic,
                "serve synthetic: datasets (benchmarks); without it they are refused");
+  app.add_option("--data-root", o.data_roots,
+                 "a folder jobs may read (repeatable): every path a job names must resolve, after symlinks, inside "
+                 "one; without any, every path this process can read is served (see SECURITY.md)");
   app.add_option("--synthetic-cost-us", o.synthetic_cost_us,
                  "benchmarks: each batch of a synthetic job takes this long, with no decoding")
       ->check(CLI::NonNegativeNumber);

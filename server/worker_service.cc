@@ -14,6 +14,7 @@
 #include "core/mutex.h"
 #include "core/names.h"
 #include "core/resources.h"
+#include "data/data_roots.h"
 #include "data/dataset.h"
 #include "net/http_server.h"
 #include "net/run_io.h"
@@ -154,7 +155,7 @@ class WorkerService::Impl {
     if (it != datasets_.end()) {
       if (auto ds = it->second.lock()) return ds;
     }
-    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(path));
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(path, roots_));
     std::shared_ptr<const Dataset> shared(std::move(ds));
     datasets_[path] = shared;
     return shared;
@@ -167,6 +168,7 @@ class WorkerService::Impl {
   tcp::acceptor acceptor_;
   std::shared_ptr<BufferAllocator> buffers_;
   net::TlsContexts tls_;  // server: sessions; client: the dispatcher link
+  DataRoots roots_;       // --data-root; set before Run()
   std::shared_ptr<tbb::task_arena> arena_;
   asio::thread_pool blocking_{1};  // dataset listing off the io thread
   std::string address_;
@@ -690,6 +692,9 @@ Result<std::unique_ptr<WorkerService>> WorkerService::Start(const WorkerOptions&
   auto impl = std::make_unique<Impl>(options);
   FERRY_ASSIGN_OR_RETURN(impl->tls_, net::TlsContextsFor(options.tls, /*need_server=*/true,
                                                          /*need_client=*/!options.dispatcher.empty()));
+  FERRY_ASSIGN_OR_RETURN(impl->roots_, DataRoots::Make(options.data_roots));
+  if (!impl->roots_.confined())
+    Log("no --data-root: jobs may name any path this worker can read (see SECURITY.md)");
   FERRY_RETURN_IF_ERROR(impl->Bind());
   impl->Run();
   return std::unique_ptr<WorkerService>(new WorkerService(std::move(impl)));

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "net/tls.h"
 #include "worker/dispatcher_link.h"
@@ -57,6 +58,8 @@ struct WorkerOptions {
   std::string serves_job, serves_consumer;
   int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
   bool allow_synthetic = false;    // serve "synthetic:" jobs (benchmarks); else refused
+  // Folders whose contents jobs may read (data/data_roots.h); empty: any readable path.
+  std::vector<std::string> data_roots;
 };
 
 class WorkerService {

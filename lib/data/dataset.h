@@ -31,6 +31,8 @@
 
 namespace ferry {
 
+class DataRoots;
+
 // A problem found while listing a dataset (e.g. a directory named like an image).
 // It is reported like a sample that failed to decode, but it has no sample index.
 struct ListingIssue {
@@ -75,6 +77,10 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
 //   .tar files and no subdirectories -> TarShards
 //   any other directory           -> ImageFolder
 Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec);
+// The same, reading only inside `roots` (data/data_roots.h): every path the spec
+// names, a folder's shards and a list's entries are checked before anything is read
+// (PermissionDenied naming the path), and each sample's path again when it is read.
+Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec, const DataRoots& roots);
 
 // `n` samples with no bytes behind them (kind() "synthetic"; label i % 1000): for
 // benchmarks of everything but decoding. A BatchProducer fills their rows itself.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/data_roots.h"
 #include "data/file_util.h"
 
 namespace ferry {
@@ -215,12 +216,15 @@ class SyntheticDataset : public Dataset {
 
 std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n) { return std::make_unique<SyntheticDataset>(n); }
 
-Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
-  if (spec.empty()) return Status::InvalidArgument("empty dataset spec");
+namespace {
+
+Result<std::unique_ptr<Dataset>> OpenDatasetWithin(const std::string& spec, const DataRoots& roots) {
   struct stat st;
   if (::stat(spec.c_str(), &st) == 0) {
+    FERRY_RETURN_IF_ERROR(roots.Check(spec, "dataset"));
     if (S_ISDIR(st.st_mode)) {
       FERRY_ASSIGN_OR_RETURN(std::vector<std::string> shards, TarShardsInDirectory(spec));
+      for (const std::string& shard : shards) FERRY_RETURN_IF_ERROR(roots.Check(shard, "shard"));
       if (!shards.empty()) return OpenTarShards(shards);
       return OpenImageFolder(spec);
     }
@@ -247,6 +251,7 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
           return Status::InvalidArgument("dataset spec '" + spec + "': '" + piece +
                                          "' in a comma-separated list is not a .tar shard");
         }
+        FERRY_RETURN_IF_ERROR(roots.Check(piece, "shard"));
         shards.push_back(std::move(piece));
       }
       begin = end + 1;
@@ -255,7 +260,23 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) {
       return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
     return OpenTarShards(shards);
   }
+  FERRY_RETURN_IF_ERROR(roots.CheckLexically(spec, "dataset"));  // missing outside the roots: refused, not NotFound
   return internal::ErrnoToStatus(err, spec);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) { return OpenDataset(spec, DataRoots()); }
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec, const DataRoots& roots) {
+  if (spec.empty()) return Status::InvalidArgument("empty dataset spec");
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDatasetWithin(spec, roots));
+  if (roots.confined() && ds->kind() == "file_list") {
+    // Every entry, before the job is taken: an absolute entry or one whose ".."s climb
+    // out is refused by name (Confine() checks symlinks when each is read).
+    for (int64_t i = 0; i < ds->size(); ++i) FERRY_RETURN_IF_ERROR(roots.CheckLexically(ds->Path(i), "file list entry"));
+  }
+  return Confine(std::move(ds), roots);
 }
 
 }  // namespace ferry

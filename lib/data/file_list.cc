@@ -107,14 +107,16 @@ Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path) {
     if (path.empty()) return bad("empty path");
     const std::string_view label_text = TrimBlanks(line.substr(tab + 1));
     if (label_text.empty()) return bad("empty label");
-    if (label_text.front() == '-') return bad("negative label '" + std::string(label_text) + "'");
+    // The messages name the line, never what it holds: the file may be anything the
+    // process can read, and an error goes back to the peer that named it.
+    if (label_text.front() == '-') return bad("a negative label");
     int64_t label = 0;
     const auto [ptr, ec] =
         std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
     if (ec != std::errc() || ptr != label_text.data() + label_text.size()) {
-      return bad("label '" + std::string(label_text) + "' is not an integer");
+      return bad("the label is not an integer");
     }
-    if (label > INT32_MAX) return bad("label " + std::string(label_text) + " is too large");
+    if (label > INT32_MAX) return bad("the label is past 2^31-1");
     paths.Append(path);
     labels.push_back(static_cast<int32_t>(label));
     fp.Add(path);

@@ -2,14 +2,14 @@
 
 namespace ferry {
 
-Result<JobSpec> ListJob(JobSpec job) {
+Result<JobSpec> ListJob(JobSpec job, const DataRoots& roots) {
   if (job.synthetic()) {
     if (job.num_samples <= 0 || job.num_samples > kMaxSyntheticSamples)
       return Status::InvalidArgument("a synthetic dataset needs num_samples in [1, 2^26]");
     FERRY_RETURN_IF_ERROR(job.CheckListed());
     return job;
   }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(job.dataset));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(job.dataset, roots));
   job.num_samples = ds->size();
   job.fingerprint = JobFingerprint(ds->fingerprint(), job.pipeline);
   FERRY_RETURN_IF_ERROR(job.CheckListed());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "data/data_roots.h"
 #include "data/dataset.h"
 #include "ferry/job.h"
 #include "ferry/status.h"
@@ -19,9 +20,10 @@ namespace ferry {
 // is bounded.
 inline constexpr int64_t kMaxSyntheticSamples = int64_t(1) << 26;
 
-// `job` with num_samples and fingerprint filled in from its dataset's listing. A
-// synthetic dataset keeps the num_samples it was given (checked against the bound).
-Result<JobSpec> ListJob(JobSpec job);
+// `job` with num_samples and fingerprint filled in from its dataset's listing, read
+// only inside `roots` (--data-root). A synthetic dataset keeps the num_samples it was
+// given (checked against the bound).
+Result<JobSpec> ListJob(JobSpec job, const DataRoots& roots = DataRoots());
 
 // Checks `dataset` against the job's listing facts: FailedPrecondition, naming the
 // dataset, if it lists another number of samples or another fingerprint (facts left

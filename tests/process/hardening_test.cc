@@ -476,5 +476,69 @@ TEST_F(HardeningTest, ASnapshotOf2To25SplitsSurvivesCompactionAndRestart) {
   }
 }
 
+// Defect 9: a consumer could name any path the worker (or, for a new job's listing,
+// the dispatcher) could read: "/", /proc/self/root/etc, a folder's "..", file lists
+// with absolute or climbing entries. Before the fix every dataset below is opened
+// (or fails on its contents, quoting them). Now with --data-root each is refused,
+// naming the path and the rule, before anything is read; a list that fails to parse
+// is never quoted; a job inside the roots runs; and a daemon without --data-root says
+// at start that it serves any readable path.
+TEST_F(HardeningTest, PathsOutsideTheDataRootsAreRefusedByName) {
+  const std::string lists = dir_ / "lists";
+  std::filesystem::create_directories(lists);
+  testing::WriteFile(lists + "/absolute.tsv", "/etc/hostname\t0\n");
+  testing::WriteFile(lists + "/climbs.tsv", "../../../../../../../../etc/hostname\t0\n");
+  testing::WriteFile(lists + "/secret.txt", "SECRET-VALUE\tnot-a-number\n");
+  std::filesystem::create_directory_symlink("/etc", lists + "/etc-link");
+  std::string worker;
+  auto w = StartWorker({"--data-root", data_->path(), "--data-root", lists}, &worker);
+  EXPECT_EQ(w->err().find("no --data-root"), std::string::npos) << w->err();
+  struct Case {
+    std::string dataset, says;
+  };
+  const std::vector<Case> cases = {
+      {"/", "dataset / is outside"},
+      {"/proc/self/root/etc", "dataset /proc/self/root/etc (/etc) is outside"},
+      {data_->path() + "/..", "dataset " + data_->path() + "/.. ("},
+      {lists + "/etc-link", "(/etc) is outside"},
+      {"/no/such/folder", "dataset /no/such/folder is outside"},
+      {lists + "/absolute.tsv", "file list entry /etc/hostname is outside"},
+      {lists + "/climbs.tsv", "file list entry " + lists + "/../../../../../../../../etc/hostname (/etc/hostname)"},
+  };
+  wire::OpenStreamMsg m = Job(4, kSpecJson);
+  for (const Case& c : cases) {
+    m.job.dataset = c.dataset;
+    Status refused = OpenRaw(worker, m);
+    EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << c.dataset << ": " << refused.ToString();
+    EXPECT_NE(refused.message().find(c.says), std::string::npos) << refused.ToString();
+    EXPECT_NE(refused.message().find("--data-root"), std::string::npos) << refused.ToString();
+  }
+  m.job.dataset = lists + "/secret.txt";
+  Status unparsed = OpenRaw(worker, m);
+  EXPECT_NE(unparsed.message().find("secret.txt:1: the label is not an integer"), std::string::npos)
+      << unparsed.ToString();
+  EXPECT_EQ(unparsed.message().find("SECRET"), std::string::npos) << unparsed.ToString();
+  EXPECT_EQ(unparsed.message().find("not-a-number"), std::string::npos) << unparsed.ToString();
+  ExpectAnEpochFrom(worker);  // inside the roots: as before
+
+  // The dispatcher lists a new job's dataset: the same rule.
+  std::string dispatcher;
+  auto d = StartDispatcher({"--data-root", data_->path()}, &dispatcher);
+  wire::GetOrCreateJobMsg job;
+  job.job.name = "etc";
+  job.job.job.dataset = "/etc";
+  job.job.job.pipeline = m.job.pipeline;
+  job.job.job.batch_size = 4;
+  job.consumer_id = "c1";
+  Result<MessageType> reply = Ask(dispatcher, wire::EncodeGetOrCreateJob(job), 10);
+  ASSERT_FALSE(reply.ok()) << "the dispatcher listed /etc";
+  EXPECT_EQ(reply.status().code(), StatusCode::kPermissionDenied) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("dataset /etc is outside"), std::string::npos) << reply.status().ToString();
+
+  auto open = StartWorker();
+  EXPECT_TRUE(testing::WaitFor([&] { return open->err().find("no --data-root") != std::string::npos; }, 5))
+      << open->err();
+}
+
 }  // namespace
 }  // namespace ferry

@@ -159,19 +159,23 @@ def test_the_manifests_commands_run_and_answer_their_probes(ferry_local, tmp_pat
             out.append(flag + "=" + value)
         return out
 
+    # Both confine jobs to the dataset mount (SECURITY.md).
+    for name in ("ferry-dispatcher", "ferry-worker"):
+        assert "--data-root=/data" in containers[name]["args"], containers[name]["args"]
     procs = []
     try:
         dc = containers["ferry-dispatcher"]
         dport = free_port()
         d, dispatcher = start([os.path.join(bindir, dc["command"][0])] + local(dc["args"], {
             "--listen": "127.0.0.1:0", "--work-dir": str(tmp_path / "work"), "--metrics": "127.0.0.1:%d" % dport,
-            "--token-file": str(tmp_path / "token")}), tmp_path, "dispatcher")
+            "--token-file": str(tmp_path / "token"), "--data-root": str(tmp_path)}), tmp_path, "dispatcher")
         procs.append(d)
         wc = containers["ferry-worker"]
         wport, wdata = free_port(), free_port()
         w, _ = start([os.path.join(bindir, wc["command"][0])] + local(wc["args"], {
             "--listen": "127.0.0.1:%d" % wdata, "--dispatcher": dispatcher, "--metrics": "127.0.0.1:%d" % wport,
-            "--token-file": str(tmp_path / "token"), "--advertise": "127.0.0.1:%d" % wdata}), tmp_path, "worker")
+            "--token-file": str(tmp_path / "token"), "--advertise": "127.0.0.1:%d" % wdata,
+            "--data-root": str(tmp_path)}), tmp_path, "worker")
         procs.append(w)
         for port, c in ((dport, dc), (wport, wc)):
             base = "http://127.0.0.1:%d" % port
