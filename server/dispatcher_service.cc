@@ -128,6 +128,7 @@ class DispatcherService::Impl {
   bool stopping_ = false;  // io thread: the service is being destroyed; arm no timer
   uint64_t next_serial_ = 0;         // io thread only
   int64_t refused_connections_ = 0;  // io thread only
+  int64_t paused_reads_ = 0;         // io thread only: peers not read for not reading
 
  private:
   void Accept();
@@ -145,6 +146,9 @@ class DispatcherService::Impl {
 
 // One connection: the handshake, then one request at a time, each a line that decodes,
 // calls the dispatcher, and encodes its reply (or an Error, and the connection closes).
+// Replies queued to one peer at most before its requests stop being read.
+constexpr size_t kMaxQueuedReplyBytes = size_t(1) << 20;
+
 class DispatcherSession : public std::enable_shared_from_this<DispatcherSession> {
  public:
   DispatcherSession(DispatcherService::Impl* svc, tcp::socket socket)
@@ -168,6 +172,10 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         return self->svc_->SessionClosed(self);
       }
       self->conn_->Send(self->handshake_.Challenge());
+      // A peer that sends requests and never reads the replies: past 1 MiB of replies
+      // queued to it, its requests are not read until it reads (the queue grew without
+      // bound before: gigabytes from one peer).
+      self->conn_->SetWriteBound(kMaxQueuedReplyBytes, [svc = self->svc_] { ++svc->paused_reads_; });
       self->conn_->StartReading([self](const Status& s, InFrame f) { self->OnFrame(s, std::move(f)); });
     });
     deadline_.expires_after(std::chrono::milliseconds(int64_t(svc_->opts_.handshake_timeout_s * 1000)));
@@ -478,6 +486,9 @@ std::string DispatcherService::MetricsText() const {
               double(s.workers_removed));
         t.One("ferry_dispatcher_journal_records_total", "counter", "Updates written to the journal since start.",
               double(s.journal_records));
+        t.One("ferry_dispatcher_paused_reads_total", "counter",
+              "Times a peer's requests stopped being read because more than 1 MiB of replies to it were unread.",
+              double(impl->paused_reads_));
         t.One("ferry_dispatcher_refused_connections_total", "counter",
               "Connections closed at accept (--max-connections, --max-handshaking).",
               double(impl->refused_connections_));

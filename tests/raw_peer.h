@@ -52,6 +52,7 @@ class RawPeer {
 
   // False once the peer is gone (EPIPE, ECONNRESET): hostile bytes may meet a closed
   // socket, which is what the tests want anyway.
+  int fd() const { return fd_; }
   bool Send(const std::string& bytes) {
     size_t off = 0;
     while (off < bytes.size()) {

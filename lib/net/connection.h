@@ -12,6 +12,10 @@
 //
 // Writing: Send() queues frames; one scatter-gather write is in flight at a time, in
 // order, straight from the frames' own memory (header, segment table, segments).
+// With SetWriteBound(), a peer that sends requests and does not read the replies stops
+// being read once the replies queued to it pass the bound (its requests wait in the
+// kernel, which then stops the peer's sends), and is read again when the queue is down
+// to half: what one connection holds is bounded.
 //
 // Closing: Close() at once; CloseAfterWrites() gracefully (a lingering close: see there).
 //
@@ -95,6 +99,13 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   // its peer has authenticated). Call on the connection's executor.
   void SetLimits(FrameLimits limits) { limits_ = limits; }
   size_t queued_frames() const { return queue_.size(); }
+  size_t queued_bytes() const { return queued_bytes_; }
+  // Past `max_queued_bytes` queued (0: no bound), no further frame is read until the
+  // queue is down to half of it; `on_pause` runs each time reading stops for this.
+  void SetWriteBound(size_t max_queued_bytes, std::function<void()> on_pause = nullptr) {
+    max_queued_bytes_ = max_queued_bytes;
+    on_pause_ = std::move(on_pause);
+  }
 
   void StartReading(FrameHandler handler) {
     handler_ = std::move(handler);
@@ -105,7 +116,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   // after CloseAfterWrites() are dropped.
   void Send(OutFrame frame, std::function<void()> on_sent = nullptr) {
     if (closed_ || close_after_writes_) return;
-    queue_.push_back({std::move(frame), std::move(on_sent)});
+    size_t bytes = 0;
+    for (const ByteRange& r : frame.ranges()) bytes += r.size;
+    queued_bytes_ += bytes;
+    queue_.push_back({std::move(frame), std::move(on_sent), bytes});
     if (!writing_ && !tls_pending_) WriteNext();
   }
 
@@ -133,6 +147,13 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
     queue_.clear();
+    queued_bytes_ = 0;
+    if (read_paused_ && !failed_) {
+      // No read is pending to report the close: report it as one would.
+      read_paused_ = false;
+      auto self = shared_from_this();
+      asio::post(stream_.socket().get_executor(), [self] { self->Fail(Status::Cancelled("connection closed")); });
+    }
   }
 
   static std::string Describe(const tcp::socket& s) {
@@ -146,7 +167,16 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   struct Pending {
     OutFrame frame;
     std::function<void()> on_sent;
+    size_t bytes = 0;
   };
+
+  // Whether reading stops here for the bound of SetWriteBound().
+  bool PauseForWrites() {
+    if (max_queued_bytes_ == 0 || queued_bytes_ <= max_queued_bytes_) return false;
+    read_paused_ = true;
+    if (on_pause_) on_pause_();
+    return true;
+  }
 
   void Linger() {
     if (closed_ || lingering_) return;
@@ -227,6 +257,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
                        // Closed meanwhile (by the handler, or before this completion
                        // ran): no read is pending to report it, so report it here.
                        if (self->closed_) return self->Fail(Status::Cancelled("connection closed"));
+                       if (self->PauseForWrites()) return;  // WriteNext() reads on
                        self->ReadHeader();
                      };
     const asio::mutable_buffer into(body->data(), size_t(h.length));
@@ -253,8 +284,13 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
       }
       Pending done = std::move(self->queue_.front());
       self->queue_.pop_front();
+      self->queued_bytes_ -= done.bytes;
       done.frame = OutFrame();  // release the batch memory before the callback runs
       if (done.on_sent) done.on_sent();
+      if (self->read_paused_ && !self->closed_ && self->queued_bytes_ <= self->max_queued_bytes_ / 2) {
+        self->read_paused_ = false;
+        self->ReadHeader();
+      }
       self->WriteNext();
     });
   }
@@ -275,6 +311,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   FrameHandler handler_;
   uint8_t header_[wire::kFrameHeaderSize];
   std::deque<Pending> queue_;
+  size_t queued_bytes_ = 0;
+  size_t max_queued_bytes_ = 0;     // SetWriteBound(); 0: none
+  std::function<void()> on_pause_;
+  bool read_paused_ = false;        // no read pending: the queue is past its bound
   std::vector<asio::const_buffer> buffers_out_;
   bool writing_ = false;
   bool closed_ = false;

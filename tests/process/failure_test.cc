@@ -223,6 +223,17 @@ TEST_F(FailureTest, AFullDiskRefusesChangesAndRecovers) {
   const std::string listen = "127.0.0.1:" + std::to_string(testing::FreePort());
   std::string dispatcher;
   auto d = StartDispatcher({}, &dispatcher, listen, "disk/journal");
+  // The journal's file holds a page (its magic); records fill it before the next page
+  // is asked for. Registrations fill it up to less than 150 bytes of room, so that the
+  // job's first record (larger) needs a page the full disk does not have.
+  const std::string journal = disk + "/journal/journal-0";
+  for (int i = 0; 4096 - std::filesystem::file_size(journal) % 4096 >= 150; ++i) {
+    ASSERT_LT(i, 200) << "the journal does not grow";
+    testing::RawPeer p(dispatcher);
+    ASSERT_TRUE(p.Handshake("", wire::Role::kWorker).ok());
+    ASSERT_TRUE(p.Send(wire::EncodeRegisterWorker({"pad-" + std::to_string(i), "127.0.0.1:1"})));
+    ASSERT_TRUE(p.Expect(wire::MessageType::kRegisterWorkerOk, 10).ok());
+  }
   {  // fill it
     std::ofstream filler(disk + "/filler", std::ios::binary);
     const std::string block(64 << 10, 'x');

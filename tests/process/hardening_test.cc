@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
@@ -538,6 +539,62 @@ TEST_F(HardeningTest, PathsOutsideTheDataRootsAreRefusedByName) {
   auto open = StartWorker();
   EXPECT_TRUE(testing::WaitFor([&] { return open->err().find("no --data-root") != std::string::npos; }, 5))
       << open->err();
+}
+
+// Defect 7: the dispatcher read a peer's requests as fast as they came and queued every
+// reply, whether or not the peer read them: a peer that sent requests and never read
+// grew the dispatcher's write queue without bound (before the fix, this test's
+// dispatcher grows by hundreds of megabytes in 5 s). Now past 1 MiB of replies queued
+// to a peer, its requests are not read until it reads; the kernel's buffers then stop
+// its sends. The dispatcher's memory stays flat, /metrics counts the pause, and other
+// peers are answered meanwhile.
+TEST_F(HardeningTest, APeerThatNeverReadsItsRepliesLeavesTheDispatcherFlat) {
+  const std::string metrics = "127.0.0.1:" + std::to_string(testing::FreePort());
+  std::string dispatcher;
+  auto d = StartDispatcher({"--metrics", metrics}, &dispatcher);
+  RawPeer greedy(dispatcher);
+  ASSERT_TRUE(greedy.Handshake().ok());
+  std::string burst;
+  const std::string one = RawPeer::Flatten(wire::EncodeGetClusterStatus());
+  for (int i = 0; i < 4096; ++i) burst += one;
+  const int64_t before = RssKb(d->pid());
+  int64_t most = before;
+  size_t sent = 0, off = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < end) {  // as fast as the dispatcher takes them, never reading
+    const ssize_t n = ::send(greedy.fd(), burst.data() + off, burst.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += size_t(n);
+      off = (off + size_t(n)) % burst.size();
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{greedy.fd(), POLLOUT, 0};
+      ::poll(&p, 1, 100);
+      most = std::max(most, RssKb(d->pid()));
+    } else {
+      FAIL() << "the dispatcher closed the connection: " << d->err();
+    }
+  }
+  most = std::max(most, RssKb(d->pid()));
+  EXPECT_LT(most - before, 32 * 1024) << "the dispatcher grew from " << before << " kB to " << most << " kB, "
+                                      << sent / one.size() << " requests sent";
+  EXPECT_GT(sent, size_t(1) << 20) << "the test sent too little to tell";
+  // Another peer is answered while this one is paused.
+  RawPeer other(dispatcher);
+  ASSERT_TRUE(other.Handshake().ok());
+  ASSERT_TRUE(other.Send(wire::EncodeGetClusterStatus()));
+  EXPECT_TRUE(other.Expect(MessageType::kClusterStatus, 5).ok());
+  const std::string text = HttpGet(metrics, "/metrics", 10, /*whole=*/true);
+  const size_t at = text.find("\nferry_dispatcher_paused_reads_total ");
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 2000);
+  EXPECT_GE(std::stod(text.substr(at + 37)), 1.0) << text.substr(at, 80);
+  // Once the peer reads, it is read again: every whole request it sent is answered.
+  const size_t asked = sent / one.size();
+  for (size_t i = 0; i < asked; ++i) {
+    Result<wire::InFrame> f = greedy.ReadFrame(20);
+    ASSERT_TRUE(f.ok()) << "reply " << i << " of " << asked << ": " << f.status().ToString();
+    ASSERT_EQ(f->header.type, MessageType::kClusterStatus) << i;
+  }
+  EXPECT_FALSE(d->Wait(0).has_value()) << d->err();
 }
 
 }  // namespace
