@@ -63,7 +63,8 @@ struct Heartbeat {
   wantLeases @2 :Bool = true;
   leaving @3 :Bool;             # exiting now: its un-acked splits go back to pending
   wantJobs @4 :List(Text);      # jobs a client asked this worker for, whose configs it lacks
-  unfitJobs @5 :List(UnfitJob); # jobs this worker cannot serve: it takes no leases of them
+  unfitJobs @5 :List(UnfitJob); # jobs this worker cannot serve: it takes no leases of them (the
+                                # reason only the first time after registering; then empty)
   load @6 :WorkerLoad;
 }
 
@@ -83,6 +84,8 @@ struct HeartbeatOk {
   newLeases @3 :UInt32;         # how many of `leases` (from the front) are new
   idle @4 :Bool;                # there are jobs and every one has finished
   drain @5 :Bool;               # an operator drained this worker (ferry-ctl drain): drain and exit
+  goneJobs @6 :List(Text);      # of the heartbeat's unfitJobs, those the dispatcher no longer has:
+                                # the worker forgets them (its heartbeats carry only live work)
 }
 
 struct GetOrCreateJob {

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-root", o.data_roots,
                  "a folder jobs may read (repeatable): every path a job names must resolve, after symlinks, inside "
                  "one; without any, every path this process can read is served (see SECURITY.md)");
+  app.add_option("--forget-jobs-after", o.forget_jobs_after_s,
+                 "seconds after the dispatcher last named a job (finished, or idle here) that this worker forgets it")
+      ->check(CLI::Range(0.01, 86400.0));
   app.add_option("--synthetic-cost-us", o.synthetic_cost_us,
                  "benchmarks: each batch of a synthetic job takes this long, with no decoding")
       ->check(CLI::NonNegativeNumber);

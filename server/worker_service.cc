@@ -89,6 +89,7 @@ class WorkerService::Impl {
     l.serves_consumer = opts_.serves_consumer;
     l.open_dataset = [this](const std::string& path) { return OpenDatasetCached(path); };
     l.allow_synthetic = opts_.allow_synthetic;
+    l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
     l.load = [stats = pipeline_stats_] {
       const Histogram::Snapshot r = stats->read.Read(), d = stats->decode.Read(), a = stats->augment.Read();
       wire::WorkerLoad load{stats->samples.load(std::memory_order_relaxed), stats->BusyNs(), int64_t(r.sum * 1e9),
@@ -781,6 +782,10 @@ std::string WorkerService::MetricsText() const {
           double(i.link_->held()));
     t.One("ferry_worker_heartbeats_total", "counter", "Heartbeats answered by the dispatcher.",
           double(i.link_->heartbeats()));
+    t.One("ferry_worker_jobs_known", "gauge", "Jobs whose facts this worker holds (finished ones are forgotten).",
+          double(i.link_->jobs_known()));
+    t.One("ferry_worker_heartbeat_bytes", "gauge", "Bytes of the last heartbeat sent to the dispatcher.",
+          double(i.link_->heartbeat_bytes()));
   }
   return t.str();
 }

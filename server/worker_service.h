@@ -60,6 +60,9 @@ struct WorkerOptions {
   bool allow_synthetic = false;    // serve "synthetic:" jobs (benchmarks); else refused
   // Folders whose contents jobs may read (data/data_roots.h); empty: any readable path.
   std::vector<std::string> data_roots;
+  // A job it serves is forgotten this long after the dispatcher last named it (once no
+  // split of it is held and no stream uses it): see DispatcherLink.
+  double forget_jobs_after_s = 60;
 };
 
 class WorkerService {

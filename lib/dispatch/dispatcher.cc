@@ -204,10 +204,16 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   // what it holds of them returns to pending, it takes no more, and clients of them are
   // not sent to it. Restated by every heartbeat: kept in memory only.
   std::map<std::string, std::string> unfit;
-  for (const auto& [job, reason] : m.unfit_jobs) {
-    if (state_.job(job) != nullptr) unfit[job] = reason;
-  }
   std::map<std::string, std::string>& before = unfit_[m.worker_id];
+  for (const auto& [job, reason] : m.unfit_jobs) {
+    if (state_.job(job) == nullptr) {
+      reply.gone_jobs.push_back(job);  // finished and collected (or never was): the worker forgets it
+      continue;
+    }
+    // A worker states its reason once after registering, then only the name.
+    auto was = before.find(job);
+    unfit[job] = reason.empty() && was != before.end() ? was->second : reason;
+  }
   const auto held_before = state_.LeasesOf(m.worker_id);
   for (const auto& [job, reason] : unfit) {
     if (!before.count(job))

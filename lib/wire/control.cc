@@ -175,6 +175,8 @@ OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
     r.setNewLeases(m.new_leases);
     r.setIdle(m.idle);
     r.setDrain(m.drain);
+    auto gone = r.initGoneJobs(unsigned(m.gone_jobs.size()));
+    for (unsigned i = 0; i < m.gone_jobs.size(); ++i) gone.set(i, m.gone_jobs[i]);
   });
 }
 
@@ -295,6 +297,7 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
     m.new_leases = r.getNewLeases();
     m.idle = r.getIdle();
     m.drain = r.getDrain();
+    for (auto g : r.getGoneJobs()) m.gone_jobs.push_back(Str(g));
     if (m.new_leases > m.leases.size()) return Status::InvalidArgument("HeartbeatOk: newLeases exceeds the leases");
     return m;
   });

@@ -81,6 +81,48 @@ void DispatcherLink::StopWaitingIdle() {
   cv_.SignalAll();
 }
 
+size_t DispatcherLink::jobs_known() const {
+  MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+size_t DispatcherLink::heartbeat_bytes() const {
+  MutexLock lock(&mu_);
+  return heartbeat_bytes_;
+}
+
+void DispatcherLink::ForgetLocked(const std::vector<std::string>& gone) {
+  for (const std::string& name : gone) {
+    auto it = jobs_.find(name);
+    if (it != jobs_.end() && !it->second->status.ok()) {  // only what it reported unfit
+      jobs_.erase(it);
+      named_.erase(name);
+      reported_.erase(name);
+    }
+  }
+  // Feeds that hold nothing and that no stream uses: created again when needed.
+  std::set<std::string> busy;
+  for (auto it = feeds_.begin(); it != feeds_.end();) {
+    if (it->second.use_count() == 1 && it->second->held() == 0) {
+      it = feeds_.erase(it);
+    } else {
+      busy.insert(it->first.first);
+      ++it;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    auto n = named_.find(it->first);
+    const bool stale = n == named_.end() || now - n->second > o_.forget_after;
+    if (it->second->status.ok() && stale && !busy.count(it->first) && it->second.use_count() == 1) {
+      named_.erase(it->first);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 int64_t DispatcherLink::heartbeats() const {
   MutexLock lock(&mu_);
   return heartbeats_;
@@ -227,7 +269,10 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     // Jobs this worker cannot serve: the dispatcher leases it none of them, and takes
     // back what it holds, rather than let their consumers' streams be refused here.
     for (const auto& [name, job] : jobs_) {
-      if (!job->status.ok()) h.unfit_jobs[name] = job->status.message().substr(0, 512);
+      if (job->status.ok()) continue;
+      // The reason once after registering (the dispatcher keeps it), then the name only:
+      // a heartbeat costs tens of bytes per job this worker cannot serve.
+      h.unfit_jobs[name] = reported_.count(name) ? std::string() : job->status.message().substr(0, 512);
     }
     const auto now = std::chrono::steady_clock::now();
     for (auto it = wanted_.begin(); it != wanted_.end();) {
@@ -240,12 +285,19 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     }
   }
   h.want_leases = !h.draining;
-  auto r = ch.Call(wire::EncodeHeartbeat(h));
+  wire::OutFrame frame = wire::EncodeHeartbeat(h);
+  {
+    MutexLock lock(&mu_);
+    heartbeat_bytes_ = 0;
+    for (const wire::ByteRange& b : frame.ranges()) heartbeat_bytes_ += b.size;
+  }
+  auto r = ch.Call(std::move(frame));
   auto ok = r.ok() ? wire::DecodeHeartbeatOk(*r) : Result<wire::HeartbeatOkMsg>(r.status());
   if (!ok.ok()) {
     LogWarn("heartbeat to %s failed (will reconnect): %s", o_.dispatcher.c_str(), ok.status().ToString().c_str());
     MutexLock lock(&mu_);
     registered_ = false;  // a restarted dispatcher may not know us yet: register again
+    reported_.clear();    // and it may not have the reasons
     return false;
   }
   if (!ok->known) {
@@ -254,6 +306,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     LogWarn("the dispatcher does not know this worker (presumed dead?): registering again");
     MutexLock lock(&mu_);
     registered_ = false;
+    reported_.clear();
     for (auto& [key, feed] : feeds_) feed->SetHeld({});
     held_ = 0;
     return true;
@@ -274,6 +327,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     MutexLock lock(&mu_);
     jobs_[c.name] = std::move(job);
     wanted_.erase(c.name);
+    reported_.erase(c.name);  // opened again: its reason may be another
   }
   std::map<std::pair<std::string, std::string>, std::set<SplitKey>> held;
   for (const wire::LeaseMsg& l : ok->leases) held[{l.job, l.consumer}].insert({l.epoch, l.split});
@@ -285,6 +339,10 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     total += feed->SetHeld(it == held.end() ? std::set<SplitKey>{} : it->second);
   }
   held_ = total;
+  const auto now = std::chrono::steady_clock::now();
+  for (const wire::NamedJob& c : ok->jobs) named_[c.name] = now;
+  for (const auto& [name, reason] : h.unfit_jobs) reported_.insert(name);
+  ForgetLocked(ok->gone_jobs);
   ++heartbeats_;
   if (h.draining) drain_seen_ = true;
   if (ok->idle) idle_ = true;

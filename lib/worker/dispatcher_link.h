@@ -53,6 +53,10 @@ struct LinkOptions {
   // The worker's production figures, sent with each heartbeat (the dispatcher's
   // advice); may be empty.
   std::function<wire::WorkerLoad()> load;
+  // A job this worker can serve is forgotten (its facts, its feeds) once no reply has
+  // named it for this long, no split of it is held here and no stream uses it. A job it
+  // cannot serve is forgotten when the dispatcher says it has gone.
+  std::chrono::milliseconds forget_after{std::chrono::seconds(60)};
 };
 
 class DispatcherLink {
@@ -93,6 +97,10 @@ class DispatcherLink {
   void StopWaitingIdle() LOCKS_EXCLUDED(mu_);
 
   int64_t heartbeats() const LOCKS_EXCLUDED(mu_);
+  // For /metrics: the jobs whose facts this worker holds, and the bytes of its last
+  // heartbeat (they follow the live work, not every job ever seen).
+  size_t jobs_known() const LOCKS_EXCLUDED(mu_);
+  size_t heartbeat_bytes() const LOCKS_EXCLUDED(mu_);
   // Registered with the dispatcher (its last heartbeat went through), and the splits
   // it holds by the last reply: for /readyz and /metrics.
   bool registered() const LOCKS_EXCLUDED(mu_);
@@ -133,6 +141,14 @@ class DispatcherLink {
   int interval_ms_ GUARDED_BY(mu_) = 200;
   int64_t heartbeats_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<const WorkerJob>> jobs_ GUARDED_BY(mu_);
+  // When a reply last named each job of jobs_ (Forget()).
+  std::map<std::string, std::chrono::steady_clock::time_point> named_ GUARDED_BY(mu_);
+  // Unfit jobs whose reason the dispatcher has had since this worker registered: later
+  // heartbeats send their names only.
+  std::set<std::string> reported_ GUARDED_BY(mu_);
+  size_t heartbeat_bytes_ GUARDED_BY(mu_) = 0;
+  // Drops what Forget's rules (LinkOptions::forget_after) and the reply's gone jobs allow.
+  void ForgetLocked(const std::vector<std::string>& gone) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs a stream asked for that no reply has named yet, with when first asked:
   // forgotten after kWantFor, at most kMaxWanted (unknown names must not grow the
   // heartbeat without bound).

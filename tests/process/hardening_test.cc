@@ -597,5 +597,77 @@ TEST_F(HardeningTest, APeerThatNeverReadsItsRepliesLeavesTheDispatcherFlat) {
   EXPECT_FALSE(d->Wait(0).has_value()) << d->err();
 }
 
+// A gauge's value from a /metrics text, or -1.
+double Gauge(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+// Defect 6: a worker kept every job the dispatcher had ever named to it, and its
+// heartbeat restated each one it could not serve with its reason: after enough jobs the
+// heartbeat passed the 1 MiB frame limit and the dispatcher declared a healthy worker
+// dead. Here 10,000 jobs, in rounds of 2,000, are named to a worker that cannot serve
+// them (synthetic jobs, and no --allow-synthetic), then finished (each consumer
+// restores to the end of its job) and collected by the dispatcher. Before the fix the
+// worker's heartbeat grows round by round (1.4 MB by the last, refused). Now each
+// reason is sent once, the dispatcher names the jobs it no longer has, and the worker
+// forgets them: its heartbeat is back to a few hundred bytes and it knows no job.
+TEST_F(HardeningTest, TenThousandFinishedJobsLeaveAWorkersHeartbeatSmall) {
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher);
+  const std::string metrics = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto w = StartWorker({"--dispatcher", dispatcher, "--metrics", metrics});
+  constexpr int kRounds = 5, kJobs = 2000;
+  auto spec = PipelineSpec::FromJson(kSpecJson);
+  ASSERT_TRUE(spec.ok());
+  size_t most = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    RawPeer client(dispatcher);
+    ASSERT_TRUE(client.Handshake().ok());
+    std::string burst;
+    for (int i = 0; i < kJobs; ++i) {
+      wire::GetOrCreateJobMsg m;
+      m.job.name = "r" + std::to_string(round) + "-" + std::to_string(i);
+      m.job.job.dataset = "synthetic:64:4";
+      m.job.job.num_samples = 4;
+      m.job.job.pipeline = *spec;
+      m.job.job.batch_size = 4;
+      m.job.job.epochs = 1;
+      m.consumer_id = "c";
+      burst += RawPeer::Flatten(wire::EncodeGetOrCreateJob(m));
+    }
+    ASSERT_TRUE(client.Send(burst));
+    for (int i = 0; i < kJobs; ++i) ASSERT_TRUE(client.Expect(MessageType::kJobInfo, 30).ok()) << i;
+    // The worker is named each job (a lease), and cannot serve it.
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          const std::string t = HttpGet(metrics, "/metrics", 5, true);
+          most = std::max(most, size_t(std::max(0.0, Gauge(t, "ferry_worker_heartbeat_bytes"))));
+          return Gauge(t, "ferry_worker_jobs_known") >= kJobs;
+        },
+        30))
+        << w->err().substr(0, 2000);
+    burst.clear();
+    for (int i = 0; i < kJobs; ++i)
+      burst += RawPeer::Flatten(
+          wire::EncodeRestoreConsumer({"r" + std::to_string(round) + "-" + std::to_string(i), "c", 1, {}}));
+    ASSERT_TRUE(client.Send(burst));
+    for (int i = 0; i < kJobs; ++i) ASSERT_TRUE(client.Expect(MessageType::kJobStatus, 30).ok()) << i;
+  }  // the consumer leaves: its finished jobs are collected
+  double jobs = -1, bytes = -1;
+  const bool forgotten = testing::WaitFor(
+      [&] {
+        const std::string t = HttpGet(metrics, "/metrics", 5, true);
+        jobs = Gauge(t, "ferry_worker_jobs_known");
+        bytes = Gauge(t, "ferry_worker_heartbeat_bytes");
+        return jobs == 0 && bytes >= 0 && bytes < 1024;
+      },
+      30);
+  EXPECT_TRUE(forgotten) << jobs << " jobs known, a heartbeat of " << bytes << " bytes";
+  EXPECT_LT(most, size_t(512) << 10) << "a heartbeat of " << most << " bytes";
+  EXPECT_EQ(d->err().find("too large"), std::string::npos) << d->err().substr(0, 2000);
+  EXPECT_EQ(d->err().find("missed its heartbeats"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry
