@@ -108,7 +108,7 @@ Result<InFrame> ControlChannel::Read() {
   // alert is what the first read gets.
   if (ec && IsTlsRefusal(ec)) return TlsStatus(ec, "dispatcher " + address_, "session");
   if (ec) return Status::Unavailable("dispatcher " + address_ + ": " + ec.message());
-  FERRY_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::ParseFrameHeader(header, wire::FrameLimits{}));
+  FERRY_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::ParseFrameHeader(header, wire::ControlReplyLimits()));
   InFrame f{h, buffers_->Allocate(size_t(h.length))};
   if (!f.body) return Status::ResourceExhausted("cannot allocate a control reply");
   done = false;

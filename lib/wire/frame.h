@@ -95,6 +95,10 @@ struct FrameLimits {
 // hundred bytes. With the defaults, 16 bytes of header would make a daemon reserve
 // and wait for up to 4 GiB from anyone who can connect.
 inline FrameLimits PreAuthLimits() { return {uint64_t{16} << 10, 0}; }
+// What a control channel reads from its daemon: replies, never a Batch. With the
+// defaults a Batch header from a rogue or broken daemon would make the caller reserve
+// up to 4 GiB for it.
+inline FrameLimits ControlReplyLimits() { return {uint64_t{1} << 20, 0}; }
 
 struct FrameHeader {
   uint16_t version = kProtocolVersion;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "net/net_test_util.h"
+#include "wire/codec.h"
 #include "wire/control.h"
 
 namespace ferry::net {
@@ -96,6 +97,28 @@ TEST(ControlChannelTest, NobodyListeningIsUnavailable) {
   Result<wire::InFrame> r = ch.Call(wire::EncodeGetWorkers());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(r.status().IsTransient()) << "worth retrying";
+}
+
+// Issue 25, defect 11: the channel read replies with the default limits, which allow a
+// Batch of 4 GiB: a rogue daemon's header alone made the caller reserve that much.
+// Replies are control messages of at most 1 MiB; a Batch is refused by its header.
+TEST(ControlChannelTest, ABatchForAReplyIsRefusedByItsHeader) {
+  LoopbackServer server("", [](const wire::InFrame&) {
+    alignas(8) static const uint8_t image[8] = {};
+    alignas(8) static const int64_t labels[1] = {0}, indices[1] = {0};
+    wire::BatchFrameInput in;
+    in.job = "j";
+    in.rows = in.valid = 1;
+    in.image_dims = {1, 1, 1};
+    in.images = image;
+    in.labels = labels;
+    in.indices = indices;
+    return std::optional<wire::OutFrame>(wire::EncodeBatch(in));
+  });
+  ControlChannel ch(server.address(), "", wire::Role::kClient, "c1");
+  Result<wire::InFrame> r = ch.Call(wire::EncodeGetWorkers());
+  ASSERT_FALSE(r.ok()) << "a Batch was read as a reply";
+  EXPECT_NE(r.status().message().find("Batch"), std::string::npos) << r.status().ToString();
 }
 
 }  // namespace
