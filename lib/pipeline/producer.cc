@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <thread>
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/global_control.h>
@@ -20,6 +22,28 @@
 namespace ferry {
 
 // ---------------------------------------------------------------------------------
+// Read errors
+
+// A read error is the file's (a bad sample, skipped and reported) only when reading
+// again cannot change it: the file is missing, its permissions refuse us, it is outside
+// the data roots, or it is not a regular file of a sane size. Anything else (EIO, a
+// read cut short, EAGAIN/ESTALE/ETIMEDOUT, EMFILE) may pass: it is retried, and if it
+// persists the batch is not made (BatchProducer::Fill). Counted bad, it would make a
+// split served again after a worker's death hold other bad samples than the first time,
+// and refill would cut its batches otherwise: the client, which keys batches by their
+// index, would keep a sample twice or lose one.
+namespace {
+
+bool PermanentReadError(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kPermissionDenied ||
+         s.code() == StatusCode::kInvalidArgument;
+}
+
+// Waits before each retry of a read that failed for a reason that may pass.
+constexpr int kReadRetryMs[] = {10, 100, 400};
+
+}  // namespace
+
 // Refill groups and ResumePlan
 
 void SetRefillGroup(const JobSpec& job, int64_t t, int64_t count, BatchPlan* plan) {
@@ -270,6 +294,10 @@ void BatchProducer::Run() {
       if (stats_ != nullptr) stats_->Busy(true);
       try {
         Fill(owned.get(), memory_wait_ns);
+        if (!owned->failure.ok()) {
+          MutexLock lock(&mu_);
+          if (status_.ok()) status_ = owned->failure;
+        }
       } catch (const std::bad_alloc&) {
         MutexLock lock(&mu_);
         if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
@@ -321,6 +349,10 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       m.indices[i] = idx;
       const int64_t t0 = stats != nullptr ? MonoNs() : 0;
       Status st = dataset_->ReadSample(idx, &bytes);
+      for (size_t tries = 0; !st.ok() && !PermanentReadError(st) && tries < std::size(kReadRetryMs); ++tries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kReadRetryMs[tries]));
+        st = dataset_->ReadSample(idx, &bytes);
+      }
       const int64_t t1 = stats != nullptr ? MonoNs() : 0;
       if (stats != nullptr) stats->read.ObserveNs(t1 - t0);
       if (!st.ok()) {
@@ -348,6 +380,17 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   const int64_t compact_from = stats != nullptr ? MonoNs() : 0;
   // Compaction around bad files: only when one left a hole (memmove of later rows).
   int64_t valid = 0;
+  for (int i = 0; i < n; ++i) {
+    if (read_failed[size_t(i)] && !PermanentReadError(status[size_t(i)])) {
+      const std::string path = dataset_->Path(samples[size_t(i)]);
+      b->failure = Status::Unavailable("reading " + path + " failed " + std::to_string(std::size(kReadRetryMs) + 1) +
+                                       " times (" + status[size_t(i)].ToString() +
+                                       "): an error that may pass, so the sample is not counted bad; this batch is "
+                                       "not made here, and its split is served again");
+      LogWarn("%s", b->failure.message().c_str());
+      return;
+    }
+  }
   for (int i = 0; i < n; ++i) {
     if (!status[size_t(i)].ok()) {
       b->skipped.push_back({samples[size_t(i)], dataset_->Path(samples[size_t(i)]), status[size_t(i)].ToString()});

@@ -194,6 +194,10 @@ struct ProducedBatch {
   int64_t rows = 0;   // rows in the tensors after compaction/padding
   int64_t valid = 0;  // leading rows that are real samples
   std::vector<SkippedSample> skipped;
+  // Not OK: a sample could not be read for a reason that may pass (EIO, a short read,
+  // EAGAIN, ...) even after retries. The batch is not emitted and production stops
+  // with this error: the split is served again, never with that sample counted bad.
+  Status failure;
 };
 
 class BatchProducer {

@@ -669,5 +669,43 @@ TEST_F(HardeningTest, TenThousandFinishedJobsLeaveAWorkersHeartbeatSmall) {
   EXPECT_EQ(d->err().find("missed its heartbeats"), std::string::npos);
 }
 
+// Defect 3: a read error that may pass (EIO, a read cut short, EAGAIN) was counted as a
+// bad sample. Served again after its worker died, the same split then held other bad
+// samples, refill cut its batches otherwise, and the client, which keys batches by
+// their index, kept a sample twice or lost one; here, before the fix, worker A skips
+// the file (reported "skipped"), the epoch ends on A without that sample, and the wait
+// for A's retries below times out. Now a read that fails for a reason that may pass is
+// retried, and if it persists the batch is not made: A keeps failing that split, is
+// killed while the fault is on, and worker B, reading fine, serves it. Every sample
+// arrives exactly once and none is reported bad.
+TEST_F(HardeningTest, AWorkerKilledDuringAReadErrorLosesAndRepeatsNothing) {
+  const char* shim = std::getenv("FERRY_FAULT_SYNC_BIN");
+  if (shim == nullptr || *shim == '\0') GTEST_SKIP() << "FERRY_FAULT_SYNC_BIN is not set (CTest sets it)";
+  const std::string trigger = dir_ / "eio";
+  std::ofstream(trigger) << "EIO\n";
+  std::string dispatcher;
+  auto d = StartDispatcher({}, &dispatcher);
+  Child a({"/usr/bin/env", std::string("LD_PRELOAD=") + shim, "FERRY_FAULT_READ_EIO=" + trigger,
+           "FERRY_FAULT_READ_MATCH=class_1/img_0007.jpg", worker_bin_, "--listen", "127.0.0.1:0", "--threads", "1",
+           "--dispatcher", dispatcher},
+          dir_ / "a.out", dir_ / "a.err");
+  testing::WaitForListening(a, "worker a");
+  const std::string dump = dir_ / "indices.txt";
+  auto c = Consume(dispatcher,
+                   {"--job", "eio", "--batches-per-split", "2", "--epochs", "1", "--bad-samples", "refill",
+                    "--dump-indices", dump},
+                   "consume");
+  ASSERT_TRUE(testing::WaitFor([&] { return a.err().find("not counted bad") != std::string::npos; }, 30))
+      << "worker a: " << a.err() << "\nconsumer: " << c->err();
+  EXPECT_NE(a.err().find("class_1/img_0007.jpg failed 4 times"), std::string::npos) << a.err();
+  a.Kill();  // while the fault is on
+  auto b = StartWorker({"--dispatcher", dispatcher});
+  const std::optional<int> rc = c->Wait(90);
+  ASSERT_TRUE(rc.has_value()) << c->err();
+  EXPECT_EQ(*rc, 0) << c->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_EQ(c->err().find("skipped\t"), std::string::npos) << "a sample was counted bad: " << c->err();
+}
+
 }  // namespace
 }  // namespace ferry
