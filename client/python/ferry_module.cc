@@ -69,20 +69,35 @@ class PyIterator {
   explicit PyIterator(std::unique_ptr<BatchIterator> it) : it_(std::move(it)) {}
 
   // A dict with the batch, or None at the end.
+  //
+  // The wait holds a reference of its own: close() from another thread, or from a
+  // signal handler that PyErr_CheckSignals() runs, drops the iterator's, and this wait
+  // sees it within 50 ms and raises; the iterator is destroyed by whichever lets go
+  // last, without the GIL (it joins its threads). It was destroyed under the wait
+  // before: a segfault.
   py::object Next() {
+    std::shared_ptr<BatchIterator> it = Live();
     for (;;) {
       bool ready;
       {
         py::gil_scoped_release release;
-        ready = it_->WaitReady(0.05);
+        ready = it->WaitReady(0.05);
       }
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (PyErr_CheckSignals() != 0) {
+        Release(std::move(it));
+        throw py::error_already_set();
+      }
+      if (!it_) {
+        Release(std::move(it));
+        throw std::runtime_error("ferry: the loader was closed while this iteration waited for a batch");
+      }
       if (ready) break;
     }
     Result<Batch> b = [&] {
       py::gil_scoped_release release;
-      return it_->Next();
+      return it->Next();
     }();
+    Release(std::move(it));
     if (!b.ok()) {
       if (b.status().IsOutOfRange()) return py::none();
       Raise(b.status());
@@ -106,12 +121,12 @@ class PyIterator {
 
   std::vector<py::tuple> TakeSkipped() {
     std::vector<py::tuple> out;
-    for (const SkippedSample& s : it_->TakeSkipped()) out.push_back(py::make_tuple(s.index, s.path, s.reason));
+    for (const SkippedSample& s : Live()->TakeSkipped()) out.push_back(py::make_tuple(s.index, s.path, s.reason));
     return out;
   }
 
   py::dict Stats() const {
-    const IteratorStats s = it_->stats();
+    const IteratorStats s = Live()->stats();
     py::dict d;
     d["batches"] = s.batches;
     d["samples"] = s.samples;
@@ -123,7 +138,8 @@ class PyIterator {
   // The serialized state; `unyield`: batches (epoch, split, batch_in_split,
   // batches_in_split) the client yielded that the trainer never got.
   std::string State(const std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>>& unyield) const {
-    auto* c = dynamic_cast<Client*>(it_.get());
+    const std::shared_ptr<BatchIterator> keep = Live();  // while the GIL is released below
+    auto* c = dynamic_cast<Client*>(keep.get());
     if (c == nullptr) throw py::type_error("only a dispatcher client has a serialized state");
     IteratorState st = c->SaveState();
     if (!unyield.empty()) {
@@ -147,18 +163,19 @@ class PyIterator {
   }
 
   int64_t BatchesPerEpoch() const {
-    if (auto* l = dynamic_cast<Loader*>(it_.get())) return l->batches_per_epoch();
+    if (auto* l = dynamic_cast<Loader*>(Live().get())) return l->batches_per_epoch();
     return -1;
   }
 
   int64_t DatasetSize() const {
-    if (auto* l = dynamic_cast<Loader*>(it_.get())) return l->dataset_size();
+    if (auto* l = dynamic_cast<Loader*>(Live().get())) return l->dataset_size();
     return -1;
   }
 
   // Dispatcher mode: the job's sample count (waits up to `seconds` for the dispatcher).
   int64_t JobSamples(double seconds) const {
-    auto* c = dynamic_cast<Client*>(it_.get());
+    const std::shared_ptr<BatchIterator> keep = Live();  // while the GIL is released below
+    auto* c = dynamic_cast<Client*>(keep.get());
     if (c == nullptr) return -1;
     std::optional<JobSpec> info;
     {
@@ -168,13 +185,22 @@ class PyIterator {
     return info ? info->num_samples : -1;
   }
 
-  void Close() {
-    py::gil_scoped_release release;
-    it_.reset();
-  }
+  void Close() { Release(std::move(it_)); }
 
  private:
-  std::unique_ptr<BatchIterator> it_;
+  // The iterator, or RuntimeError once closed.
+  std::shared_ptr<BatchIterator> Live() const {
+    if (!it_) throw std::runtime_error("ferry: the loader is closed");
+    return it_;
+  }
+  // Drops a reference without the GIL: the last one destroys the iterator, which joins
+  // its threads and may wait for its connections to close.
+  static void Release(std::shared_ptr<BatchIterator> it) {
+    py::gil_scoped_release release;
+    it.reset();
+  }
+
+  std::shared_ptr<BatchIterator> it_;  // null once closed
 };
 
 LastBatch ToLastBatch(const std::string& s) { return Check(ParseLastBatch(s)); }

@@ -246,14 +246,37 @@ def test_point_to_point_workers(ferry, ferry_local, small_tree):
             p.wait(timeout=30)
 
 
-def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree):
-    # A "worker" that accepts connections and never answers: next() waits in C++ with
-    # the GIL released; SIGINT must still raise KeyboardInterrupt promptly.
-    import socket
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    address = "127.0.0.1:%d" % silent.getsockname()[1]
+class Peer:
+    """A peer that a loader waits on: "silent" accepts connections and never speaks (the
+    loader waits in its handshake), "refused" listens nowhere (the loader reconnects
+    with backoff). As a worker (point to point) or as the dispatcher."""
+
+    def __init__(self, kind):
+        import socket
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        if kind == "silent":
+            self.sock.listen(8)
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def loader_args(self, role):
+        if role == "worker":
+            return "workers=[%r]" % self.address
+        return "dispatcher=%r, job_name='j'" % self.address
+
+    def close(self):
+        self.sock.close()
+
+
+STATES = [("silent", "worker"), ("refused", "worker"), ("silent", "dispatcher"), ("refused", "dispatcher")]
+
+
+@pytest.mark.parametrize("kind,role", STATES)
+def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree, kind, role):
+    # next() waits in C++ with the GIL released, in the handshake with a worker or the
+    # dispatcher that never speaks, or reconnecting to one that is not there; SIGINT
+    # must still raise KeyboardInterrupt promptly.
+    peer = Peer(kind)
     # Python raises KeyboardInterrupt only where SIGINT was not ignored at its start, and
     # a shell's background job (a CI runner's, `cmd &`) starts with it ignored: the
     # child asks for the default handler itself, as an interactive trainer has it.
@@ -262,14 +285,14 @@ def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, %r)
         import ferry
-        loader = ferry.Loader(data=%r, batch_size=4, workers=[%r])
+        loader = ferry.Loader(data=%r, batch_size=4, %s)
         print("ready", flush=True)
         try:
             for _ in loader:
                 pass
         except KeyboardInterrupt:
             print("interrupted", flush=True)
-    """) % (os.path.dirname(os.path.dirname(ferry.__file__)), small_tree, address)
+    """) % (os.path.dirname(os.path.dirname(ferry.__file__)), small_tree, peer.loader_args(role))
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
@@ -281,4 +304,40 @@ def test_ctrl_c_stops_a_waiting_iteration(ferry, small_tree):
         assert time.time() - t0 < 5
     finally:
         p.kill()
-        silent.close()
+        peer.close()
+
+
+@pytest.mark.parametrize("kind,role", STATES)
+def test_close_from_another_thread_ends_a_waiting_iteration(ferry, small_tree, kind, role):
+    # A trainer's watchdog or signal handler closes the loader while the training loop
+    # waits in next(): close() returns at once, and the wait ends with an error saying
+    # so (before, the iterator was destroyed under the wait: a segfault).
+    import threading
+    peer = Peer(kind)
+    loader = eval("ferry.Loader(data=small_tree, batch_size=4, %s)" % peer.loader_args(role),
+                  {"ferry": ferry, "small_tree": small_tree})
+    ended = {}
+
+    def iterate():
+        try:
+            for _ in loader:
+                pass
+            ended["how"] = "the end"
+        except RuntimeError as e:
+            ended["how"] = str(e)
+        ended["at"] = time.time()
+
+    t = threading.Thread(target=iterate)
+    t.start()
+    try:
+        time.sleep(1.0)
+        t0 = time.time()
+        loader.close()
+        assert time.time() - t0 < 2
+        t.join(5)
+        assert not t.is_alive(), "the iteration still waits after close()"
+        assert "closed" in ended["how"], ended
+        assert ended["at"] - t0 < 2
+    finally:
+        loader.close()
+        peer.close()
