@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "HOST:PORT to listen on; port 0 picks a free port")->required();
   app.add_option("--work-dir", o.core.work_dir, "directory of the journal (created if missing)")->required();
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  std::string worker_token_file;
+  app.add_option("--worker-token-file", worker_token_file,
+                 "file holding the token workers prove instead of --token-file's, which trainers and tools then hold "
+                 "alone: a trainer cannot register as a worker (needs --token-file)");
   ferry::AddTlsFlags(app, o.tls);
   ferry::AddLogFlag(app);
   app.add_option("--heartbeat-interval-ms", o.core.heartbeat_interval_ms, "heartbeat interval asked of workers")
@@ -58,6 +62,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.token = *token;
+  if (!worker_token_file.empty()) {
+    auto w = ferry::net::LoadToken(worker_token_file);
+    if (!w.ok() || w->empty() || o.token.empty() || *w == o.token) {
+      std::fprintf(stderr, "ferry-dispatcher: --worker-token-file: %s\n",
+                   !w.ok() ? w.status().ToString().c_str()
+                   : w->empty() ? "the file is empty"
+                   : o.token.empty() ? "needs --token-file (or FERRY_TOKEN) for trainers and tools"
+                                     : "the workers' token must differ from the trainers'");
+      return 2;
+    }
+    o.worker_token = *w;
+  }
   ferry::RaiseFileLimit();
   ferry::BlockTerminationSignals();
   // A journal that can no longer be made durable: stop (exit 1 below), so that a

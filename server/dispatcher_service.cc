@@ -160,6 +160,7 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
                    {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}),
         deadline_(svc->io_) {
     handshake_.set_state_id(svc->core_->state_id());
+    if (!svc->opts_.worker_token.empty()) handshake_.set_role_token(wire::Role::kWorker, svc->opts_.worker_token);
   }
 
   void Start() {

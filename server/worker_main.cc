@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
                  "the container's CPU quota)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--token-file", token_file, "file holding the shared token (else $FERRY_TOKEN; none = no auth)");
+  std::string client_token_file;
+  app.add_option("--client-token-file", client_token_file,
+                 "file holding the trainers' token, when the dispatcher has separate tokens (its --worker-token-file): "
+                 "--token-file is then this worker's own, towards the dispatcher");
   ferry::AddTlsFlags(app, o.tls);
   ferry::AddLogFlag(app);
   app.add_option("--buffered-batches", o.buffered_batches, "per stream: batches in memory at most")
@@ -75,6 +79,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.token = *token;
+  if (!client_token_file.empty()) {
+    auto c = ferry::net::LoadToken(client_token_file);
+    if (!c.ok() || c->empty()) {
+      std::fprintf(stderr, "ferry-worker: --client-token-file: %s\n",
+                   c.ok() ? "the file is empty" : c.status().ToString().c_str());
+      return 2;
+    }
+    o.client_token = *c;
+  }
   ferry::RaiseFileLimit();
   ferry::BlockTerminationSignals();
   auto service = ferry::WorkerService::Start(o);

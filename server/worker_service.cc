@@ -243,7 +243,8 @@ class Session : public std::enable_shared_from_this<Session> {
         serial_(svc->next_serial_++),
         // Only clients: a stream is all a worker serves (and a worker or a tool that
         // opened one would take a consumer's batches).
-        handshake_(svc->opts_.token, svc->opts_.id, "this worker", {wire::Role::kClient}),
+        handshake_(svc->opts_.client_token.empty() ? svc->opts_.token : svc->opts_.client_token, svc->opts_.id,
+                   "this worker", {wire::Role::kClient}),
         timer_(svc->io_) {}
 
   void Start() {

@@ -63,6 +63,10 @@ struct WorkerOptions {
   // A job it serves is forgotten this long after the dispatcher last named it (once no
   // split of it is held and no stream uses it): see DispatcherLink.
   double forget_jobs_after_s = 60;
+  // Clients (trainers) prove this token to the worker, and the worker proves it to
+  // them; `token` is then the worker's own, towards the dispatcher (its
+  // --worker-token-file). Empty: `token` for both.
+  std::string client_token;
 };
 
 class WorkerService {

@@ -23,12 +23,19 @@ wire::OutFrame ServerHandshake::Challenge() {
 Result<ServerHandshake::Accepted> ServerHandshake::OnHello(const wire::InFrame& f) {
   FERRY_ASSIGN_OR_RETURN(wire::HelloMsg h, wire::DecodeHello(f));
   std::string proof;
-  if (!token_.empty()) {
+  auto own = role_tokens_.find(h.role);
+  const std::string& token = own != role_tokens_.end() ? own->second : token_;
+  if (!token.empty()) {
     if (h.mac.empty())
       return Status(StatusCode::kUnauthenticated, what_ + " requires a token (--token-file or FERRY_TOKEN)");
-    if (h.nonce.size() < kMinNonce || !MacEquals(h.mac, ClientProof(token_, uint8_t(h.role), nonce_, h.nonce)))
-      return Status(StatusCode::kUnauthenticated, "wrong token (" + what_ + " holds another)");
-    proof = ServerProof(token_, nonce_, h.nonce);
+    if (h.nonce.size() < kMinNonce || !MacEquals(h.mac, ClientProof(token, uint8_t(h.role), nonce_, h.nonce)))
+      return Status(StatusCode::kUnauthenticated,
+                    "wrong token (" + what_ + " holds another" +
+                        (role_tokens_.empty() ? std::string()
+                                              : std::string(" for a ") + wire::RoleName(h.role) +
+                                                    ": it has separate tokens for workers and trainers") +
+                        ")");
+    proof = ServerProof(token, nonce_, h.nonce);
   }
   if (std::find(roles_.begin(), roles_.end(), h.role) == roles_.end())
     return Status::PermissionDenied(what_ + " does not serve a " + wire::RoleName(h.role));

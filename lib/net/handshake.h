@@ -20,6 +20,7 @@
 #define FERRY_NET_HANDSHAKE_H_
 
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ class ServerHandshake {
   // `token` empty: no authentication. `what` names the server in errors ("this worker").
   ServerHandshake(std::string token, std::string server_id, std::string what, std::initializer_list<wire::Role> roles);
 
+  // Peers of `role` prove `token` instead of the server's (per-role credentials: a
+  // dispatcher's --worker-token-file, so that a trainer's token cannot register a
+  // worker). Requires the server's own token to be set too.
+  void set_role_token(wire::Role role, std::string token) { role_tokens_[role] = std::move(token); }
   // A dispatcher's state identity, sent in HelloOk.
   void set_state_id(std::string id) { state_id_ = std::move(id); }
   // The first frame to send (draws the nonce).
@@ -52,6 +57,7 @@ class ServerHandshake {
  private:
   const std::string token_, server_id_, what_;
   const std::vector<wire::Role> roles_;
+  std::map<wire::Role, std::string> role_tokens_;
   std::string nonce_, state_id_;
 };
 

@@ -707,5 +707,56 @@ TEST_F(HardeningTest, AWorkerKilledDuringAReadErrorLosesAndRepeatsNothing) {
   EXPECT_EQ(c->err().find("skipped\t"), std::string::npos) << "a sample was counted bad: " << c->err();
 }
 
+// Defect 11: one shared token let any holder register as a worker, so a trainer (or
+// anything holding its token) could serve batches of its choosing to the others. Now
+// the dispatcher may hold a separate token for workers (--worker-token-file): a
+// trainer's token cannot register a worker, a worker's cannot join a job, and a worker
+// proves the workers' token to the dispatcher while it checks the trainers' token on its
+// data plane (--client-token-file). Before the fix the flags do not exist.
+TEST_F(HardeningTest, TrainersAndWorkersHoldSeparateTokens) {
+  const std::string trainers = dir_ / "trainers.token", workers = dir_ / "workers.token";
+  testing::WriteFile(trainers, "the-trainers-secret\n");
+  testing::WriteFile(workers, "the-workers-secret\n");
+  std::string dispatcher;
+  auto d = StartDispatcher({"--token-file", trainers, "--worker-token-file", workers}, &dispatcher);
+  {
+    RawPeer rogue(dispatcher);
+    Status s = rogue.Handshake("the-trainers-secret", wire::Role::kWorker);  // the daemon's Error, in the message
+    ASSERT_FALSE(s.ok()) << "a trainer's token registered a worker";
+    EXPECT_NE(s.message().find("Unauthenticated: wrong token"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("separate tokens for workers and trainers"), std::string::npos) << s.ToString();
+  }
+  {
+    RawPeer odd(dispatcher);
+    Status s = odd.Handshake("the-workers-secret", wire::Role::kClient);
+    EXPECT_NE(s.message().find("Unauthenticated: wrong token"), std::string::npos) << s.ToString();
+  }
+  {
+    RawPeer tool(dispatcher);
+    EXPECT_TRUE(tool.Handshake("the-trainers-secret", wire::Role::kTool).ok());
+  }
+  std::string worker;
+  auto w = StartWorker({"--dispatcher", dispatcher, "--token-file", workers, "--client-token-file", trainers}, &worker);
+  {
+    RawPeer as_trainer(worker);  // the data plane takes the trainers' token
+    EXPECT_TRUE(as_trainer.Handshake("the-trainers-secret").ok());
+  }
+  const std::string dump = dir_ / "indices.txt";
+  auto c = Consume(dispatcher, {"--job", "tokens", "--epochs", "1", "--token-file", trainers, "--dump-indices", dump},
+                   "consume");
+  const std::optional<int> rc = c->Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c->err() << w->err();
+  EXPECT_EQ(*rc, 0) << c->err() << w->err();
+  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  // A dispatcher whose two tokens are one is refused at start.
+  Child same({dispatcher_bin_, "--listen", "127.0.0.1:0", "--work-dir", dir_ / "same", "--token-file", trainers,
+              "--worker-token-file", trainers},
+             dir_ / "same.out", dir_ / "same.err");
+  const std::optional<int> refused = same.Wait(10);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(*refused, 2);
+  EXPECT_NE(same.err().find("must differ"), std::string::npos) << same.err();
+}
+
 }  // namespace
 }  // namespace ferry
