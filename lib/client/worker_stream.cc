@@ -93,6 +93,7 @@ void WorkerStream::Connected(tcp::socket socket) {
   listing_checked_ = false;  // a restarted worker may list otherwise
   auto self = shared_from_this();
   auto conn = conn_;
+  if (auto hp = net::SplitHostPort(address_); hp.ok()) conn_->ExpectPeerHost(hp->first);
   conn_->StartTls(/*server=*/false, [self, conn](const Status& tls) {
     if (conn != self->conn_ || self->done_) return;  // a stale connection
     // A refused certificate, or a worker without TLS, does not get better by retrying.

@@ -73,6 +73,8 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   }
 
   bool tls() const { return stream_.tls(); }
+  // Client side, before StartTls(): the server's certificate must name `host`.
+  void ExpectPeerHost(const std::string& host) { stream_.ExpectPeerHost(host); }
 
   // The TLS handshake, as a server or a client; `done` gets OK, or Unauthenticated
   // with the reason (a certificate refused, a peer without TLS), or Unavailable (the
@@ -84,7 +86,7 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
       if (!ec && self->closed_) return done(Status::Cancelled("connection closed"));
       if (ec) {
         self->Close();
-        return done(TlsStatus(ec, self->peer_, "handshake"));
+        return done(TlsStatus(ec, self->peer_, "handshake", self->stream_.HostMismatch()));
       }
       self->tls_pending_ = false;
       if (!self->queue_.empty() && !self->writing_) self->WriteNext();

@@ -63,13 +63,14 @@ Status ControlChannel::Connect() {
   if (ec) return Status::Unavailable("cannot connect to dispatcher " + address_ + ": " + ec.message());
   socket_->socket().set_option(tcp::no_delay(true), ec);
   if (socket_->tls()) {
+    socket_->ExpectPeerHost(hp.first);
     done = false;
     socket_->AsyncHandshake(false, [&](const boost::system::error_code& e) {
       ec = e;
       done = true;
     });
     FERRY_RETURN_IF_ERROR(RunUntil(done, "in the TLS handshake"));
-    if (ec) return TlsStatus(ec, "dispatcher " + address_, "handshake");
+    if (ec) return TlsStatus(ec, "dispatcher " + address_, "handshake", socket_->HostMismatch());
   }
   ClientHandshake hs(token_, role_, peer_id_, "dispatcher " + address_);
   FERRY_ASSIGN_OR_RETURN(InFrame challenge, Read());

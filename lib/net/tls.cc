@@ -75,8 +75,14 @@ bool IsTlsRefusal(const boost::system::error_code& ec) {
   return ec.category() == boost::asio::error::get_ssl_category();
 }
 
-Status TlsStatus(const boost::system::error_code& ec, const std::string& peer, const std::string& during) {
-  const std::string why = "TLS " + during + " with " + peer + " failed: " + TlsError(ec);
+Status TlsStatus(const boost::system::error_code& ec, const std::string& peer, const std::string& during,
+                 const std::string& verify) {
+  std::string why = "TLS " + during + " with " + peer + " failed: " + TlsError(ec);
+  if (!verify.empty()) {
+    const std::string guess = " (the peer's certificate is not signed by our --tls-ca)";
+    if (const size_t at = why.find(guess); at != std::string::npos) why.erase(at, guess.size());
+    why += " (" + verify + ")";
+  }
   return IsTlsRefusal(ec) ? Status(StatusCode::kUnauthenticated, why) : Status::Unavailable(why);
 }
 

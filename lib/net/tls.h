@@ -57,7 +57,10 @@ std::string TlsError(const boost::system::error_code& ec);
 bool IsTlsRefusal(const boost::system::error_code& ec);
 // The Status for a failed TLS read, write or handshake with `peer`: Unauthenticated
 // for a refusal (with OpenSSL's reason), else Unavailable.
-Status TlsStatus(const boost::system::error_code& ec, const std::string& peer, const std::string& during);
+// `verify`: why the peer's certificate was refused, when it is known (Stream::
+// HostMismatch()): it replaces the guess that "certificate verify failed" makes.
+Status TlsStatus(const boost::system::error_code& ec, const std::string& peer, const std::string& during,
+                 const std::string& verify = "");
 
 class Stream {
  public:
@@ -74,6 +77,33 @@ class Stream {
   }
 
   bool tls() const { return tls_ != nullptr; }
+
+  // Client side, before the handshake: the server's certificate must name `host`, the
+  // host part of the address dialled (an IP address in its IP SANs, or a DNS name in
+  // its DNS SANs or CN, by OpenSSL's own checks); a DNS name also goes out as SNI. A
+  // CA's signature alone is not enough: any machine the CA signed for could stand in
+  // for another.
+  void ExpectPeerHost(const std::string& host) {
+    if (!tls_ || host.empty()) return;
+    SSL* ssl = tls_->native_handle();
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(host, ec);
+    if (!ec) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+    } else {
+      SSL_set1_host(ssl, host.c_str());
+      SSL_set_tlsext_host_name(ssl, host.c_str());
+    }
+  }
+  // After a failed handshake: why the peer's certificate was refused when it is that it
+  // does not name the host dialled (ExpectPeerHost), else "".
+  std::string HostMismatch() const {
+    if (!tls_) return "";
+    const long r = SSL_get_verify_result(const_cast<TlsStream&>(*tls_).native_handle());
+    if (r != X509_V_ERR_HOSTNAME_MISMATCH && r != X509_V_ERR_IP_ADDRESS_MISMATCH) return "";
+    return std::string(X509_verify_cert_error_string(r)) +
+           ": the peer's certificate does not name the host dialled, though our --tls-ca signed it";
+  }
   tcp::socket& socket() { return tls_ ? tls_->next_layer() : *plain_; }
   const tcp::socket& socket() const { return tls_ ? tls_->next_layer() : *plain_; }
 

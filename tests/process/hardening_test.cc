@@ -758,5 +758,37 @@ TEST_F(HardeningTest, TrainersAndWorkersHoldSeparateTokens) {
   EXPECT_NE(same.err().find("must differ"), std::string::npos) << same.err();
 }
 
+// Defect 11: TLS clients checked that the CA signed the server's certificate, not that
+// the certificate names the host dialled: any machine the CA had signed for could stand
+// in for another (before the fix the consumer below reads its epoch from 127.0.0.2 with
+// a certificate for 127.0.0.1 and localhost). Now the host of the address dialled must
+// be in the certificate (IP or DNS SAN), as OpenSSL checks it.
+TEST_F(HardeningTest, TlsClientsCheckTheServersName) {
+  const std::string pki = dir_ / "pki";
+  ASSERT_EQ(std::system((std::string(FERRY_MAKE_CERTS) + " " + pki).c_str()), 0) << "make_certs.sh failed";
+  Child w({worker_bin_, "--listen", "0.0.0.0:0", "--threads", "1", "--tls-cert", pki + "/server.pem", "--tls-key",
+           pki + "/server.key", "--tls-ca", pki + "/ca.pem"},
+          dir_ / "w.out", dir_ / "w.err");
+  const std::string any = testing::WaitForListening(w, "worker");
+  const std::string port = any.substr(any.rfind(':') + 1);
+  auto consume = [&](const std::string& host) {
+    const std::string id = "via-" + host;
+    Child c({consume_bin_, "--workers", host + ":" + port, "--data", data_->path(), "--pipeline", kSpecJson,
+             "--batch-size", "6", "--epochs", "1", "--tls-ca", pki + "/ca.pem", "--tls-cert", pki + "/client.pem",
+             "--tls-key", pki + "/client.key"},
+            dir_ / (id + ".out"), dir_ / (id + ".err"));
+    const std::optional<int> rc = c.Wait(30);
+    return std::make_pair(rc.value_or(-1), c.err());
+  };
+  for (const std::string host : {"127.0.0.1", "localhost"}) {
+    auto [rc, err] = consume(host);
+    EXPECT_EQ(rc, 0) << host << ": " << err;
+  }
+  auto [rc, err] = consume("127.0.0.2");  // the same worker, at a name its certificate does not hold
+  EXPECT_NE(rc, 0) << err;
+  EXPECT_NE(err.find("Unauthenticated"), std::string::npos) << err;
+  EXPECT_NE(err.find("does not name the host dialled"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace ferry
