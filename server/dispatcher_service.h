@@ -44,10 +44,10 @@ struct DispatcherOptions {
   std::function<void(const Status&)> on_fatal;
   // Folders the dispatcher may list a new job's dataset in (data/data_roots.h), as
   // the workers' --data-root; empty: any readable path.
-  std::vector<std::string> data_roots;
+  std::vector<std::string> data_roots = {};
   // Workers prove this token instead of `token` (empty: the same): a trainer's token
   // then cannot register a worker and serve batches of its choosing.
-  std::string worker_token;
+  std::string worker_token = {};
 };
 
 class DispatcherService {

@@ -59,14 +59,14 @@ struct WorkerOptions {
   int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
   bool allow_synthetic = false;    // serve "synthetic:" jobs (benchmarks); else refused
   // Folders whose contents jobs may read (data/data_roots.h); empty: any readable path.
-  std::vector<std::string> data_roots;
+  std::vector<std::string> data_roots = {};
   // A job it serves is forgotten this long after the dispatcher last named it (once no
   // split of it is held and no stream uses it): see DispatcherLink.
   double forget_jobs_after_s = 60;
   // Clients (trainers) prove this token to the worker, and the worker proves it to
   // them; `token` is then the worker's own, towards the dispatcher (its
   // --worker-token-file). Empty: `token` for both.
-  std::string client_token;
+  std::string client_token = {};
 };
 
 class WorkerService {

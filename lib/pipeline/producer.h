@@ -197,7 +197,7 @@ struct ProducedBatch {
   // Not OK: a sample could not be read for a reason that may pass (EIO, a short read,
   // EAGAIN, ...) even after retries. The batch is not emitted and production stops
   // with this error: the split is served again, never with that sample counted bad.
-  Status failure;
+  Status failure = {};
 };
 
 class BatchProducer {

@@ -82,7 +82,7 @@ struct HeartbeatOkMsg {
   uint32_t new_leases = 0;
   bool idle = false;
   bool drain = false;
-  std::vector<std::string> gone_jobs;  // unfit jobs reported that the dispatcher no longer has
+  std::vector<std::string> gone_jobs = {};  // unfit jobs reported that the dispatcher no longer has
 };
 
 struct GetOrCreateJobMsg {
