@@ -14,6 +14,7 @@
 #include <string>
 #include <tuple>
 
+#include "dispatch_test_util.h"
 #include "testutil.h"
 
 namespace ferry::dispatch {
@@ -503,21 +504,10 @@ TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {
 // once (format 2 records cannot follow format 1 ones in one file), and the next start
 // reads format 2 only.
 TEST_F(DispatcherTest, AJournalOfFormatOneIsUpgradedOnOpen) {
-  auto crc32 = [](const std::string& data) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (unsigned char b : data) {
-      c ^= b;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    }
-    return c ^ 0xFFFFFFFFu;
-  };
-  std::string v1;
   // Format 1's RegisterWorker: tag 3, then the id and the address, each a varint length and its bytes.
-  for (const std::string& payload : {std::string("\x03\x02w0\x05" "a:100", 10), std::string("\x03\x02w1\x05" "b:200", 10)}) {
-    const uint32_t len = uint32_t(payload.size()), crc = crc32(payload);
-    v1.append(reinterpret_cast<const char*>(&len), 4).append(reinterpret_cast<const char*>(&crc), 4) += payload;
-  }
-  testing::WriteFile(dir_.path() + "/journal-0", v1);
+  testing::WriteFile(dir_.path() + "/journal-0",
+                     test::FormatOneJournal({std::string("\x03\x02w0\x05" "a:100", 10),
+                                             std::string("\x03\x02w1\x05" "b:200", 10)}));
   {
     auto d = Open();
     ASSERT_NE(d, nullptr);

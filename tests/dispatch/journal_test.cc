@@ -243,15 +243,6 @@ TEST(UpdateCodecTest, AJournalOfTheOldJobFormatIsRefusedClearly) {
   EXPECT_NE(old.status().message().find("--work-dir"), std::string::npos) << old.status().ToString();
 }
 
-uint32_t TestCrc32(const std::string& data) {  // CRC-32 (IEEE), as the journal's
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) {
-    c ^= b;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
 // Issue 25, defect 5: a record's length covered by no checksum made one flipped bit in
 // it look like a write cut short by a crash, and recovery cut the file there, dropping
 // that record and every later one in silence. The header has a checksum of its own
@@ -297,12 +288,8 @@ TEST(JournalFileTest, AMissingSnapshotIsDataLoss) {
 // and says that it must be upgraded: the records that follow are format 2's.
 TEST(JournalFileTest, AJournalOfFormatOneReplaysAndAsksForTheUpgrade) {
   testing::TempDir dir;
-  std::string v1;
-  for (const std::string& payload : {std::string("\x03\x02w0\x01" "a", 6), std::string("\x03\x02w1\x01" "b", 6)}) {
-    const uint32_t len = uint32_t(payload.size()), crc = TestCrc32(payload);
-    v1.append(reinterpret_cast<const char*>(&len), 4).append(reinterpret_cast<const char*>(&crc), 4) += payload;
-  }
-  testing::WriteFile(dir.path() + "/journal-0", v1);
+  testing::WriteFile(dir.path() + "/journal-0",
+                    FormatOneJournal({std::string("\x03\x02w0\x01" "a", 6), std::string("\x03\x02w1\x01" "b", 6)}));
   std::vector<Update> replay;
   auto j = Journal::Open(dir.path(), &replay);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
