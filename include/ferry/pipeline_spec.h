@@ -76,7 +76,14 @@ struct PipelineSpec {
   std::string ToJson() const;
   // A stable identity of the spec for dataset fingerprints.
   uint64_t Fingerprint() const;
-  bool operator==(const PipelineSpec& other) const { return ToJson() == other.ToJson(); }
+  // Equal canonical forms. Specs that match field by field (the usual case: every
+  // job request is compared with its job) are equal without parsing their params.
+  bool operator==(const PipelineSpec& other) const {
+    if (color != other.color || output != other.output || max_pixels != other.max_pixels ||
+        roi_decode != other.roi_decode || ops.size() != other.ops.size())
+      return false;
+    return ops == other.ops || ToJson() == other.ToJson();
+  }
 
   static Result<PipelineSpec> FromJson(std::string_view json);
   // "imagenet-train", "imagenet-eval", or a JSON object (starts with '{'), or a path to

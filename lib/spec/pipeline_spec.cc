@@ -32,14 +32,19 @@ PipelineSpec& PipelineSpec::Add(std::string name, std::string params) {
   return *this;
 }
 
+// Every JobSpec starts from ImagenetTrain() (its default pipeline), decoders included:
+// built once, then copied, rather than normalizing its parameters' JSON each time.
 PipelineSpec PipelineSpec::ImagenetTrain() {
-  PipelineSpec s;
-  s.Add("random_resized_crop",
-        json{{"size", 224}, {"scale", {0.08, 1.0}}, {"ratio", {3.0 / 4.0, 4.0 / 3.0}}}.dump());
-  s.Add("hflip", R"({"p":0.5})");
-  s.Add("normalize", R"({"mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]})");
-  s.output = Output::kFloat32NCHW;
-  return s;
+  static const PipelineSpec spec = [] {
+    PipelineSpec s;
+    s.Add("random_resized_crop",
+          json{{"size", 224}, {"scale", {0.08, 1.0}}, {"ratio", {3.0 / 4.0, 4.0 / 3.0}}}.dump());
+    s.Add("hflip", R"({"p":0.5})");
+    s.Add("normalize", R"({"mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]})");
+    s.output = Output::kFloat32NCHW;
+    return s;
+  }();
+  return spec;
 }
 
 PipelineSpec PipelineSpec::ImagenetEval() {

@@ -15,6 +15,9 @@
 #                            subfolder per target (default: a temporary one, seeded afresh)
 #     FERRY_FUZZ_RUNS        stop each target after this many executions instead (with
 #                            SECONDS as the time limit still)
+#     FERRY_FUZZ_SANITIZERS  the targets' -fsanitize list (default: address,undefined);
+#                            "undefined" runs several times faster, for long runs
+#     FERRY_FUZZ_OPT         optimization (default: -O1)
 # Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time.
 # Crashing inputs are written to $FERRY_FUZZ_BUILD_DIR/artifacts/; reproduce one with
 #   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET FILE
@@ -35,9 +38,9 @@ echo "fuzz: configuring $build (clang, FERRY_FUZZ=ON)"
 mkdir -p "$build"
 # -O1 with line tables: libFuzzer's usual flags, and a third of -O2 -g's build time.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-  -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
+  -DFERRY_FUZZ_SANITIZERS="${FERRY_FUZZ_SANITIZERS:-address,undefined}" -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 2; }
 shift || true
 targets=("$@")
