@@ -1,5 +1,6 @@
 #include "worker/dispatcher_link.h"
 
+#include <optional>
 #include <set>
 
 #include "core/log.h"
@@ -153,13 +154,16 @@ void DispatcherLink::Leave() {
   }
   if (thread_.joinable()) thread_.join();
   if (!registered) return;
-  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(2), o_.tls);
   wire::HeartbeatMsg h;
   h.worker_id = o_.worker_id;
   h.draining = true;
   h.want_leases = false;
   h.leaving = true;
-  auto r = ch.Call(wire::EncodeHeartbeat(h));
+  auto r = [&]() -> Result<wire::InFrame> {
+    if (o_.call) return o_.call(wire::EncodeHeartbeat(h));
+    net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(2), o_.tls);
+    return ch.Call(wire::EncodeHeartbeat(h));
+  }();
   if (!r.ok()) LogWarn("could not tell the dispatcher we are leaving: %s", r.status().ToString().c_str());
 }
 
@@ -197,7 +201,12 @@ void DispatcherLink::Sleep(std::chrono::milliseconds d) {
 }
 
 void DispatcherLink::Run() {
-  net::ControlChannel ch(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(5), o_.tls);
+  std::optional<net::ControlChannel> ch;
+  Call call = o_.call;
+  if (!call) {
+    ch.emplace(o_.dispatcher, o_.token, wire::Role::kWorker, o_.worker_id, std::chrono::seconds(5), o_.tls);
+    call = [&ch](const wire::OutFrame& f) { return ch->Call(f); };
+  }
   // Never give up: a dispatcher that restarts, or starts after the worker, is waited for.
   net::Backoff backoff({/*initial_s=*/0.1, /*max_s=*/1.0, /*max_failures=*/-1, /*give_up_after_s=*/0});
   while (!stopping()) {
@@ -207,7 +216,7 @@ void DispatcherLink::Run() {
       registered = registered_;
     }
     if (!registered) {
-      auto r = ch.Call(wire::EncodeRegisterWorker({o_.worker_id, o_.advertise, o_.serves_job, o_.serves_consumer}));
+      auto r = call(wire::EncodeRegisterWorker({o_.worker_id, o_.advertise, o_.serves_job, o_.serves_consumer}));
       auto interval = r.ok() ? wire::DecodeRegisterWorkerOk(*r) : Result<uint32_t>(r.status());
       if (!interval.ok()) {
         if (backoff.failures() % 20 == 0)
@@ -222,7 +231,7 @@ void DispatcherLink::Run() {
       registered_ = true;
       interval_ms_ = int(std::max<uint32_t>(10, *interval));
     }
-    if (!Heartbeat(ch)) {
+    if (!Heartbeat(call)) {
       Sleep(*backoff.Failed());
       continue;
     }
@@ -259,7 +268,7 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
   return job;
 }
 
-bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
+bool DispatcherLink::Heartbeat(const Call& call) {
   wire::HeartbeatMsg h;
   h.worker_id = o_.worker_id;
   if (o_.load) h.load = o_.load();
@@ -291,7 +300,7 @@ bool DispatcherLink::Heartbeat(net::ControlChannel& ch) {
     heartbeat_bytes_ = 0;
     for (const wire::ByteRange& b : frame.ranges()) heartbeat_bytes_ += b.size;
   }
-  auto r = ch.Call(std::move(frame));
+  auto r = call(frame);
   auto ok = r.ok() ? wire::DecodeHeartbeatOk(*r) : Result<wire::HeartbeatOkMsg>(r.status());
   if (!ok.ok()) {
     LogWarn("heartbeat to %s failed (will reconnect): %s", o_.dispatcher.c_str(), ok.status().ToString().c_str());

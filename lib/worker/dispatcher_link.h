@@ -24,19 +24,11 @@
 #include "ferry/job.h"
 #include "net/control_channel.h"
 #include "pipeline/split_plan.h"
-#include "wire/control.h"
 #include "net/tls.h"
+#include "wire/control.h"
+#include "worker/job_source.h"
 
 namespace ferry {
-
-// What a worker knows of a dispatcher job.
-struct WorkerJob {
-  std::string name;
-  JobSpec spec;
-  std::shared_ptr<const Dataset> dataset;
-  Status status;  // not OK: this worker cannot serve the job (and says why)
-  std::chrono::steady_clock::time_point opened;  // a failed open is retried after a while
-};
 
 struct LinkOptions {
   std::string dispatcher;  // HOST:PORT
@@ -57,31 +49,34 @@ struct LinkOptions {
   // named it for this long, no split of it is held here and no stream uses it. A job it
   // cannot serve is forgotten when the dispatcher says it has gone.
   std::chrono::milliseconds forget_after{std::chrono::seconds(60)};
+  // The control plane's round trip: a request frame, the dispatcher's reply. Unset: a
+  // net::ControlChannel to `dispatcher` (tests set a fake dispatcher here).
+  std::function<Result<wire::InFrame>(const wire::OutFrame&)> call = {};
 };
 
-class DispatcherLink {
+class DispatcherLink : public JobSource {
  public:
   explicit DispatcherLink(LinkOptions o);
-  ~DispatcherLink();  // stops the loop (no leaving message: see Leave)
+  ~DispatcherLink() override;  // stops the loop (no leaving message: see Leave)
 
   void Start();
 
   // The job's facts once a lease of it (or a wanted job) has arrived; null before.
-  std::shared_ptr<const WorkerJob> Job(const std::string& name) const LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<const WorkerJob> Job(const std::string& name) const override LOCKS_EXCLUDED(mu_);
   // The feed of (job, consumer), created empty when new.
-  std::shared_ptr<SplitFeed> Feed(const std::string& job, const std::string& consumer) LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<SplitFeed> Feed(const std::string& job, const std::string& consumer) override LOCKS_EXCLUDED(mu_);
 
   // Heartbeats say "draining" from now on: no new leases.
   void SetDraining() LOCKS_EXCLUDED(mu_);
   // Heartbeat now rather than at the next interval: a consumer just opened a stream
   // (it wants splits), so the first leases come within a round trip.
-  void Poke() LOCKS_EXCLUDED(mu_);
+  void Poke() override LOCKS_EXCLUDED(mu_);
   // A client opened a stream for this job: fetch its config at the next heartbeat
   // even if no split of it is leased here (parallel_epochs jobs never lease).
-  void Want(const std::string& job) LOCKS_EXCLUDED(mu_);
+  void Want(const std::string& job) override LOCKS_EXCLUDED(mu_);
   // The facts held of `job` are of another job of that name: forget them and fetch the
   // job again (Want).
-  void Refresh(const std::string& job) LOCKS_EXCLUDED(mu_);
+  void Refresh(const std::string& job) override LOCKS_EXCLUDED(mu_);
   // Blocks until draining and the dispatcher says this worker holds nothing (every
   // split acknowledged), or until the timeout. True when drained.
   bool WaitDrained(double timeout_s) LOCKS_EXCLUDED(mu_);
@@ -105,11 +100,12 @@ class DispatcherLink {
   // it holds by the last reply: for /readyz and /metrics.
   bool registered() const LOCKS_EXCLUDED(mu_);
   size_t held() const LOCKS_EXCLUDED(mu_);
-  const std::string& worker_id() const { return o_.worker_id; }
+  const std::string& worker_id() const override { return o_.worker_id; }
 
  private:
   void Run();
-  bool Heartbeat(net::ControlChannel& ch);
+  using Call = std::function<Result<wire::InFrame>(const wire::OutFrame&)>;
+  bool Heartbeat(const Call& call);
   // A job's facts, opened on this worker (listing and fingerprint check).
   std::shared_ptr<WorkerJob> OpenJob(const wire::NamedJob& j) const;
   std::shared_ptr<SplitFeed> FeedLocked(const std::string& job, const std::string& consumer)

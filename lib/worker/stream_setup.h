@@ -21,7 +21,7 @@
 #include "pipeline/producer.h"
 #include "pipeline/split_plan.h"
 #include "wire/codec.h"
-#include "worker/dispatcher_link.h"
+#include "worker/job_source.h"
 
 namespace ferry {
 

@@ -1,0 +1,69 @@
+#include "worker/worker_core.h"
+
+#include <algorithm>
+
+#include "core/names.h"
+#include "worker/stream_setup.h"
+#include "worker/synthetic_source.h"
+
+namespace ferry {
+
+Result<std::shared_ptr<const Dataset>> DatasetCache::Open(const std::string& path) {
+  MutexLock lock(&mu_);
+  auto it = open_.find(path);
+  if (it != open_.end()) {
+    if (auto ds = it->second.lock()) return ds;
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(path, roots_));
+  std::shared_ptr<const Dataset> shared(std::move(ds));
+  // Entries of closed datasets are dropped as others open: the map follows what is
+  // open, not every path ever named.
+  for (auto e = open_.begin(); e != open_.end();) e = e->second.expired() ? open_.erase(e) : std::next(e);
+  open_[path] = shared;
+  return shared;
+}
+
+WorkerCore::WorkerCore(WorkerCoreOptions o, WorkerEnv env, DatasetCache* datasets, JobSource* jobs)
+    : o_(o), env_(std::move(env)), datasets_(datasets), jobs_(jobs) {}
+
+Status WorkerCore::Admit(const wire::OpenStreamMsg& m) const {
+  if (m.by_name && jobs_ == nullptr)
+    return Status::Unimplemented("this worker has no dispatcher (--dispatcher): give the job inline");
+  if (draining_) return Status::Unavailable("worker is draining");
+  FERRY_RETURN_IF_ERROR(CheckOptionalName("consumer id", m.consumer_id));
+  if (m.by_name) {
+    if (m.consumer_id.empty()) return Status::InvalidArgument("a stream by job name needs a consumer id");
+    return CheckName("job name", m.job_name);
+  }
+  FERRY_RETURN_IF_ERROR(CheckInlineStream(m));
+  if (m.job.synthetic() && !o_.allow_synthetic) return SyntheticRefused();
+  return Status::OK();
+}
+
+Status WorkerCore::Reserve(uint64_t bytes) {
+  const uint64_t budget = o_.memory_budget_bytes;
+  if (bytes > budget || reserved_ > budget - bytes)
+    return Status::ResourceExhausted(
+        "this stream needs " + std::to_string(bytes >> 20) + " MiB of batch memory (" + std::to_string(buffers()) +
+        " batches) and this worker has " + std::to_string((budget - std::min(budget, reserved_)) >> 20) +
+        " MiB of its " + std::to_string(budget >> 20) +
+        " MiB left (--max-memory): use a smaller batch_size or image size, or more workers");
+  reserved_ += bytes;
+  return Status::OK();
+}
+
+void WorkerCore::Release(uint64_t bytes) { reserved_ -= std::min(bytes, reserved_); }
+
+int64_t WorkerCore::SyntheticQueueTarget(int64_t credits) const {
+  return std::max<int64_t>(2, std::min<int64_t>(credits, buffers()) + 1);
+}
+
+DrainPolicy::Next DrainPolicy::Step(int64_t now, bool acknowledged, bool consumer_connected) {
+  if (acknowledged) return Next::kDrained;
+  if (consumer_connected) last_consumer_ = now;
+  if (now >= deadline_) return Next::kTimedOut;
+  if (now - last_consumer_ > no_consumer_ns_) return Next::kNoConsumer;
+  return Next::kWait;
+}
+
+}  // namespace ferry
