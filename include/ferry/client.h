@@ -46,6 +46,7 @@
 #include "ferry/buffer.h"
 #include "ferry/iterator.h"
 #include "ferry/job.h"
+#include "ferry/split_id.h"
 
 namespace ferry {
 
@@ -99,7 +100,7 @@ struct ClientOptions {
 // epochs before `first_open` is complete; of later epochs, `done` splits are complete
 // and `partial` ones have the listed batches (batch_in_split) yielded.
 struct IteratorState {
-  using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
+  using SplitId = ferry::SplitId;
   std::string job, consumer;
   // The job's JobSpec::ConfigFingerprint() (0 in states saved before it was kept): a
   // client refuses to resume a state into a job with other settings.

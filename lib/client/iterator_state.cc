@@ -18,7 +18,7 @@ std::string IteratorState::Serialize() const {
   if (config != 0) o << "config " << std::hex << config << std::dec << "\n";
   for (const auto& [e, sp] : done) o << "done " << e << " " << sp << "\n";
   for (const auto& [k, bs] : partial) {
-    o << "partial " << k.first << " " << k.second;
+    o << "partial " << k.epoch << " " << k.split;
     for (int64_t b : bs) o << " " << b;
     o << "\n";
   }
@@ -71,9 +71,9 @@ Result<std::vector<int64_t>> IteratorState::YieldedBatches(const JobSpec& job, i
     for (int64_t j = first; j < end; ++j) out.push_back(j);
   }
   for (const auto& [k, batches] : partial) {
-    if (k.first != epoch) continue;
-    FERRY_RETURN_IF_ERROR(check(k.second));
-    const auto [first, end] = job.SplitBatches(k.second);
+    if (k.epoch != epoch) continue;
+    FERRY_RETURN_IF_ERROR(check(k.split));
+    const auto [first, end] = job.SplitBatches(k.split);
     for (int64_t b : batches) {
       if (first + b >= end) return Status::InvalidArgument("yielded batches: no batch " + std::to_string(b));
       out.push_back(first + b);
@@ -122,8 +122,8 @@ Result<IteratorState> IteratorState::Parse(const std::string& text) {
   // A state is a file a person may edit: an epoch past any run's is refused here (the
   // dispatcher checks again, for peers that are not this client).
   uint64_t last = st.first_open;
-  for (const SplitId& d : st.done) last = std::max(last, d.first);
-  for (const auto& [k, bs] : st.partial) last = std::max(last, k.first);
+  for (const SplitId& d : st.done) last = std::max(last, d.epoch);
+  for (const auto& [k, bs] : st.partial) last = std::max(last, k.epoch);
   if (last > kMaxEpoch)
     return Status::InvalidArgument("iterator state: epoch " + std::to_string(last) +
                                    " is past the largest epoch number, " + std::to_string(kMaxEpoch));

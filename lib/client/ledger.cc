@@ -14,10 +14,10 @@ IteratorState Ledger::Save() const {
   IteratorState st;
   st.first_open = first_open_;
   for (const SplitId& k : done_) {
-    if (k.first >= first_open_) st.done.insert(k);
+    if (k.epoch >= first_open_) st.done.insert(k);
   }
   for (const auto& [k, batches] : partial_) {
-    if (k.first >= first_open_) st.partial[k] = batches;
+    if (k.epoch >= first_open_) st.partial[k] = batches;
   }
   return st;
 }
@@ -32,10 +32,10 @@ void Ledger::SetRanked(const JobSpec* job, int64_t rank, uint64_t first_epoch) {
   // What a restored state says was yielded already.
   yielded_.clear();
   for (const SplitId& k : done_) {
-    const auto [first, end] = job->SplitBatches(k.second);
-    yielded_[k.first] += end - first;
+    const auto [first, end] = job->SplitBatches(k.split);
+    yielded_[k.epoch] += end - first;
   }
-  for (const auto& [k, batches] : partial_) yielded_[k.first] += int64_t(batches.size());
+  for (const auto& [k, batches] : partial_) yielded_[k.epoch] += int64_t(batches.size());
   AdvanceCursor();
 }
 
@@ -66,13 +66,13 @@ bool Ledger::MustWait(const BatchProvenance& p) const {
     if (p.epoch != cursor_) return true;
     if (mode_ != Mode::kDeterministic || !job_) return false;
     const auto next = NextRankedInOrder();
-    return !(next && p.split == next->first.second && p.batch_in_split == next->second);
+    return !(next && p.split == next->first.split && p.batch_in_split == next->second);
   }
   // A shared job's consumer yields an epoch once the job has closed the one before (so
   // that the first batch of an epoch says the last one ended).
   if (mode_ == Mode::kArrival) return p.epoch > first_open_;
   const auto next = NextInOrder();
-  return !(next && p.epoch == next->first.first && p.split == next->first.second && p.batch_in_split == next->second);
+  return !(next && p.epoch == next->first.epoch && p.split == next->first.split && p.batch_in_split == next->second);
 }
 
 bool Ledger::Yielded(const BatchProvenance& p) const {
@@ -138,7 +138,7 @@ std::optional<size_t> Ledger::Pick() const {
       if (accounting() && Yielded(p)) return i;  // a duplicate: drop it whenever
       if (p.epoch != cursor_) continue;          // another epoch's: it waits (or is stale)
       if (!in_order) return i;
-      if (next && p.split == next->first.second && p.batch_in_split == next->second) return i;
+      if (next && p.split == next->first.split && p.batch_in_split == next->second) return i;
     }
     return std::nullopt;
   }
@@ -154,7 +154,7 @@ std::optional<size_t> Ledger::Pick() const {
   for (size_t i = 0; i < ready_.size(); ++i) {
     const BatchProvenance& p = ready_[i].batch.provenance;
     if (Yielded(p)) return i;  // a duplicate: drop it whenever
-    if (next && p.epoch == next->first.first && p.split == next->first.second && p.batch_in_split == next->second)
+    if (next && p.epoch == next->first.epoch && p.split == next->first.split && p.batch_in_split == next->second)
       return i;
   }
   return std::nullopt;
@@ -216,9 +216,9 @@ void Ledger::OnProgress(uint64_t first_open, bool finished) {
     first_open_ = first_open;
     for (auto it = yielded_.begin(); it != yielded_.end();) it = it->first < first_open_ ? yielded_.erase(it) : std::next(it);
     if (ranked()) AdvanceCursor();
-    for (auto it = done_.begin(); it != done_.end();) it = it->first < first_open_ ? done_.erase(it) : std::next(it);
+    for (auto it = done_.begin(); it != done_.end();) it = it->epoch < first_open_ ? done_.erase(it) : std::next(it);
     for (auto it = partial_.begin(); it != partial_.end();)
-      it = it->first.first < first_open_ ? partial_.erase(it) : std::next(it);
+      it = it->first.epoch < first_open_ ? partial_.erase(it) : std::next(it);
     for (auto it = my_splits_.begin(); it != my_splits_.end();)
       it = it->first < first_open_ ? my_splits_.erase(it) : std::next(it);
   }

@@ -57,7 +57,6 @@
 
 namespace ferry::client {
 
-using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
 
 // What the dispatcher says of the job, for this consumer and one epoch (the one
 // Ledger::StatusEpoch() asked about).

@@ -24,7 +24,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // the consumers hold back until it is done (the next epoch of a ranked job at its
     // barrier, later splits under deterministic order). A worker then holds more than
     // max_outstanding only while earlier splits come back, at most two epochs' worth.
-    std::vector<SplitRef> mine;
+    std::vector<SplitId> mine;
     if (auto h = held.find(name); h != held.end()) {
       for (const LeasedSplit& x : h->second) mine.push_back(x.ref);
     }
@@ -104,7 +104,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
       const bool free_splits_unfixed = !j.spec.ranked() && j.spec.ordering != Ordering::kDeterministic;
       const int64_t assigned_end = et == j.epochs.end() ? 0 : int64_t(et->second.assigned_end);
       for (int64_t s = from; s < per_epoch; ++s) {
-        while (before < mine.size() && mine[before] < SplitRef{epoch, s}) ++before;
+        while (before < mine.size() && mine[before] < SplitId{epoch, s}) ++before;
         if (!full && (leased >= budget || int(before) + leased >= policy.max_outstanding)) full = true;
         if (full && open.size() >= j.consumers.size()) break;
         if (full && free_splits_unfixed && s >= assigned_end) break;

@@ -23,15 +23,15 @@ namespace j = schema::journal;
 std::string Str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
 
 template <typename List>
-void FillRefs(List list, const std::vector<SplitRef>& refs) {
+void FillRefs(List list, const std::vector<SplitId>& refs) {
   for (unsigned i = 0; i < refs.size(); ++i) {
     list[i].setEpoch(refs[i].epoch);
     list[i].setSplit(refs[i].split);
   }
 }
 
-std::vector<SplitRef> ReadRefs(capnp::List<j::SplitRef>::Reader list) {
-  std::vector<SplitRef> out;
+std::vector<SplitId> ReadRefs(capnp::List<j::SplitRef>::Reader list) {
+  std::vector<SplitId> out;
   out.reserve(list.size());
   for (auto r : list) out.push_back({r.getEpoch(), r.getSplit()});
   return out;
@@ -239,7 +239,7 @@ Result<Update> DecodeUpdateV1(const std::string& bytes) {
   uint64_t tag;
   if (!r.U64(&tag)) return Status::DataLoss("empty update");
   auto bad = [] { return Status::DataLoss("malformed update"); };
-  auto refs = [&r](std::vector<SplitRef>* out) {
+  auto refs = [&r](std::vector<SplitId>* out) {
     uint64_t n;
     if (!r.U64(&n) || n > kMaxListedV1) return false;
     out->resize(size_t(n));

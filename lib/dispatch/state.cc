@@ -57,7 +57,7 @@ void DispatcherState::Unlease(const std::string& job, uint64_t epoch, EpochState
   if (wt != leased_by_worker_.end()) {
     auto jt = wt->second.find(job);
     if (jt != wt->second.end()) {
-      jt->second.erase(SplitRef{epoch, int64_t(s)});
+      jt->second.erase(SplitId{epoch, int64_t(s)});
       if (jt->second.empty()) wt->second.erase(jt);
     }
     if (wt->second.empty()) leased_by_worker_.erase(wt);
@@ -71,10 +71,10 @@ void DispatcherState::ReturnLeases(JobState& j, const std::string& worker) {
   if (wt == leased_by_worker_.end()) return;
   auto jt = wt->second.find(j.name);
   if (jt == wt->second.end()) return;
-  const std::set<SplitRef> held = std::move(jt->second);
+  const std::set<SplitId> held = std::move(jt->second);
   wt->second.erase(jt);
   if (wt->second.empty()) leased_by_worker_.erase(wt);
-  for (const SplitRef& r : held) {
+  for (const SplitId& r : held) {
     EpochState& e = j.epochs.at(r.epoch);
     const size_t s = size_t(r.split);
     e.status[s] = SplitStatus::kPending;
@@ -89,7 +89,7 @@ void DispatcherState::ForgetLeases(const JobState& j, std::optional<uint64_t> be
     if (jt == jobs.end()) continue;
     if (before_epoch) {
       jt->second.erase(jt->second.begin(),
-                       jt->second.lower_bound(SplitRef{*before_epoch, std::numeric_limits<int64_t>::min()}));
+                       jt->second.lower_bound(SplitId{*before_epoch, std::numeric_limits<int64_t>::min()}));
     } else {
       jt->second.clear();
     }
@@ -118,7 +118,7 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
   if (wt->second.draining) return Status::FailedPrecondition("lease: worker " + u.worker + " is draining");
   JobState& j = jt->second;
   // Validate everything first: an update applies whole or not at all.
-  std::set<SplitRef> seen;
+  std::set<SplitId> seen;
   for (const LeasedSplit& l : u.splits) {
     if (!j.HasConsumer(l.consumer)) return Status::NotFound("lease: no consumer " + l.consumer + " in " + u.job);
     if (l.ref.epoch < j.first_open || (j.spec.epochs > 0 && l.ref.epoch >= uint64_t(j.spec.epochs)))
@@ -154,7 +154,7 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
   if (!j.HasConsumer(u.consumer))
     return Status::FailedPrecondition("ack: " + u.consumer + " is not a consumer of job " + u.job +
                                       " (declared gone after the consumer timeout?)");
-  for (const SplitRef& r : u.splits) {
+  for (const SplitId& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
     if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
     // (A consumer's ack of an epoch past the next is refused before it gets here, by
@@ -170,7 +170,7 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
       if (!owner.empty() && owner != u.consumer) return Status::FailedPrecondition("ack: split belongs to another consumer");
     }
   }
-  for (const SplitRef& r : u.splits) {
+  for (const SplitId& r : u.splits) {
     if (r.epoch < j.first_open) continue;
     EpochState* e = OpenEpoch(j, r.epoch);
     const size_t s = size_t(r.split);
@@ -205,8 +205,8 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     return Status::FailedPrecondition(
         "restore: job " + u.job + " is at epoch " + std::to_string(j.first_open) + " and the state at epoch " +
         std::to_string(u.first_open) + "; with several consumers a state can only be restored within the same epoch");
-  std::set<SplitRef> done(u.done.begin(), u.done.end());
-  for (const SplitRef& r : done) {
+  std::set<SplitId> done(u.done.begin(), u.done.end());
+  for (const SplitId& r : done) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
         r.epoch > u.first_open + 1 || (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("restore: split out of range");
@@ -248,7 +248,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   j.first_open = u.first_open;
   for (auto& [epoch, e] : j.epochs) {
     for (size_t s = 0; s < e.status.size(); ++s) {
-      const bool saved_done = done.count(SplitRef{epoch, int64_t(s)}) > 0;
+      const bool saved_done = done.count(SplitId{epoch, int64_t(s)}) > 0;
       if (saved_done) {
         if (e.status[s] == SplitStatus::kLeased) Unlease(j.name, epoch, e, s);
         if (e.status[s] != SplitStatus::kDone) ++e.done;
@@ -265,7 +265,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   // Saved-done splits of epochs not started yet.
   std::set<uint64_t> started;
   for (const auto& [epoch, e] : j.epochs) started.insert(epoch);
-  for (const SplitRef& r : done) {
+  for (const SplitId& r : done) {
     if (started.count(r.epoch)) continue;
     EpochState* e = OpenEpoch(j, r.epoch);
     if (e == nullptr) continue;
@@ -301,7 +301,7 @@ Status DispatcherState::ApplyAssign(const AssignSplits& u) {
   if (jt == jobs_.end()) return Status::NotFound("assign: no job " + u.job);
   JobState& j = jt->second;
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("assign: no consumer " + u.consumer + " in " + u.job);
-  for (const SplitRef& r : u.splits) {
+  for (const SplitId& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < j.first_open ||
         (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
       return Status::OutOfRange("assign: split out of range");
@@ -312,7 +312,7 @@ Status DispatcherState::ApplyAssign(const AssignSplits& u) {
                                  !et->second.consumer[size_t(r.split)].empty()))
       return Status::FailedPrecondition("assign: split not pending and free");
   }
-  for (const SplitRef& r : u.splits) OpenEpoch(j, r.epoch)->Assign(size_t(r.split), u.consumer);
+  for (const SplitId& r : u.splits) OpenEpoch(j, r.epoch)->Assign(size_t(r.split), u.consumer);
   return Status::OK();
 }
 
@@ -412,7 +412,7 @@ std::map<std::string, std::vector<LeasedSplit>> DispatcherState::LeasesOf(const 
   for (const auto& [name, refs] : wt->second) {
     const JobState& j = jobs_.at(name);
     std::vector<LeasedSplit>& l = out[name];
-    for (const SplitRef& r : refs) l.push_back({r, j.epochs.at(r.epoch).consumer[size_t(r.split)]});
+    for (const SplitId& r : refs) l.push_back({r, j.epochs.at(r.epoch).consumer[size_t(r.split)]});
   }
   return out;
 }
@@ -426,13 +426,13 @@ size_t DispatcherState::LeaseCount(const std::string& worker) const {
 }
 
 std::string DispatcherState::CheckLeaseIndex() const {
-  std::map<std::string, std::map<std::string, std::set<SplitRef>>> scanned;
+  std::map<std::string, std::map<std::string, std::set<SplitId>>> scanned;
   for (const auto& [name, j] : jobs_) {
     for (const auto& [epoch, e] : j.epochs) {
       int64_t leased = 0;
       for (size_t s = 0; s < e.status.size(); ++s) {
         if (e.status[s] != SplitStatus::kLeased) continue;
-        scanned[e.worker[s]][name].insert(SplitRef{epoch, int64_t(s)});
+        scanned[e.worker[s]][name].insert(SplitId{epoch, int64_t(s)});
         ++leased;
       }
       if (leased != e.leased) return "job " + name + " epoch " + std::to_string(epoch) + ": leased count differs";
@@ -492,7 +492,7 @@ std::vector<Update> DispatcherState::Snapshot() const {
     std::map<std::string, LeaseSplits> leases;
     for (const auto& [epoch, e] : j.epochs) {
       for (size_t s = 0; s < e.status.size(); ++s) {
-        const SplitRef ref{epoch, int64_t(s)};
+        const SplitId ref{epoch, int64_t(s)};
         if (e.status[s] == SplitStatus::kDone) {
           AckSplits& a = acks[e.consumer[s]];
           a.job = name;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "ferry/job.h"
+#include "ferry/split_id.h"
 #include "ferry/status.h"
 
 namespace ferry::dispatch {
@@ -45,15 +46,8 @@ namespace ferry::dispatch {
 // memory (about 100 bytes a split) whatever a client asks for.
 inline constexpr int64_t kMaxSplitsPerEpoch = int64_t(1) << 22;
 
-struct SplitRef {
-  uint64_t epoch = 0;
-  int64_t split = 0;
-  bool operator<(const SplitRef& o) const { return epoch != o.epoch ? epoch < o.epoch : split < o.split; }
-  bool operator==(const SplitRef& o) const { return epoch == o.epoch && split == o.split; }
-};
-
 struct LeasedSplit {
-  SplitRef ref;
+  SplitId ref;
   std::string consumer;
 };
 
@@ -73,14 +67,14 @@ struct DrainWorker { std::string worker; };             // takes no new leases
 // leases of the job return to pending, keeping their consumers.
 struct ReturnSplits { std::string job; std::string worker; };
 struct LeaseSplits { std::string job; std::string worker; std::vector<LeasedSplit> splits; };
-struct AckSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
+struct AckSplits { std::string job; std::string consumer; std::vector<SplitId> splits; };
 struct RemoveJob { std::string job; };                  // garbage collection
 // A consumer that vanished: its splits not done lose it (leased ones return to
 // pending) and go to the job's live consumers; its done splits stay done.
 struct RemoveConsumer { std::string job; std::string consumer; };
 // Snapshots: pending splits that already belong to `consumer` (a re-leased split
 // keeps its consumer, which is what makes it exactly once).
-struct AssignSplits { std::string job; std::string consumer; std::vector<SplitRef> splits; };
+struct AssignSplits { std::string job; std::string consumer; std::vector<SplitId> splits; };
 struct JobProgress { std::string job; uint64_t first_open = 0; };  // snapshots: epochs before are complete
 // A consumer resumes from a saved iterator state: epochs before `first_open` and the
 // `done` splits are complete for it; every other split of it in later epochs is not,
@@ -91,7 +85,7 @@ struct JobProgress { std::string job; uint64_t first_open = 0; };  // snapshots:
 struct RestoreConsumer {
   std::string job, consumer;
   uint64_t first_open = 0;
-  std::vector<SplitRef> done;
+  std::vector<SplitId> done;
 };
 
 using Update = std::variant<CreateJob, AddConsumer, RegisterWorker, RemoveWorker, DrainWorker, LeaseSplits,
@@ -196,7 +190,7 @@ class DispatcherState {
 
   std::map<std::string, JobState> jobs_;
   // worker -> job -> the splits it holds (status kLeased, worker[s] == worker).
-  std::map<std::string, std::map<std::string, std::set<SplitRef>>> leased_by_worker_;
+  std::map<std::string, std::map<std::string, std::set<SplitId>>> leased_by_worker_;
   std::map<std::string, WorkerState> workers_;
   uint64_t applied_ = 0;
 };

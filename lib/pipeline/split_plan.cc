@@ -77,9 +77,9 @@ std::optional<BatchPlan> RankPlan::Next() {
   }
 }
 
-size_t SplitFeed::SetHeld(const std::set<SplitKey>& held) {
+size_t SplitFeed::SetHeld(const std::set<SplitId>& held) {
   MutexLock lock(&mu_);
-  for (const SplitKey& k : held) {
+  for (const SplitId& k : held) {
     if (!held_.count(k)) todo_.insert(k);
   }
   for (auto it = todo_.begin(); it != todo_.end();) it = held.count(*it) ? std::next(it) : todo_.erase(it);
@@ -101,7 +101,7 @@ uint64_t SplitFeed::Attach() {
   return generation_;
 }
 
-std::optional<SplitKey> SplitFeed::Take(uint64_t generation, const std::atomic<bool>* cancelled) {
+std::optional<SplitId> SplitFeed::Take(uint64_t generation, const std::atomic<bool>* cancelled) {
   bool starved;
   {
     MutexLock lock(&mu_);
@@ -111,7 +111,7 @@ std::optional<SplitKey> SplitFeed::Take(uint64_t generation, const std::atomic<b
   MutexLock lock(&mu_);
   while (!cancelled->load() && generation == generation_ && todo_.empty()) cv_.Wait(&mu_);
   if (cancelled->load() || generation != generation_) return std::nullopt;
-  SplitKey k = *todo_.begin();
+  SplitId k = *todo_.begin();
   todo_.erase(todo_.begin());
   return k;
 }
@@ -123,7 +123,7 @@ void SplitFeed::Wake() {
 
 std::optional<BatchPlan> SplitPlan::Next() {
   while (pending_.empty()) {
-    std::optional<SplitKey> k = feed_->Take(generation_, &cancelled_);
+    std::optional<SplitId> k = feed_->Take(generation_, &cancelled_);
     if (!k) return std::nullopt;
     auto it = perms_.find(k->epoch);
     if (it == perms_.end()) {

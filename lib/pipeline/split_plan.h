@@ -30,16 +30,10 @@
 #include "core/mutex.h"
 #include "ferry/batch.h"
 #include "ferry/job.h"
+#include "ferry/split_id.h"
 #include "pipeline/producer.h"
 
 namespace ferry {
-
-struct SplitKey {
-  uint64_t epoch = 0;
-  int64_t split = 0;
-  bool operator<(const SplitKey& o) const { return epoch != o.epoch ? epoch < o.epoch : split < o.split; }
-  bool operator==(const SplitKey& o) const { return epoch == o.epoch && split == o.split; }
-};
 
 // The order of `epoch`'s samples: the epoch's permutation of [0, num_samples), less a
 // remainder job's taken positions (in the permutation's order).
@@ -79,7 +73,7 @@ class SplitFeed {
  public:
   // Restates the held set (dispatcher link). New splits join `todo`; splits no longer
   // held (acknowledged, or taken back) leave it. Returns how many are held.
-  size_t SetHeld(const std::set<SplitKey>& held);
+  size_t SetHeld(const std::set<SplitId>& held);
   size_t held() const;
 
   // A new stream takes over (io thread): todo = every held split. Returns the stream's
@@ -87,7 +81,7 @@ class SplitFeed {
   uint64_t Attach();
   // The lowest split in todo; blocks until there is one. nullopt once the generation
   // is superseded or `*cancelled` is set (then call Wake()).
-  std::optional<SplitKey> Take(uint64_t generation, const std::atomic<bool>* cancelled);
+  std::optional<SplitId> Take(uint64_t generation, const std::atomic<bool>* cancelled);
   void Wake();
   // Called (without the lock) when a Take() finds nothing to do and is about to wait:
   // the worker asks the dispatcher for more splits now rather than at its next
@@ -98,8 +92,8 @@ class SplitFeed {
   mutable Mutex mu_;
   CondVar cv_;
   std::function<void()> starved_;  // set once, before use
-  std::set<SplitKey> held_ GUARDED_BY(mu_);
-  std::set<SplitKey> todo_ GUARDED_BY(mu_);
+  std::set<SplitId> held_ GUARDED_BY(mu_);
+  std::set<SplitId> todo_ GUARDED_BY(mu_);
   uint64_t generation_ GUARDED_BY(mu_) = 0;
 };
 

@@ -216,8 +216,8 @@ OutFrame EncodeAckSplits(const AckSplitsMsg& m) {
     r.setConsumerId(m.consumer_id);
     auto l = r.initSplits(unsigned(m.splits.size()));
     for (unsigned i = 0; i < m.splits.size(); ++i) {
-      l[i].setEpoch(m.splits[i].first);
-      l[i].setSplit(m.splits[i].second);
+      l[i].setEpoch(m.splits[i].epoch);
+      l[i].setSplit(m.splits[i].split);
     }
     SetLoad(r.initLoad(), m.load);
   });
@@ -354,7 +354,7 @@ OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m) {
     r.setFirstOpen(m.first_open);
     // Packed per epoch where every epoch's splits pack; else the plain list.
     std::map<uint64_t, std::vector<int64_t>> by_epoch;
-    for (const SplitId& s : m.done) by_epoch[s.first].push_back(s.second);
+    for (const SplitId& s : m.done) by_epoch[s.epoch].push_back(s.split);
     std::vector<std::pair<uint64_t, std::string>> packed;
     bool packs = true;
     for (auto& [epoch, splits] : by_epoch) {
@@ -376,8 +376,8 @@ OutFrame EncodeRestoreConsumer(const RestoreConsumerMsg& m) {
     }
     auto done = r.initDone(unsigned(m.done.size()));
     for (unsigned i = 0; i < m.done.size(); ++i) {
-      done[i].setEpoch(m.done[i].first);
-      done[i].setSplit(m.done[i].second);
+      done[i].setEpoch(m.done[i].epoch);
+      done[i].setSplit(m.done[i].split);
     }
   });
 }

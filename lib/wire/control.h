@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ferry/job.h"
+#include "ferry/split_id.h"
 #include "ferry/status.h"
 #include "wire/message.h"
 
@@ -25,7 +26,6 @@ struct NamedJob {
   bool operator==(const NamedJob& o) const = default;
 };
 
-using SplitId = std::pair<uint64_t, int64_t>;  // (epoch, split)
 
 struct LeaseMsg {
   std::string job;

@@ -338,14 +338,14 @@ bool DispatcherLink::Heartbeat(const Call& call) {
     wanted_.erase(c.name);
     reported_.erase(c.name);  // opened again: its reason may be another
   }
-  std::map<std::pair<std::string, std::string>, std::set<SplitKey>> held;
+  std::map<std::pair<std::string, std::string>, std::set<SplitId>> held;
   for (const wire::LeaseMsg& l : ok->leases) held[{l.job, l.consumer}].insert({l.epoch, l.split});
   MutexLock lock(&mu_);
   for (auto& [key, splits] : held) FeedLocked(key.first, key.second);
   size_t total = 0;
   for (auto& [key, feed] : feeds_) {
     auto it = held.find(key);
-    total += feed->SetHeld(it == held.end() ? std::set<SplitKey>{} : it->second);
+    total += feed->SetHeld(it == held.end() ? std::set<SplitId>{} : it->second);
   }
   held_ = total;
   const auto now = std::chrono::steady_clock::now();

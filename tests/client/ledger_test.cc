@@ -268,7 +268,7 @@ TEST(LedgerTest, RandomInterleavingsAndResendsStayExactlyOnce) {
           yielded.insert(k);
         }
         int64_t acked = 0;
-        for (const SplitId& k : l.to_ack()) acked += k.first == l.first_open() ? 1 : 0;
+        for (const SplitId& k : l.to_ack()) acked += k.epoch == l.first_open() ? 1 : 0;
         if (acked < 5) return;
         l.OnProgress(l.first_open() + 1, false);
       }

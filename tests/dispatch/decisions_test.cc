@@ -153,8 +153,8 @@ TEST(DecisionsTest, ASplitReturnedByADeadWorkerIsNotBlockedByLaterLeases) {
   auto l = DecideLeases(s, "w2", LeasePolicy{4});
   ASSERT_EQ(l.size(), 1u);
   ASSERT_EQ(l[0].splits.size(), 2u) << "w1's returned splits, though w2 holds 4";
-  EXPECT_EQ(l[0].splits[0].ref, (SplitRef{0, 0}));
-  EXPECT_EQ(l[0].splits[1].ref, (SplitRef{0, 1}));
+  EXPECT_EQ(l[0].splits[0].ref, (SplitId{0, 0}));
+  EXPECT_EQ(l[0].splits[1].ref, (SplitId{0, 1}));
   EXPECT_EQ(l[0].splits[1].consumer, "rank-1") << "keeps its consumer";
 }
 
@@ -182,7 +182,7 @@ TEST(DecisionsTest, EachRanksNextSplitIsLeasedPastTheLeaseAhead) {
   auto l = DecideLeases(s, "w2", LeasePolicy{4});
   ASSERT_EQ(l.size(), 1u) << "w2 holds 4 before split 10, yet rank 2 has nothing leased";
   ASSERT_EQ(l[0].splits.size(), 1u) << "only rank 2's next split: the others have theirs";
-  EXPECT_EQ(l[0].splits[0].ref, (SplitRef{0, 10}));
+  EXPECT_EQ(l[0].splits[0].ref, (SplitId{0, 10}));
   EXPECT_EQ(l[0].splits[0].consumer, "rank-2");
   MustApply(s, l[0]);
   EXPECT_TRUE(DecideLeases(s, "w2", LeasePolicy{4}).empty()) << "every rank has its next split leased";
@@ -190,7 +190,7 @@ TEST(DecisionsTest, EachRanksNextSplitIsLeasedPastTheLeaseAhead) {
   auto more = DecideLeases(s, "w1", LeasePolicy{4});
   ASSERT_EQ(more.size(), 1u);
   EXPECT_EQ(more[0].splits.size(), 4u);
-  EXPECT_EQ(more[0].splits[0].ref, (SplitRef{0, 11}));
+  EXPECT_EQ(more[0].splits[0].ref, (SplitId{0, 11}));
   MustApply(s, more[0]);
   // w2 dies: 3, 7, 8, 9 and 10 return, and w1, its lease-ahead full of 11..14, takes
   // the first 4 by the usual rule (leases after a split do not count against it) and
@@ -198,9 +198,9 @@ TEST(DecisionsTest, EachRanksNextSplitIsLeasedPastTheLeaseAhead) {
   MustApply(s, RemoveWorker{"w2"});
   auto back = DecideLeases(s, "w1", LeasePolicy{4});
   ASSERT_EQ(back.size(), 1u);
-  std::vector<SplitRef> refs;
+  std::vector<SplitId> refs;
   for (const auto& x : back[0].splits) refs.push_back(x.ref);
-  EXPECT_EQ(refs, (std::vector<SplitRef>{{0, 3}, {0, 7}, {0, 8}, {0, 9}, {0, 10}}));
+  EXPECT_EQ(refs, (std::vector<SplitId>{{0, 3}, {0, 7}, {0, 8}, {0, 9}, {0, 10}}));
 }
 
 TEST(DecisionsTest, SilentWorkersAreDeadAndUnknownOnesAreNot) {

@@ -199,7 +199,7 @@ TEST_F(DispatcherTest, ASilentWorkersSplitsGoToAnother) {
   EXPECT_EQ(d->state().workers().count("w1"), 0u) << "removed after the heartbeat timeout";
   EXPECT_EQ(d->stats().workers_removed, 1);
   EXPECT_EQ(d->stats().returned, 2) << "both of w1's splits went back";
-  std::set<std::pair<uint64_t, int64_t>> again;
+  std::set<SplitId> again;
   for (const auto& l : NewLeases(*d, "w2", 1300)) again.insert({l.epoch, l.split});
   for (const auto& l : held) EXPECT_TRUE(again.count({l.epoch, l.split})) << "split " << l.split << " re-leased";
 }

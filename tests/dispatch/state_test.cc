@@ -17,8 +17,8 @@ namespace {
 using namespace ::ferry::dispatch::test;  // NOLINT
 
 // Leases every pending split to w1 and acks it; returns the splits, in order.
-std::vector<SplitRef> LeaseAndAckAll(DispatcherState& s, const std::string& consumer) {
-  std::vector<SplitRef> got;
+std::vector<SplitId> LeaseAndAckAll(DispatcherState& s, const std::string& consumer) {
+  std::vector<SplitId> got;
   for (int round = 0; round < 100; ++round) {
     auto leases = DecideLeases(s, "w1", LeasePolicy{4});
     if (leases.empty()) break;
@@ -50,9 +50,9 @@ TEST(StateTest, RestoreReopensWhatWasAckedAfterTheSavedState) {
   EXPECT_EQ(s.job("job")->first_open, 0u) << "epoch 0 is open again";
   // Exactly the splits the saved state had not completed come out again (1/1 was
   // still leased to w1 and stays so).
-  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
-  std::set<SplitRef> want = {{0, 3}, {0, 4}, {1, 0}, {1, 2}, {1, 3}, {1, 4}};
-  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  std::vector<SplitId> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitId> want = {{0, 3}, {0, 4}, {1, 0}, {1, 2}, {1, 3}, {1, 4}};
+  EXPECT_EQ(std::set<SplitId>(got.begin(), got.end()), want);
   EXPECT_EQ(got.size(), want.size());
   MustApply(s, AckSplits{"job", "c1", {{1, 1}}});
   EXPECT_TRUE(s.job("job")->finished());
@@ -64,9 +64,9 @@ TEST(StateTest, RestoreIntoAFreshJobSkipsCompletedEpochs) {
   MustApply(s, AddConsumer{"job", "c1"});
   MustApply(s, RegisterWorker{"w1", "a"});
   MustApply(s, RestoreConsumer{"job", "c1", 1, {{1, 0}, {1, 4}}});
-  std::vector<SplitRef> got = LeaseAndAckAll(s, "c1");
-  std::set<SplitRef> want = {{1, 1}, {1, 2}, {1, 3}};
-  EXPECT_EQ(std::set<SplitRef>(got.begin(), got.end()), want);
+  std::vector<SplitId> got = LeaseAndAckAll(s, "c1");
+  std::set<SplitId> want = {{1, 1}, {1, 2}, {1, 3}};
+  EXPECT_EQ(std::set<SplitId>(got.begin(), got.end()), want);
   EXPECT_TRUE(s.job("job")->finished());
 }
 
@@ -120,7 +120,7 @@ TEST(StateTest, DeadWorkerSplitsReturnWithTheirConsumer) {
   auto l1 = DecideLeases(s, "w1", LeasePolicy{4});
   ASSERT_EQ(l1.size(), 1u);
   MustApply(s, l1[0]);
-  std::map<SplitRef, std::string> owner;
+  std::map<SplitId, std::string> owner;
   for (const auto& l : l1[0].splits) owner[l.ref] = l.consumer;
   // Both consumers got work.
   std::set<std::string> consumers;
@@ -161,7 +161,7 @@ TEST(StateTest, ARemovedConsumersUnfinishedSplitsGoToTheLiveOnes) {
       << "a removed consumer's late ack is refused, not taken for a finished job";
   // The survivor gets every split but 0/0 (done by c1) and completes the job.
   MustApply(s, AckSplits{"job", "c2", {{0, 1}, {0, 3}}});
-  std::vector<SplitRef> got = LeaseAndAckAll(s, "c2");
+  std::vector<SplitId> got = LeaseAndAckAll(s, "c2");
   EXPECT_EQ(got.size(), 2u + 5u);  // 0/2, 0/4 and all of epoch 1
   EXPECT_TRUE(s.job("job")->finished());
 }

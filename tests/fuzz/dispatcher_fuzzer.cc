@@ -63,13 +63,13 @@ std::string Pick(FuzzedDataProvider& p, const char* const (&from)[N]) {
 std::string Address(const std::string& worker) { return "10.0.0.1:" + std::to_string(7000 + worker.back()); }
 
 // Mostly small epochs and splits (that exist); sometimes anything.
-wire::SplitId PickSplit(FuzzedDataProvider& p) {
+SplitId PickSplit(FuzzedDataProvider& p) {
   if (p.ConsumeIntegralInRange(0, 15) == 0) return {p.ConsumeIntegral<uint64_t>(), p.ConsumeIntegral<int64_t>()};
   return {p.ConsumeIntegralInRange<uint64_t>(0, 4), p.ConsumeIntegralInRange<int64_t>(-1, 40)};
 }
 
-std::vector<wire::SplitId> PickSplits(FuzzedDataProvider& p) {
-  std::vector<wire::SplitId> out(p.ConsumeIntegralInRange<size_t>(0, 12));
+std::vector<SplitId> PickSplits(FuzzedDataProvider& p) {
+  std::vector<SplitId> out(p.ConsumeIntegralInRange<size_t>(0, 12));
   for (auto& s : out) s = PickSplit(p);
   return out;
 }

@@ -18,7 +18,9 @@
 #     FERRY_FUZZ_SANITIZERS  the targets' -fsanitize list (default: address,undefined);
 #                            "undefined" runs several times faster, for long runs
 #     FERRY_FUZZ_OPT         optimization (default: -O1)
-# Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time.
+# Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time;
+# so is tests/fuzz/corpus/TARGET/, the corpus of the long runs, minimized with
+#   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET -merge=1 tests/fuzz/corpus/TARGET GROWN_CORPUS
 # Crashing inputs are written to $FERRY_FUZZ_BUILD_DIR/artifacts/; reproduce one with
 #   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET FILE
 set -euo pipefail
@@ -64,6 +66,9 @@ for target in "${targets[@]}"; do
   # the first folder only).
   regressions=()
   [ -d "$root/tests/fuzz/regressions/$target" ] && regressions=("$root/tests/fuzz/regressions/$target")
+  # The corpus kept in the tree (minimized from the long runs BENCHMARKS.md counts):
+  # read, never written, so each run starts where those runs ended.
+  [ -d "$root/tests/fuzz/corpus/$target" ] && regressions+=("$root/tests/fuzz/corpus/$target")
   echo "fuzz: running $target for ${seconds}s"
   set +e
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \

@@ -99,7 +99,7 @@ std::vector<wire::LeaseMsg> Heartbeat(Peer& w, const std::string& id, bool* know
 
 TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
   testing::TempDir dir;
-  std::set<std::pair<uint64_t, int64_t>> acked;
+  std::set<SplitId> acked;
   {
     auto svc = DispatcherService::Start(Options(dir.path()));
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
@@ -156,7 +156,7 @@ TEST(DispatcherServiceTest, LeasesAcksAndRestartReplay) {
   Peer w2((*svc)->address(), wire::Role::kWorker);
   ASSERT_TRUE(wire::DecodeRegisterWorkerOk(w2.Call(wire::EncodeRegisterWorker({"w2", "127.0.0.1:10"}))).ok());
   // The 3 splits w1 held before the restart are acked by the consumer now.
-  std::vector<std::pair<uint64_t, int64_t>> held;
+  std::vector<SplitId> held;
   for (int64_t s = 0; s < 10; ++s) {
     if (!acked.count({0, s}) && held.size() < 3) held.push_back({0, s});
   }
@@ -268,7 +268,7 @@ TEST(DispatcherServiceTest, EachRoleMayAskOnlyWhatItIsFor) {
 }
 
 // Case 6 (issue 11): a consumer with hundreds of thousands of splits an epoch. Its
-// restore and its status replies name them all; as List(Int64) or List(SplitRef) they
+// restore and its status replies name them all; as List(Int64) or List(SplitId) they
 // were past the control plane's 1 MiB frame limit (131K splits, or 65K done splits),
 // so restoring failed and status polls closed the connection. Packed, the irregular
 // set below takes about 0.6 bytes a split and a rank's (every W-th) a few bytes in all.

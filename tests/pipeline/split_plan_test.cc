@@ -77,7 +77,7 @@ TEST(SplitFeedTest, HeldSetsTodoAndTakeover) {
   EXPECT_EQ(k->split, 5);
   // A new stream of the same consumer: every held split again, and the old stream's
   // taker returns nullopt.
-  std::optional<SplitKey> old_take = SplitKey{9, 9};
+  std::optional<SplitId> old_take = SplitId{9, 9};
   std::thread blocked([&] { old_take = feed->Take(g1, &cancelled); });
   const uint64_t g2 = feed->Attach();
   blocked.join();
