@@ -5,8 +5,6 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <deque>
-#include <map>
-#include <optional>
 #include <set>
 #include <thread>
 

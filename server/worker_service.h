@@ -1,8 +1,12 @@
-// WorkerService: ferry-worker's transport adapter. It accepts client connections,
-// runs the handshake (net/handshake.h), and serves one stream per connection: what
-// the stream serves is decided in lib/worker/stream_setup.h, the pipeline runs it on
-// the worker's shared TBB arena, and the batches go to the client as frames, one per
-// credit. In dispatcher mode its DispatcherLink (lib/worker) leases the splits.
+// WorkerService: ferry-worker's transport adapter over lib/worker. It accepts client
+// connections, runs TLS and the token handshake (net/handshake.h), and hands each
+// connection's stream (worker/stream.h) its OpenStream, its credits, a drain and its
+// end; the stream takes its decisions from the worker's core (worker/worker_core.h:
+// admission, --max-memory, the dataset cache, the drain policy) and sends through the
+// session. Its producers run on the worker's shared TBB arena. In dispatcher mode its
+// DispatcherLink (lib/worker) leases the splits. What the service keeps: the io
+// thread, the listener and connection limits, timers, the thread that retires
+// producers, the drain thread, and /metrics (worker/worker_metrics.h renders it).
 //
 // Per connection (all on the io thread, see net/connection.h):
 //   accept -> Challenge -> Hello -> HelloOk

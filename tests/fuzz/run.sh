@@ -18,6 +18,8 @@
 #     FERRY_FUZZ_SANITIZERS  the targets' -fsanitize list (default: address,undefined);
 #                            "undefined" runs several times faster, for long runs
 #     FERRY_FUZZ_OPT         optimization (default: -O1)
+#     FERRY_FUZZ_MAX_LEN     the longest input (default 4096; a dispatcher program takes
+#                            about 10 bytes a step)
 # Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time;
 # so is tests/fuzz/corpus/TARGET/, the corpus of the long runs, minimized with
 #   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET -merge=1 tests/fuzz/corpus/TARGET GROWN_CORPUS
@@ -73,7 +75,7 @@ for target in "${targets[@]}"; do
   set +e
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$fuzzer" -max_total_time="$seconds" "${runs[@]}" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$fuzzer" -max_total_time="$seconds" "${runs[@]}" -max_len="${FERRY_FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" "${regressions[@]}" 2>&1 | tee "$work/log" |
     grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)'
   rc=${PIPESTATUS[0]}
