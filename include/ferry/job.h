@@ -108,7 +108,11 @@ struct JobSpec {
   PipelineSpec pipeline = PipelineSpec::ImagenetTrain();
   uint64_t seed = 0;
   bool shuffle = true;
-  int64_t epochs = 1;  // <= 0: forever
+  // How many epochs, counted from the first one read (<= 0: forever): from first_epoch
+  // below for a dispatcher job, from the stream's or the loader's first epoch otherwise.
+  // One meaning everywhere (dispatcher jobs read it as an end epoch before journal
+  // format 3; lib/dispatch/journal.cc converts their old records).
+  int64_t epochs = 1;
   int32_t batch_size = 256;
   // The default is torch.utils.data.DataLoader's (drop_last=False).
   LastBatch last_batch = LastBatch::kKeep;
@@ -122,8 +126,8 @@ struct JobSpec {
   // RankConsumer(0..W-1). With W > 1 the last-batch policy must be drop or pad (a short
   // batch would differ between ranks).
   int32_t num_consumers = 0;
-  // Dispatcher jobs: the job's first epoch (its epochs are [first_epoch, epochs)); a
-  // job that goes on from an earlier run's epoch starts there.
+  // Dispatcher jobs: the job's first epoch (its epochs are [first_epoch, end_epoch()));
+  // a job that goes on from an earlier run's epoch starts there.
   uint64_t first_epoch = 0;
   // A remainder job (see "remainder" above; ranked, one epoch): the positions of the
   // epoch's order [first, second) already yielded, sorted and disjoint.
@@ -157,6 +161,10 @@ struct JobSpec {
   bool operator==(const JobSpec& other) const = default;
 
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
+  // A dispatcher job's epochs are [first_epoch, end_epoch()); end_epoch() is 0 for a
+  // job with no end. PastEnd: `epoch` is not one of them (never, with no end).
+  uint64_t end_epoch() const { return epochs > 0 ? first_epoch + uint64_t(epochs) : 0; }
+  bool PastEnd(uint64_t epoch) const { return epochs > 0 && epoch >= end_epoch(); }
   bool ranked() const { return num_consumers > 0; }
   bool remainder() const { return !taken.empty(); }
   // Samples an epoch has: num_samples, less what a remainder job's `taken` holds.

@@ -53,9 +53,9 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // At the tail of the job, share what is left: a worker takes at most its fair
     // share of the pending splits, so that none holds several of the last splits while
     // another idles (the job would end one worker-split late).
-    if (j.spec.epochs > 0 && last + 1 >= uint64_t(j.spec.epochs)) {
+    if (j.spec.PastEnd(last + 1)) {
       int64_t pending = 0;
-      for (uint64_t epoch = j.first_open; epoch <= last && epoch < uint64_t(j.spec.epochs); ++epoch) {
+      for (uint64_t epoch = j.first_open; epoch <= last && !j.spec.PastEnd(epoch); ++epoch) {
         auto et = j.epochs.find(epoch);
         if (et == j.epochs.end()) {
           pending += per_epoch;
@@ -90,7 +90,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     int leased = 0;     // leased in this decision
     bool full = false;
     for (uint64_t epoch = j.first_open; epoch <= last; ++epoch) {
-      if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) break;
+      if (j.spec.PastEnd(epoch)) break;
       if (full && open.size() >= j.consumers.size()) break;  // every consumer's next split is placed
       auto et = j.epochs.find(epoch);
       int64_t from = 0;

@@ -54,11 +54,12 @@ Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& con
   }
   d->replayed_ = int64_t(replay.size());
   if (d->journal_->upgrade_due()) {
-    // A journal of format 1 (an older Ferry): its state, replayed, becomes a format 2
-    // snapshot before anything is appended.
+    // A journal of format 1 or 2 (an older Ferry): its state, replayed (its jobs'
+    // epochs converted to counts), becomes a format 3 snapshot before anything is
+    // appended.
     Status s = d->journal_->Compact(d->state_);
-    if (!s.ok()) return Status(s.code(), "upgrading the journal in " + config.work_dir + " to format 2: " + s.message());
-    Log("the journal in %s was of format 1: upgraded to format 2 (generation %llu)", config.work_dir.c_str(),
+    if (!s.ok()) return Status(s.code(), "upgrading the journal in " + config.work_dir + " to format 3: " + s.message());
+    Log("the journal in %s was of an older format: upgraded to format 3 (generation %llu)", config.work_dir.c_str(),
         (unsigned long long)d->journal_->generation());
   }
   for (const auto& [id, w] : d->state_.workers()) d->last_seen_ms_[id] = now_ms;

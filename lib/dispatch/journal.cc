@@ -33,10 +33,25 @@ uint32_t Crc32(const std::string& data) {
   return c ^ 0xFFFFFFFFu;
 }
 
-// Format 2 files start with this; a file without it is of format 1 (read, then
-// compacted into format 2 at once: Journal::upgrade_due()).
-constexpr char kMagic[] = "FERRYJ2\n";
+// Format 3 files start with this. Format 2 files (the same records) start with
+// kMagicV2, and files with neither are of format 1; both are read, then compacted into
+// format 3 at once (Journal::upgrade_due()). Format 3 differs from 2 in what a job's
+// `epochs` means: a count from its first_epoch, where formats 1 and 2 kept an end
+// epoch (CountEpochs converts).
+constexpr char kMagic[] = "FERRYJ3\n";
+constexpr char kMagicV2[] = "FERRYJ2\n";
 constexpr size_t kMagicSize = 8;
+
+// A job of format 1 or 2 ran over [first_epoch, epochs): its count is the difference
+// (CheckJob refused first_epoch >= epochs then, so it is > 0 when epochs was).
+void CountEpochs(std::vector<Update>* updates, size_t from) {
+  for (size_t i = from; i < updates->size(); ++i) {
+    if (auto* c = std::get_if<CreateJob>(&(*updates)[i]); c != nullptr && c->spec.epochs > 0) {
+      const uint64_t end = uint64_t(c->spec.epochs);
+      c->spec.epochs = end > c->spec.first_epoch ? int64_t(end - c->spec.first_epoch) : 1;
+    }
+  }
+}
 constexpr size_t kHeaderSize = 12;  // u32 length, u32 CRC of the payload, u32 CRC of those 8 bytes
 // No record is larger (a snapshot's lists are cut into records of at most
 // kMaxListedPerRecord entries); a length past it is corruption, not a torn write.
@@ -142,8 +157,9 @@ Status ReadRecordsV1(const std::string& path, const std::string& data, std::vect
 // of the file, or a last record whose payload fails its checksum. Anything else is
 // DataLoss naming the offset: a header that fails its own checksum (a flipped bit in a
 // length) or a record that fails its checksum before the end, never a silent cut.
-// *format is 1 or 2 (0 for an empty file).
-Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
+// *format is 1, 2 or 3 (0 for an empty file). The jobs of formats 1 and 2 come out
+// with format 3's meaning of `epochs`.
+Status ReadRecordsAnyFormat(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
   *torn_at = -1;
   *format = 0;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -166,11 +182,14 @@ Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* tor
     *torn_at = 0;  // created, and its magic cut short
     return Status::OK();
   }
-  if (data.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+  if (data.compare(0, kMagicSize, kMagic, kMagicSize) == 0) {
+    *format = 3;
+  } else if (data.compare(0, kMagicSize, kMagicV2, kMagicSize) == 0) {
+    *format = 2;
+  } else {
     *format = 1;
     return ReadRecordsV1(path, data, out, torn_at);
   }
-  *format = 2;
   size_t pos = kMagicSize;
   while (pos < data.size()) {
     const size_t left = data.size() - pos;
@@ -204,6 +223,13 @@ Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* tor
     pos += kHeaderSize + len;
   }
   return Status::OK();
+}
+
+Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
+  const size_t before = out->size();
+  Status s = ReadRecordsAnyFormat(path, out, torn_at, format);
+  if (s.ok() && (*format == 1 || *format == 2)) CountEpochs(out, before);
+  return s;
 }
 
 std::string GenPath(const std::string& dir, const char* kind, uint64_t g) { return dir + "/" + kind + "-" + std::to_string(g); }
@@ -260,11 +286,11 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
                               ": the state before that generation is lost");
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
     if (torn >= 0) return Status::DataLoss("snapshot-" + std::to_string(gen) + " is incomplete");
-    upgrade = format == 1;
+    upgrade = format == 1 || format == 2;
     const std::string jpath = GenPath(dir, "journal", gen);
     s = ReadRecords(jpath, replay, &torn, &format);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    upgrade = upgrade || format == 1;
+    upgrade = upgrade || format == 1 || format == 2;
     if (torn >= 0) {
       Log("%s: dropping a torn last record at offset %lld (a crash during its write)", jpath.c_str(),
           (long long)torn);
@@ -279,7 +305,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
   if (end < 0) return Io("seek journal in " + dir);
   j->size_ = j->synced_size_ = uint64_t(end);
   j->upgrade_due_ = upgrade;
-  if (end == 0) {  // a new file: format 2's magic first, durable before any record
+  if (end == 0) {  // a new file: format 3's magic first, durable before any record
     FERRY_RETURN_IF_ERROR(WriteAll(fd, std::string(kMagic, kMagicSize)));
     if (::fdatasync(fd) != 0) return Io("fdatasync " + jpath);
     j->size_ = j->synced_size_ = kMagicSize;

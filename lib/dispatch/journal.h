@@ -3,10 +3,12 @@
 // Files in the work dir, for generation G:
 //   snapshot-G   the updates that rebuild the state as of G's start (may be absent for G=0)
 //   journal-G    updates applied since, one record each
-// A file starts with "FERRYJ2\n". Record: u32 payload length, u32 CRC-32 of the payload,
+// A file starts with "FERRYJ3\n". Record: u32 payload length, u32 CRC-32 of the payload,
 // u32 CRC-32 of those 8 bytes, payload (EncodeUpdate: a Cap'n Proto Update,
-// schemas/journal.capnp). Files of format 1 (no magic, no header checksum, hand-kept
-// varints) are read, and compacted into format 2 at once (upgrade_due()).
+// schemas/journal.capnp). Older files are read, and compacted into format 3 at once
+// (upgrade_due()): format 2 ("FERRYJ2\n", the same records, a job's `epochs` an end
+// epoch rather than a count) and format 1 (no magic, no header checksum, hand-kept
+// varints).
 //
 // Append() writes and fdatasync()s a record before returning: the service applies an
 // update, appends it, and only then sends the reply that depends on it. Compact()
@@ -69,8 +71,8 @@ class Journal {
   const Histogram& sync_seconds() const { return sync_seconds_; }
 
   uint64_t generation() const { return generation_; }
-  // Whether what Open() read was of format 1: the caller compacts at once (Compact()
-  // writes format 2), since format 2 records cannot follow format 1 ones in a file.
+  // Whether what Open() read was of format 1 or 2: the caller compacts at once
+  // (Compact() writes format 3), since a file holds records of one format.
   bool upgrade_due() const { return upgrade_due_; }
   uint64_t records_since_snapshot() const { return records_; }
   // Whether Append syncs to disk (default true). Tests and benchmarks may turn it off.

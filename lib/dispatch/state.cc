@@ -5,7 +5,7 @@
 
 namespace ferry::dispatch {
 
-bool JobState::finished() const { return spec.epochs > 0 && first_open >= uint64_t(spec.epochs); }
+bool JobState::finished() const { return spec.PastEnd(first_open); }
 
 bool JobState::ConsumerStarted(const std::string& c) const {
   if (first_open > spec.first_epoch) return true;
@@ -30,7 +30,7 @@ namespace {
 
 EpochState* OpenEpoch(JobState& j, uint64_t epoch) {
   if (epoch < j.first_open) return nullptr;
-  if (j.spec.epochs > 0 && epoch >= uint64_t(j.spec.epochs)) return nullptr;
+  if (j.spec.PastEnd(epoch)) return nullptr;
   auto it = j.epochs.find(epoch);
   if (it != j.epochs.end()) return &it->second;
   EpochState e;
@@ -121,7 +121,7 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
   std::set<SplitId> seen;
   for (const LeasedSplit& l : u.splits) {
     if (!j.HasConsumer(l.consumer)) return Status::NotFound("lease: no consumer " + l.consumer + " in " + u.job);
-    if (l.ref.epoch < j.first_open || (j.spec.epochs > 0 && l.ref.epoch >= uint64_t(j.spec.epochs)))
+    if (l.ref.epoch < j.first_open || j.spec.PastEnd(l.ref.epoch))
       return Status::OutOfRange("lease: epoch out of range");
     if (l.ref.split < 0 || l.ref.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("lease: split out of range");
     if (!seen.insert(l.ref).second) return Status::InvalidArgument("lease: split listed twice");
@@ -156,7 +156,7 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
                                       " (declared gone after the consumer timeout?)");
   for (const SplitId& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch()) return Status::OutOfRange("ack: split out of range");
-    if (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)) return Status::OutOfRange("ack: epoch out of range");
+    if (j.spec.PastEnd(r.epoch)) return Status::OutOfRange("ack: epoch out of range");
     // (A consumer's ack of an epoch past the next is refused before it gets here, by
     // Dispatcher::AckSplits. A snapshot may hold such acks: a consumer that restored
     // an older state moved first_open back below what another one had done.)
@@ -192,7 +192,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   if (jt == jobs_.end()) return Status::NotFound("restore: no job " + u.job);
   JobState& j = jt->second;
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("restore: no consumer " + u.consumer + " in " + u.job);
-  if (j.spec.epochs > 0 && u.first_open > uint64_t(j.spec.epochs))
+  if (j.spec.epochs > 0 && u.first_open > j.spec.end_epoch())
     return Status::OutOfRange("restore: epoch out of range");
   // Bounded where a peer's request enters (Dispatcher::RestoreConsumer) and here too,
   // since the loop below holds every reopened epoch whole.
@@ -208,7 +208,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
   std::set<SplitId> done(u.done.begin(), u.done.end());
   for (const SplitId& r : done) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < u.first_open ||
-        r.epoch > u.first_open + 1 || (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
+        r.epoch > u.first_open + 1 || j.spec.PastEnd(r.epoch))
       return Status::OutOfRange("restore: split out of range");
     if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())
       return Status::FailedPrecondition("restore: " + why);
@@ -303,7 +303,7 @@ Status DispatcherState::ApplyAssign(const AssignSplits& u) {
   if (!j.HasConsumer(u.consumer)) return Status::NotFound("assign: no consumer " + u.consumer + " in " + u.job);
   for (const SplitId& r : u.splits) {
     if (r.split < 0 || r.split >= j.spec.SplitsPerEpoch() || r.epoch < j.first_open ||
-        (j.spec.epochs > 0 && r.epoch >= uint64_t(j.spec.epochs)))
+        j.spec.PastEnd(r.epoch))
       return Status::OutOfRange("assign: split out of range");
     if (std::string why = NotItsRank(j, r.split, u.consumer); !why.empty())
       return Status::FailedPrecondition("assign: " + why);

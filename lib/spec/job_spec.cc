@@ -71,11 +71,12 @@ Status JobSpec::Validate() const {
   if (first_epoch > kMaxEpoch)
     return Status::InvalidArgument("first_epoch " + std::to_string(first_epoch) +
                                    " is past the largest epoch number, " + std::to_string(kMaxEpoch));
-  if (epochs > 0 && first_epoch >= uint64_t(epochs))
-    return Status::InvalidArgument("first_epoch must be before epochs (the run's epoch count)");
+  if (epochs > 0 && uint64_t(epochs) - 1 > kMaxEpoch - first_epoch)
+    return Status::InvalidArgument("first_epoch + epochs runs past the largest epoch number, " +
+                                   std::to_string(kMaxEpoch));
   if (remainder()) {
     if (!ranked()) return Status::InvalidArgument("a remainder job is a job of ranks");
-    if (epochs != int64_t(first_epoch) + 1) return Status::InvalidArgument("a remainder job has one epoch");
+    if (epochs != 1) return Status::InvalidArgument("a remainder job has one epoch");
     int64_t prev = 0;
     for (const auto& [lo, hi] : taken) {
       if (lo < prev || hi <= lo) return Status::InvalidArgument("taken: ranges must be sorted, disjoint, non-empty");

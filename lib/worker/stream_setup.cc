@@ -48,8 +48,10 @@ StreamSource NamedStream(const WorkerJob& job, const std::shared_ptr<SplitFeed>&
     f.AddU64(job.spec.seed);
     f.Add(worker_id);
     s.job.seed = f.Finish();
-    s.plan = std::make_unique<StaticShardPlan>(job.dataset->size(), s.job, Shard{});
-    s.last_epoch = job.spec.epochs > 0 ? job.spec.epochs - 1 : -1;
+    // The job's epochs, from its first (a job that goes on from an earlier run's epoch
+    // starts there; before one meaning of `epochs`, this stream started at epoch 0).
+    s.plan = std::make_unique<StaticShardPlan>(job.dataset->size(), s.job, Shard{0, 1, job.spec.first_epoch});
+    s.last_epoch = job.spec.epochs > 0 ? int64_t(job.spec.end_epoch()) - 1 : -1;
     return s;
   }
   s.splits = true;

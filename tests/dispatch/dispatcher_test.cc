@@ -517,8 +517,8 @@ TEST_F(DispatcherTest, AJournalOfFormatOneIsUpgradedOnOpen) {
   namespace fs = std::filesystem;
   EXPECT_FALSE(fs::exists(dir_.path() + "/journal-0")) << "generation 0 was left";
   ASSERT_TRUE(fs::exists(dir_.path() + "/snapshot-1"));
-  EXPECT_EQ(testing::ReadFile(dir_.path() + "/snapshot-1").compare(0, 8, "FERRYJ2\n"), 0);
-  EXPECT_EQ(testing::ReadFile(dir_.path() + "/journal-1"), "FERRYJ2\n");
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/snapshot-1").compare(0, 8, "FERRYJ3\n"), 0);
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/journal-1"), "FERRYJ3\n");
   auto again = Open();
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->state().workers().size(), 2u);

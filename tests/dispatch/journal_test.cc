@@ -257,7 +257,7 @@ TEST(JournalFileTest, AFlippedBitInALengthBeforeTheEndIsDataLossNotACut) {
   }
   const std::string path = dir.path() + "/journal-0";
   std::string bytes = testing::ReadFile(path);
-  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ2\n"), 0) << "format 2's magic";
+  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ3\n"), 0) << "format 3's magic";
   uint32_t first = 0;
   std::memcpy(&first, bytes.data() + 8, 4);
   const size_t second = 8 + 12 + first;  // the second record's header
@@ -282,6 +282,49 @@ TEST(JournalFileTest, AMissingSnapshotIsDataLoss) {
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(j.status().message().find("snapshot-3 is missing"), std::string::npos) << j.status().ToString();
+}
+
+// Format 2 kept a job's `epochs` as its end epoch, [first_epoch, epochs); format 3
+// keeps a count. A format 2 file (the same records, another magic) replays with its
+// jobs' epochs converted, so that a job resumed at epoch 2 of 5 still ends at 5, and
+// asks for the upgrade. A format 3 file is taken as written.
+TEST(JournalFileTest, AFormatTwoJobsEndEpochBecomesItsCount) {
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  JobSpec resumed = Spec();
+  resumed.first_epoch = 2;
+  resumed.epochs = 5;  // format 2: epochs 2, 3 and 4
+  JobSpec endless = Spec();
+  endless.first_epoch = 7;
+  endless.epochs = 0;
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->Append(CreateJob{"resumed", resumed}).ok());
+    ASSERT_TRUE((*j)->Append(CreateJob{"endless", endless}).ok());
+  }
+  const std::string path = dir.path() + "/journal-0";
+  std::string bytes = testing::ReadFile(path);
+  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ3\n"), 0);
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    EXPECT_FALSE((*j)->upgrade_due());
+    ASSERT_EQ(replay.size(), 2u);
+    EXPECT_EQ(std::get<CreateJob>(replay[0]).spec.epochs, 5) << "format 3: a count, as written";
+  }
+  bytes.replace(0, 8, "FERRYJ2\n");
+  testing::WriteFile(path, bytes);
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE((*j)->upgrade_due());
+  ASSERT_EQ(replay.size(), 2u);
+  const JobSpec& got = std::get<CreateJob>(replay[0]).spec;
+  EXPECT_EQ(got.epochs, 3);
+  EXPECT_EQ(got.end_epoch(), 5u);
+  EXPECT_FALSE(got.PastEnd(4));
+  EXPECT_TRUE(got.PastEnd(5));
+  EXPECT_EQ(std::get<CreateJob>(replay[1]).spec.epochs, 0) << "no end stays no end";
 }
 
 // A journal of format 1 (an older Ferry: no magic, 8-byte headers, varints) replays,

@@ -1,7 +1,8 @@
 // libFuzzer target for the dispatcher's journal files (lib/dispatch/journal.h): any
 // bytes as a work dir's journal (generation 0) or as a snapshot and its journal
-// (generation 1), in format 2 (most inputs get its magic, so that the fuzzer spends its
-// time past it) or format 1. Journal::Open must return the updates or an error, never
+// (generation 1), in format 3 (most inputs get its magic, so that the fuzzer spends its
+// time past it), format 2 (its jobs' epochs converted on reading) or format 1.
+// Journal::Open must return the updates or an error, never
 // crash; and when it opens, the file it leaves (a torn tail cut) must take one more
 // record and open again with the same updates and that record after them. Every
 // update replayed re-encodes to bytes that decode and re-encode the same. The work dir
@@ -54,15 +55,16 @@ void CheckRoundTrip(const Update& u) {
 }
 
 // Input: one control byte (bit 0: generation 1 with a snapshot; bit 1: format 1, no
-// magic added), then two bytes of where the snapshot ends (generation 1), then bytes.
+// magic added; bit 2: format 2's magic rather than format 3's), then two bytes of
+// where the snapshot ends (generation 1), then bytes.
 void RunOne(const uint8_t* data, size_t size) {
   if (size < 3) return;
   const std::string& dir = WorkDir();
   Clear(dir);
-  const bool with_snapshot = data[0] & 1, v1 = data[0] & 2;
+  const bool with_snapshot = data[0] & 1, v1 = data[0] & 2, v2 = data[0] & 4;
   const size_t cut = size_t(data[1]) | size_t(data[2]) << 8;
   std::string bytes(reinterpret_cast<const char*>(data) + 3, size - 3);
-  const std::string magic = v1 ? "" : "FERRYJ2\n";
+  const std::string magic = v1 ? "" : v2 ? "FERRYJ2\n" : "FERRYJ3\n";
   if (with_snapshot) {
     const size_t at = std::min(cut, bytes.size());
     WriteFile(dir + "/snapshot-1", magic + bytes.substr(0, at));
@@ -81,7 +83,7 @@ void RunOne(const uint8_t* data, size_t size) {
     }
     (*j)->set_sync(false);
     if ((*j)->upgrade_due()) {
-      // As the dispatcher does: format 1 becomes a format 2 snapshot before anything is
+      // As the dispatcher does: formats 1 and 2 become a format 3 snapshot before anything is
       // appended. The state may refuse what the fuzzer wrote; compact what it holds.
       DispatcherState s;
       for (const Update& u : replay) (void)s.Apply(u);

@@ -365,10 +365,10 @@ TEST_F(HardeningTest, HealthzAnswersWhileAThousandIdleConnectionsAreOpen) {
 }
 
 // The journal's records as the file holds them: the offset of each record's header
-// and its payload's length. Both formats: format 2 ("FERRYJ2\n", then 12-byte headers)
+// and its payload's length. Both kinds: formats 2 and 3 ("FERRYJ2\n" or "FERRYJ3\n", then 12-byte headers)
 // and format 1 (8-byte headers; what the dispatcher wrote before the fix of defect 5).
 std::vector<std::pair<size_t, uint32_t>> JournalRecords(const std::string& bytes) {
-  const bool v2 = bytes.compare(0, 8, "FERRYJ2\n") == 0;
+  const bool v2 = bytes.compare(0, 8, "FERRYJ2\n") == 0 || bytes.compare(0, 8, "FERRYJ3\n") == 0;
   const size_t header = v2 ? 12 : 8;
   std::vector<std::pair<size_t, uint32_t>> out;
   for (size_t at = v2 ? 8 : 0; at + header <= bytes.size();) {

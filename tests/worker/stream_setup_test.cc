@@ -124,6 +124,20 @@ TEST(StreamSetupTest, ADispatcherStreamServesTheFeedsSplits) {
   EXPECT_FALSE(s.plan->Next().has_value());
 }
 
+// A parallel_epochs job that goes on from an earlier run's epoch serves its epochs
+// from there: `epochs` counts from first_epoch (it served epochs from 0 before).
+TEST(StreamSetupTest, ParallelEpochsStartAtTheJobsFirstEpoch) {
+  WorkerJob j = Named(ProcessingMode::kParallelEpochs);
+  j.spec.first_epoch = 3;
+  j.spec.epochs = 2;
+  auto feed = std::make_shared<SplitFeed>();
+  StreamSource s = NamedStream(j, feed, "w1");
+  EXPECT_EQ(s.last_epoch, 4);
+  std::set<uint64_t> epochs;
+  for (const BatchPlan& p : All(*s.plan)) epochs.insert(p.epoch);
+  EXPECT_EQ(epochs, (std::set<uint64_t>{3, 4}));
+}
+
 TEST(StreamSetupTest, ParallelEpochsDrawPerWorker) {
   auto feed = std::make_shared<SplitFeed>();
   StreamSource a = NamedStream(Named(ProcessingMode::kParallelEpochs), feed, "w1");

@@ -280,9 +280,17 @@ class Loader(torch.utils.data.IterableDataset):
             self._it = _ferry.open_local(o)
             self._num_samples = self._it.dataset_size()
         elif self.mode == "dispatcher":
-            # The job counts the run's epochs (from its first; a saved state says where
-            # it stands); a remainder job is the one epoch it finishes.
-            epochs = self._epoch + 1 if self._taken else (0 if self.epochs is None else self.epochs)
+            # The job holds the run's epochs from its first (a saved state says where it
+            # stands): epochs counts them, as everywhere; a remainder job is the one epoch
+            # it finishes.
+            if self._taken:
+                epochs = 1
+            elif self.epochs is None:
+                epochs = 0
+            else:
+                epochs = self.epochs - self._job_first_epoch
+                if epochs <= 0:
+                    raise ValueError("the job starts at epoch %d, past epochs=%d" % (self._job_first_epoch, self.epochs))
             self._start_local_worker()
             o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
                      job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
