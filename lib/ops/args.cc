@@ -38,12 +38,17 @@ double OpArgs::Number(const char* key, double def) {
   return v;
 }
 
+std::optional<int> WholeInt(const json& e) {
+  if (!e.is_number()) return std::nullopt;
+  const double d = e.get<double>();
+  if (!(std::abs(d) < 1e9) || std::floor(d) != d) return std::nullopt;
+  return int(d);
+}
+
 int OpArgs::Int(const char* key, int def) {
   int v = def;
   if (const json* j = Lookup(key)) {
-    const bool integral = j->is_number_integer() ||
-                          (j->is_number_float() && std::floor(j->get<double>()) == j->get<double>());
-    if (integral && std::abs(j->get<double>()) < 1e9) v = int(j->get<double>());
+    if (std::optional<int> w = WholeInt(*j)) v = *w;
     else Fail(key, "must be an integer");
   }
   canonical_[key] = v;
@@ -117,15 +122,12 @@ std::vector<double> OpArgs::Numbers(const char* key, const std::vector<double>& 
 std::pair<int, int> OpArgs::Size(const char* key, std::pair<int, int> def) {
   std::pair<int, int> v = def;
   if (const json* j = Lookup(key)) {
-    auto whole = [](const json& e) {
-      return e.is_number_integer() || (e.is_number_float() && std::floor(e.get<double>()) == e.get<double>());
-    };
-    if (whole(*j)) {
-      v = {j->get<int>(), j->get<int>()};
-    } else if (j->is_array() && j->size() == 1 && whole((*j)[0])) {
-      v = {(*j)[0].get<int>(), (*j)[0].get<int>()};
-    } else if (j->is_array() && j->size() == 2 && whole((*j)[0]) && whole((*j)[1])) {
-      v = {(*j)[0].get<int>(), (*j)[1].get<int>()};
+    if (std::optional<int> w = WholeInt(*j)) {
+      v = {*w, *w};
+    } else if (j->is_array() && j->size() == 1 && WholeInt((*j)[0])) {
+      v = {*WholeInt((*j)[0]), *WholeInt((*j)[0])};
+    } else if (j->is_array() && j->size() == 2 && WholeInt((*j)[0]) && WholeInt((*j)[1])) {
+      v = {*WholeInt((*j)[0]), *WholeInt((*j)[1])};
     } else {
       Fail(key, "must be an integer or [height, width]");
     }
@@ -151,8 +153,8 @@ int OpArgs::Interpolation(const char* key, const char* def) {
     mode = -1;
     if (j->is_string()) {
       mode = by_name(j->get<std::string>());
-    } else if (j->is_number_integer()) {
-      const int pil = j->get<int>();  // PIL's Image.NEAREST, BILINEAR, BICUBIC
+    } else if (j->is_number_integer() && WholeInt(*j)) {
+      const int pil = *WholeInt(*j);  // PIL's Image.NEAREST, BILINEAR, BICUBIC
       mode = pil == 0 ? 0 : pil == 2 ? 1 : pil == 3 ? 2 : -1;
     }
   }

@@ -10,6 +10,7 @@
 #define FERRY_OPS_ARGS_H_
 
 #include <array>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -20,6 +21,11 @@
 #include "ferry/status.h"
 
 namespace ferry {
+
+// A JSON number that is a whole number of magnitude below 1e9 (2, 2.0), as an int;
+// nullopt for anything else. Never converts a double out of int's range (undefined
+// behaviour: found by the frame fuzzer with 1e102) nor wraps a large integer into range.
+std::optional<int> WholeInt(const nlohmann::json& e);
 
 class OpArgs {
  public:

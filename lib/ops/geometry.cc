@@ -114,15 +114,15 @@ std::array<int, 4> PaddingArg(OpArgs& args, const char* key) {
   const nlohmann::json* j = args.Raw(key);
   if (j != nullptr) {
     std::vector<int> v;
-    if (j->is_number_integer()) {
-      v.push_back(j->get<int>());
+    if (j->is_number_integer() && WholeInt(*j)) {
+      v.push_back(*WholeInt(*j));
     } else if (j->is_array()) {
       for (const auto& e : *j) {
-        if (!e.is_number_integer()) {
+        if (!e.is_number_integer() || !WholeInt(e)) {
           v.clear();
           break;
         }
-        v.push_back(e.get<int>());
+        v.push_back(*WholeInt(e));
       }
     }
     if (v.size() == 1) p = {v[0], v[0], v[0], v[0]};

@@ -1,5 +1,6 @@
 #include "ferry/pipeline_spec.h"
 
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -135,7 +136,14 @@ Result<PipelineSpec> FromJsonImpl(const json& j) {
     else if (dtype == "float32" && layout == "NCHW") s.output = PipelineSpec::Output::kFloat32NCHW;
     else return Status::InvalidArgument("pipeline spec: output must be uint8 NHWC or float32 NCHW");
   }
-  if (j.contains("max_pixels")) s.max_pixels = j.at("max_pixels").get<int64_t>();
+  if (j.contains("max_pixels")) {
+    // An integer: a double such as 1e102 does not convert to int64_t (undefined
+    // behaviour, found by the frame fuzzer in a peer's job).
+    const json& m = j.at("max_pixels");
+    if (!m.is_number_integer() || (m.is_number_unsigned() && m.get<uint64_t>() > uint64_t(INT64_MAX)))
+      return Status::InvalidArgument("pipeline spec: max_pixels must be an integer");
+    s.max_pixels = m.get<int64_t>();
+  }
   if (j.contains("roi_decode")) s.roi_decode = j.at("roi_decode").get<bool>();
   FERRY_RETURN_IF_ERROR(s.Validate());
   return s;

@@ -48,6 +48,12 @@ TEST(CompileTest, ClearErrors) {
       {R"({"ops": [{"op": "random_resized_crop", "size": 8, "interpolation": "lanczos"}]})", "interpolation"},
       {R"({"ops": [{"op": "center_crop", "size": 0}]})", "'size' must be in"},
       {R"({"ops": [{"op": "center_crop", "size": "big"}]})", "'size' must be"},
+      // A whole double past int's range, and an integer that would wrap into range
+      // (2^32 + 8): refused, never converted (undefined behaviour, or 8).
+      {R"({"ops": [{"op": "center_crop", "size": 1e102}]})", "'size' must be"},
+      {R"({"ops": [{"op": "center_crop", "size": [8, 4294967304]}]})", "'size' must be"},
+      {R"({"ops": [{"op": "center_crop", "size": 8}, {"op": "random_crop", "size": 8, "padding": 4294967300}]})",
+       "padding"},
       {R"({"ops": [{"op": "center_crop", "size": 8}, {"op": "hflip", "p": 2}]})", "hflip"},
       {R"({"ops": [{"op": "center_crop", "size": 8}, {"op": "color_jitter", "brightness": -1}]})", "brightness"},
       {R"({"ops": [{"op": "center_crop", "size": 8}, {"op": "color_jitter", "hue": 0.7}]})", "hue"},

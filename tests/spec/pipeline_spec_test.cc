@@ -114,6 +114,10 @@ TEST(PipelineSpecTest, ClearErrorsAboutTheForm) {
        "output must be"},
       {R"({"ops": [{"op": "center_crop", "size": 8}], "output": {"dtype": "float16"}})", "output must be"},
       {R"({"ops": [{"op": "center_crop", "size": 8}], "max_pixels": 0})", "max_pixels"},
+      // Found by the frame fuzzer (UBSan): a double past int64_t's range was converted.
+      {R"({"ops": [{"op": "center_crop", "size": 8}], "max_pixels": 100E00100})", "max_pixels must be an integer"},
+      {R"({"ops": [{"op": "center_crop", "size": 8}], "max_pixels": 18446744073709551615})",
+       "max_pixels must be an integer"},
       {R"({"decode": "cmyk", "ops": [{"op": "center_crop", "size": 8}]})", "decode must be"},
       {R"({"ops": [{"size": 8}]})", "needs an \"op\""},
       {R"({"ops": [{"op": 3}]})", "needs an \"op\""},
