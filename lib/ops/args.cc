@@ -122,12 +122,12 @@ std::vector<double> OpArgs::Numbers(const char* key, const std::vector<double>& 
 std::pair<int, int> OpArgs::Size(const char* key, std::pair<int, int> def) {
   std::pair<int, int> v = def;
   if (const json* j = Lookup(key)) {
-    if (std::optional<int> w = WholeInt(*j)) {
-      v = {*w, *w};
-    } else if (j->is_array() && j->size() == 1 && WholeInt((*j)[0])) {
-      v = {*WholeInt((*j)[0]), *WholeInt((*j)[0])};
-    } else if (j->is_array() && j->size() == 2 && WholeInt((*j)[0]) && WholeInt((*j)[1])) {
-      v = {*WholeInt((*j)[0]), *WholeInt((*j)[1])};
+    // One value for both sides, [value], or [height, width].
+    const bool list = j->is_array() && (j->size() == 1 || j->size() == 2);
+    const std::optional<int> h = list ? WholeInt((*j)[0]) : WholeInt(*j);
+    const std::optional<int> w = list && j->size() == 2 ? WholeInt((*j)[1]) : h;
+    if ((list || !j->is_array()) && h && w) {
+      v = {*h, *w};
     } else {
       Fail(key, "must be an integer or [height, width]");
     }

@@ -114,15 +114,17 @@ std::array<int, 4> PaddingArg(OpArgs& args, const char* key) {
   const nlohmann::json* j = args.Raw(key);
   if (j != nullptr) {
     std::vector<int> v;
-    if (j->is_number_integer() && WholeInt(*j)) {
-      v.push_back(*WholeInt(*j));
+    auto integer = [](const nlohmann::json& e) { return e.is_number_integer() ? WholeInt(e) : std::nullopt; };
+    if (std::optional<int> one = integer(*j)) {
+      v.push_back(*one);
     } else if (j->is_array()) {
       for (const auto& e : *j) {
-        if (!e.is_number_integer() || !WholeInt(e)) {
+        const std::optional<int> x = integer(e);
+        if (!x) {
           v.clear();
           break;
         }
-        v.push_back(*WholeInt(e));
+        v.push_back(*x);
       }
     }
     if (v.size() == 1) p = {v[0], v[0], v[0], v[0]};
