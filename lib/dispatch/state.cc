@@ -104,7 +104,8 @@ void DispatcherState::Advance(JobState& j) {
     auto it = j.epochs.find(j.first_open);
     if (it == j.epochs.end() || it->second.done < int64_t(it->second.status.size())) return;
     j.completed.clear();
-    j.completed.emplace(it->first, std::move(it->second));
+    // (An epoch of no splits has no owners to keep, and nothing a restore could reopen.)
+    if (!it->second.status.empty()) j.completed.emplace(it->first, std::move(it->second));
     j.epochs.erase(it);
     ++j.first_open;
   }
@@ -245,6 +246,9 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
     ForgetLeases(j, u.first_open);
     for (auto e = j.epochs.begin(); e != j.epochs.end();) e = e->first < u.first_open ? j.epochs.erase(e) : std::next(e);
   }
+  // The completed epoch is kept only as the one just before first_open (what
+  // `reopenable` reads, and what a snapshot writes): moved elsewhere, it goes.
+  if (!reopenable && u.first_open != j.first_open) j.completed.clear();
   j.first_open = u.first_open;
   for (auto& [epoch, e] : j.epochs) {
     for (size_t s = 0; s < e.status.size(); ++s) {
@@ -444,8 +448,13 @@ std::string DispatcherState::CheckLeaseIndex() const {
         if (e.status[s] != SplitStatus::kDone)
           return "job " + name + " epoch " + std::to_string(epoch) + ": scan hint past split " + std::to_string(s);
     }
-    for (const auto& [epoch, e] : j.completed)
-      if (e.leased != 0) return "job " + name + ": a completed epoch has leases";
+    for (const auto& [epoch, e] : j.completed) {
+      if (e.leased != 0 || e.done != int64_t(e.status.size()))
+        return "job " + name + ": completed epoch " + std::to_string(epoch) + " has splits not done";
+      if (epoch + 1 != j.first_open)
+        return "job " + name + ": completed epoch " + std::to_string(epoch) + " is not the one before first_open " +
+               std::to_string(j.first_open);
+    }
   }
   if (scanned == leased_by_worker_) return {};
   std::string out = "lease index differs from the splits:";
@@ -486,7 +495,30 @@ std::vector<Update> DispatcherState::Snapshot() const {
     for (const std::string& c : j.consumers) out.push_back(AddConsumer{name, c});
     // CreateJob opens the job at its first epoch; a consumer may have restored it
     // to an earlier one.
-    if (j.first_open != j.spec.first_epoch) out.push_back(JobProgress{name, j.first_open});
+    if (!j.completed.empty()) {
+      // The epoch completed last, with its owners: a consumer of a shared job may still
+      // restore a state saved in it (ApplyRestore's `reopenable`). Written as that
+      // epoch opened and acked by its owners, which Advance completes as it did live.
+      // Without it, a restore journaled after a compaction was refused on replay, and
+      // the dispatcher could not reopen its work dir (found by the control-plane fuzzer).
+      const auto& [epoch, e] = *j.completed.begin();
+      out.push_back(JobProgress{name, epoch});
+      std::map<std::string, AckSplits> owners;
+      for (size_t s = 0; s < e.consumer.size(); ++s) {
+        AckSplits& a = owners[e.consumer[s]];
+        a.job = name;
+        a.consumer = e.consumer[s];
+        a.splits.push_back(SplitId{epoch, int64_t(s)});
+      }
+      std::vector<std::string> gone;
+      for (const auto& [c, a] : owners)
+        if (!j.HasConsumer(c)) gone.push_back(c);
+      for (const std::string& c : gone) out.push_back(AddConsumer{name, c});
+      for (auto& [c, a] : owners) out.push_back(std::move(a));
+      for (const std::string& c : gone) out.push_back(RemoveConsumer{name, c});
+    } else if (j.first_open != j.spec.first_epoch) {
+      out.push_back(JobProgress{name, j.first_open});
+    }
     std::map<std::string, AckSplits> acks;
     std::map<std::string, AssignSplits> owned;
     std::map<std::string, LeaseSplits> leases;
@@ -560,6 +592,11 @@ std::string DispatcherState::DebugString() const {
       for (size_t i = 0; i < st.status.size(); ++i)
         out += " S " + std::to_string(e) + "/" + std::to_string(i) + " " + std::to_string(int(st.status[i])) + " " +
                st.worker[i] + " " + st.consumer[i] + "\n";
+    }
+    for (const auto& [e, st] : j.completed) {
+      out += " K " + std::to_string(e);
+      for (const std::string& c : st.consumer) out += " " + c;
+      out += "\n";
     }
   }
   return out;

@@ -123,9 +123,10 @@ struct JobState {
   // and dropped (only their count matters).
   std::map<uint64_t, EpochState> epochs;
   uint64_t first_open = 0;  // the first epoch not yet complete
-  // The last epoch completed, kept with its owners: a consumer of a shared job may
-  // resume from a state saved in it after the others completed it (a checkpoint
-  // just before an epoch's end). Soft: a snapshot does not keep it.
+  // The last epoch completed (first_open - 1), kept with its owners: a consumer of a
+  // shared job may resume from a state saved in it after the others completed it (a
+  // checkpoint just before an epoch's end). Empty, or that one epoch; snapshots keep it,
+  // since whether a restore applies depends on it.
   std::map<uint64_t, EpochState> completed;
   bool finished() const;
   bool HasConsumer(const std::string& c) const;
@@ -169,7 +170,7 @@ class DispatcherState {
   // A sequence of updates that rebuilds this state from empty (for snapshots).
   std::vector<Update> Snapshot() const;
   // Every fact a restart must rebuild (workers, jobs, consumers, each open split's
-  // status, worker and consumer), one per line; not the soft `completed` epochs. Two
+  // status, worker and consumer, the completed epoch's owners), one per line. Two
   // states that must be equal print equal (tests, the control-plane fuzzer).
   std::string DebugString() const;
 

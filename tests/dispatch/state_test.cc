@@ -245,6 +245,44 @@ TEST(StateTest, ASnapshotReplaysAfterAConsumerRestoresEpochsBack) {
   EXPECT_EQ(r.DebugString(), s.DebugString());
 }
 
+// Found by the control-plane fuzzer: c1 and c2 share a job; c2 completes epoch 0, a
+// compaction writes a snapshot, then c1 restores a state saved in epoch 0. Live, the
+// restore applied (the completed epoch and its owners were known); the snapshot did
+// not keep them, so replaying the journal refused the restore and the dispatcher
+// could not reopen its work dir. The snapshot now keeps the completed epoch.
+TEST(StateTest, ASnapshotKeepsTheCompletedEpochARestoreReopens) {
+  DispatcherState s;
+  MustApply(s, Create());  // 2 epochs of 5 splits
+  MustApply(s, AddConsumer{"job", "c1"});
+  MustApply(s, AddConsumer{"job", "c2"});
+  MustApply(s, AddConsumer{"job", "c3"});
+  MustApply(s, AckSplits{"job", "c1", {{0, 0}}});
+  MustApply(s, AckSplits{"job", "c3", {{0, 4}}});
+  MustApply(s, RemoveConsumer{"job", "c3"});  // an owner gone since: still an owner
+  MustApply(s, AckSplits{"job", "c2", {{0, 1}, {0, 2}, {0, 3}}});
+  ASSERT_EQ(s.job("job")->first_open, 1u);
+  DispatcherState r;
+  for (const Update& u : s.Snapshot()) MustApply(r, u);
+  EXPECT_EQ(r.DebugString(), s.DebugString());
+  EXPECT_EQ(r.CheckLeaseIndex(), "");
+  const RestoreConsumer restore{"job", "c1", 0, {}};
+  MustApply(s, restore);
+  MustApply(r, restore);
+  EXPECT_EQ(r.DebugString(), s.DebugString());
+  EXPECT_EQ(r.job("job")->first_open, 0u) << "epoch 0 reopened for c1's 0/0";
+  EXPECT_EQ(r.SplitsOf("job", "c1", 0), (std::vector<std::pair<int64_t, SplitStatus>>{{0, SplitStatus::kPending}}));
+  // A consumer that moves the job's first_open alone drops the completed epoch: it is
+  // no longer the one before first_open.
+  DispatcherState a;
+  MustApply(a, Create());
+  MustApply(a, AddConsumer{"job", "c1"});
+  MustApply(a, AckSplits{"job", "c1", {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}}});
+  ASSERT_EQ(a.job("job")->completed.size(), 1u);
+  MustApply(a, RestoreConsumer{"job", "c1", 2, {}});
+  EXPECT_TRUE(a.job("job")->completed.empty());
+  EXPECT_EQ(a.CheckLeaseIndex(), "");
+}
+
 TEST(StateTest, AckOfAPendingSplitCounts) {
   // A worker can die after its consumer received every batch of a split: the
   // consumer's ack must still complete it.
