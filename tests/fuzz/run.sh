@@ -20,6 +20,18 @@
 #     FERRY_FUZZ_OPT         optimization (default: -O1)
 #     FERRY_FUZZ_MAX_LEN     the longest input (default 4096; a dispatcher program takes
 #                            about 10 bytes a step)
+#     FERRY_FUZZ_FLAGS       more libFuzzer flags, e.g. "-jobs=2 -workers=2" (each job
+#                            runs FERRY_FUZZ_RUNS and logs to fuzz-N.log in the current
+#                            folder) or "-entropic=0"
+# The long runs that BENCHMARKS.md counts take the cheapest build that still checks:
+#   FERRY_FUZZ_BUILD_DIR=build-fuzz-fast FERRY_FUZZ_SANITIZERS=undefined \
+#   FERRY_FUZZ_OPT="-O2 -fno-sanitize-coverage=trace-cmp" FERRY_FUZZ_CORPUS=/tmp/fz \
+#   FERRY_FUZZ_RUNS=5000000 FERRY_FUZZ_FLAGS="-jobs=2 -workers=2 -entropic=0" \
+#     tests/fuzz/run.sh 36000 dispatcher_fuzzer
+# (UBSan alone: ASan's allocator was most of a program's time. No comparison tracing:
+# a dispatcher program's choices are small ranges, and the tracing was a quarter of
+# its time. No entropic schedule: with the dispatcher corpus's 38,000 features its
+# bookkeeping took 60 % of the time, nine times the executions per second without.)
 # Inputs that found bugs are kept in tests/fuzz/regressions/TARGET/ and run each time;
 # so is tests/fuzz/corpus/TARGET/, the corpus of the long runs, minimized with
 #   $FERRY_FUZZ_BUILD_DIR/tests/fuzz/TARGET -merge=1 tests/fuzz/corpus/TARGET GROWN_CORPUS
@@ -57,6 +69,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
 runs=()
 [ -n "${FERRY_FUZZ_RUNS:-}" ] && runs=(-runs="$FERRY_FUZZ_RUNS")
+read -r -a extra <<<"${FERRY_FUZZ_FLAGS:-}"
 
 for target in "${targets[@]}"; do
   fuzzer="$build/tests/fuzz/$target"
@@ -75,7 +88,7 @@ for target in "${targets[@]}"; do
   set +e
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$fuzzer" -max_total_time="$seconds" "${runs[@]}" -max_len="${FERRY_FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$fuzzer" -max_total_time="$seconds" "${runs[@]}" "${extra[@]}" -max_len="${FERRY_FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" "${regressions[@]}" 2>&1 | tee "$work/log" |
     grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)'
   rc=${PIPESTATUS[0]}
