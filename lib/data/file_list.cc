@@ -23,7 +23,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::string_view kKind = "file_list";
+constexpr std::string_view kFileListKind = "file_list";
 
 // A file list larger than this is certainly not one (about 50M lines).
 constexpr uint64_t kMaxListBytes = uint64_t{4} << 30;
@@ -53,7 +53,7 @@ class FileListDataset final : public Dataset {
   const std::vector<std::string>& classes() const override { return no_classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   const std::vector<ListingIssue>& listing_issues() const override { return no_issues_; }
-  std::string_view kind() const override { return kKind; }
+  std::string_view kind() const override { return kFileListKind; }
 
  private:
   const std::string base_dir_;         // the TSV's folder; "" when it is the working directory
@@ -84,7 +84,7 @@ Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path) {
   internal::StringTable paths;
   std::vector<int32_t> labels;
   Fingerprinter fp;
-  fp.Add(kKind);
+  fp.Add(kFileListKind);
   const std::string_view all(text);
   int64_t line_no = 0;
   size_t pos = 0;

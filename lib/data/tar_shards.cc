@@ -57,7 +57,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::string_view kKind = "tar_shards";
+constexpr std::string_view kTarShardsKind = "tar_shards";
 constexpr size_t kBlock = 512;
 // Bounds on the metadata members we read into memory at open time.
 constexpr uint64_t kMaxNameBytes = uint64_t{1} << 20;  // 'L' and 'x' members
@@ -114,7 +114,7 @@ class TarShardsDataset final : public Dataset {
   const std::vector<std::string>& classes() const override { return no_classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kKind; }
+  std::string_view kind() const override { return kTarShardsKind; }
 
  private:
   const std::vector<Shard> shards_;
@@ -361,7 +361,7 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   std::vector<int32_t> labels;
   std::vector<ListingIssue> issues;
   Fingerprinter fp;
-  fp.Add(kKind);
+  fp.Add(kTarShardsKind);
 
   for (uint32_t s = 0; s < shard_paths.size(); ++s) {
     const std::string& path = shard_paths[s];

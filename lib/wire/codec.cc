@@ -32,8 +32,6 @@ kj::ArrayPtr<const kj::byte> Bytes(const std::string& s) {
   return kj::arrayPtr(reinterpret_cast<const kj::byte*>(s.data()), s.size());
 }
 
-std::string Str(capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); }
-
 }  // namespace
 
 OutFrame EncodeChallenge(const ChallengeMsg& m) {

@@ -52,6 +52,7 @@ auto Decode(const InFrame& f, MessageType want, Fn fn) -> decltype(fn(std::declv
 }
 
 inline std::string Str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
+inline std::string Str(capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); }
 
 }  // namespace ferry::wire::codec
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <opencv2/core.hpp>
 
@@ -35,6 +36,13 @@ inline double MaxAbsDiff(const cv::Mat& a, const cv::Mat& b) {
 
 inline bool SameBytes(const cv::Mat& a, const cv::Mat& b) {
   return a.size() == b.size() && a.type() == b.type() && MaxAbsDiff(a, b) == 0;
+}
+
+// A uint8 image's pixels, row by row, without the row padding.
+inline std::vector<uint8_t> MatBytes(const cv::Mat& m) {
+  std::vector<uint8_t> out;
+  for (int y = 0; y < m.rows; ++y) out.insert(out.end(), m.ptr<uint8_t>(y), m.ptr<uint8_t>(y) + m.cols * m.channels());
+  return out;
 }
 
 // EXIF orientation applied by definition, pixel by pixel (independent of ops.cc):

@@ -12,8 +12,12 @@
 #include <random>
 #include <vector>
 
+#include "image/image_test_util.h"
+
 namespace ferry::kernels {
 namespace {
+
+using ::ferry::testing::SameBytes;
 
 // Recorded with /usr/bin/python3 on Debian 12 (Pillow 9.4.0, torchvision 0.14.1, torch 1.13.1) by
 // applying torchvision.transforms.functional to Image.fromarray(TestImage()) (PIL ops) and to
@@ -93,10 +97,6 @@ cv::Mat FromBytes(const uint8_t* bytes, int rows, int cols, int type) {
   return cv::Mat(rows, cols, type, const_cast<uint8_t*>(bytes)).clone();
 }
 
-bool Same(const cv::Mat& a, const cv::Mat& b) {
-  return a.size() == b.size() && a.type() == b.type() && cv::norm(a, b, cv::NORM_INF) == 0;
-}
-
 int MaxDiff(const cv::Mat& a, const cv::Mat& b) { return int(cv::norm(a, b, cv::NORM_INF)); }
 
 cv::Mat RandomImage(int rows, int cols, int type, uint32_t seed) {
@@ -157,7 +157,7 @@ TEST(ColorTest, RefusesOtherTypesAndLeavesThemAlone) {
       cv::Mat m(6, 7, type, cv::Scalar::all(9));
       const cv::Mat before = m.clone();
       EXPECT_FALSE(op.apply(m)) << op.name << " type " << type;
-      EXPECT_TRUE(Same(m, before)) << op.name;
+      EXPECT_TRUE(SameBytes(m, before)) << op.name;
     }
     cv::Mat empty;
     EXPECT_FALSE(op.apply(empty)) << op.name;
@@ -181,7 +181,7 @@ TEST(ColorTest, RefusesArgumentsTorchvisionRejects) {
   EXPECT_FALSE(GaussianBlur(m, 3, 3, 0, 1));   // sigma 0
   EXPECT_FALSE(GaussianBlur(m, 11, 3, 1, 1));  // pad 5 >= 5 columns
   EXPECT_FALSE(GaussianBlur(m, 3, 9, 1, 1));   // pad 4 >= 4 rows
-  EXPECT_TRUE(Same(m, img));
+  EXPECT_TRUE(SameBytes(m, img));
   EXPECT_TRUE(GaussianBlur(m, 9, 7, 1, 1));  // pads 4 and 3: the largest torch accepts
   cv::Mat deg(3, 3, CV_8UC3);
   EXPECT_FALSE(Blend(deg, m, 0.5));  // size mismatch
@@ -197,10 +197,10 @@ TEST(ColorTest, ViewsMatchContiguousCopiesAndStayInside) {
       cv::Mat copy = view.clone();
       ASSERT_TRUE(op.apply(view)) << op.name;
       ASSERT_TRUE(op.apply(copy)) << op.name;
-      EXPECT_TRUE(Same(view, copy)) << op.name;
+      EXPECT_TRUE(SameBytes(view, copy)) << op.name;
       cv::Mat outside = big.clone();
       parent(cv::Rect(5, 3, 37, 29)).copyTo(outside(cv::Rect(5, 3, 37, 29)));
-      EXPECT_TRUE(Same(outside, parent)) << op.name << " wrote outside its view";
+      EXPECT_TRUE(SameBytes(outside, parent)) << op.name << " wrote outside its view";
     }
   }
 }
@@ -232,7 +232,7 @@ TEST(ColorTest, RecordedPillowOutputs) {
   for (const Case& c : cases) {
     cv::Mat m = TestImage();
     ASSERT_TRUE(c.apply(m)) << c.name;
-    EXPECT_TRUE(Same(m, FromBytes(c.expected, 4, 5, CV_8UC3))) << c.name;
+    EXPECT_TRUE(SameBytes(m, FromBytes(c.expected, 4, 5, CV_8UC3))) << c.name;
   }
   // The blur's float sums may round differently from PyTorch's; here they do not.
   cv::Mat m = TestImage();
@@ -249,13 +249,13 @@ TEST(ColorTest, GreyLevels) {
   const cv::Mat img = FromBytes(rgb, 1, 5, CV_8UC3);
   cv::Mat g;
   ASSERT_TRUE(ToGray(img, g));
-  EXPECT_TRUE(Same(g, FromBytes(pil, 1, 5, CV_8UC1)));
+  EXPECT_TRUE(SameBytes(g, FromBytes(pil, 1, 5, CV_8UC1)));
   ASSERT_TRUE(ToGrayTensor(img, g));
-  EXPECT_TRUE(Same(g, FromBytes(tensor, 1, 5, CV_8UC1)));
+  EXPECT_TRUE(SameBytes(g, FromBytes(tensor, 1, 5, CV_8UC1)));
   // In place (dst is src).
   cv::Mat same = img.clone();
   ASSERT_TRUE(ToGray(same, same));
-  EXPECT_TRUE(Same(same, FromBytes(pil, 1, 5, CV_8UC1)));
+  EXPECT_TRUE(SameBytes(same, FromBytes(pil, 1, 5, CV_8UC1)));
 }
 
 TEST(ColorTest, GrayscaleChannels) {
@@ -264,19 +264,19 @@ TEST(ColorTest, GrayscaleChannels) {
   ASSERT_TRUE(ToGray(img, l));
   cv::Mat one = img.clone();
   ASSERT_TRUE(Grayscale(one, 1));
-  EXPECT_TRUE(Same(one, l));
+  EXPECT_TRUE(SameBytes(one, l));
   cv::Mat three = img.clone();
   const uint8_t* data = three.data;
   ASSERT_TRUE(Grayscale(three, 3));
   EXPECT_EQ(three.data, data);  // in place
   cv::Mat planes[3];
   cv::split(three, planes);
-  for (const cv::Mat& p : planes) EXPECT_TRUE(Same(p, l));
+  for (const cv::Mat& p : planes) EXPECT_TRUE(SameBytes(p, l));
   cv::Mat grey = l.clone();
   ASSERT_TRUE(Grayscale(grey, 1));
-  EXPECT_TRUE(Same(grey, l));
+  EXPECT_TRUE(SameBytes(grey, l));
   ASSERT_TRUE(Grayscale(grey, 3));
-  EXPECT_TRUE(Same(grey, three));
+  EXPECT_TRUE(SameBytes(grey, three));
 }
 
 TEST(ColorTest, BlendEndpointsAndClipping) {
@@ -284,23 +284,23 @@ TEST(ColorTest, BlendEndpointsAndClipping) {
   const cv::Mat img(2, 3, CV_8UC3, cv::Scalar(200, 255, 0));
   cv::Mat m = img.clone();
   ASSERT_TRUE(Blend(deg, m, 0.0));
-  EXPECT_TRUE(Same(m, deg));
+  EXPECT_TRUE(SameBytes(m, deg));
   m = img.clone();
   ASSERT_TRUE(Blend(deg, m, 1.0));
-  EXPECT_TRUE(Same(m, img));
+  EXPECT_TRUE(SameBytes(m, img));
   m = img.clone();
   ASSERT_TRUE(Blend(deg, m, 2.0));  // 100 + 2 * 100, 0 + 2 * 255, 255 - 2 * 255: clipped
-  EXPECT_TRUE(Same(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(255, 255, 0))));
+  EXPECT_TRUE(SameBytes(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(255, 255, 0))));
   m = img.clone();
   ASSERT_TRUE(Blend(deg, m, -1.0));  // 0, -255, 510: clipped
-  EXPECT_TRUE(Same(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(0, 0, 255))));
+  EXPECT_TRUE(SameBytes(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(0, 0, 255))));
   m = img.clone();
   ASSERT_TRUE(Blend(deg, m, 0.5));  // truncation: 150, 127.5 -> 127, 127.5 -> 127
-  EXPECT_TRUE(Same(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(150, 127, 127))));
+  EXPECT_TRUE(SameBytes(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(150, 127, 127))));
   // Weights too large for the vectorised path take the scalar one, with the same clipping.
   m = img.clone();
   ASSERT_TRUE(Blend(deg, m, 1e12));
-  EXPECT_TRUE(Same(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(255, 255, 0))));
+  EXPECT_TRUE(SameBytes(m, cv::Mat(2, 3, CV_8UC3, cv::Scalar(255, 255, 0))));
 }
 
 TEST(ColorTest, EnhanceIdentitiesAndDegenerates) {
@@ -309,7 +309,7 @@ TEST(ColorTest, EnhanceIdentitiesAndDegenerates) {
                  AdjustContrastTensor, AdjustSaturationTensor, AdjustSharpnessTensor}) {
     cv::Mat m = img.clone();
     ASSERT_TRUE(f(m, 1.0));
-    EXPECT_TRUE(Same(m, img));
+    EXPECT_TRUE(SameBytes(m, img));
   }
   cv::Mat m = img.clone();
   ASSERT_TRUE(AdjustBrightness(m, 0.0));
@@ -320,25 +320,25 @@ TEST(ColorTest, EnhanceIdentitiesAndDegenerates) {
   const int grey = int(cv::mean(l)[0] + 0.5);
   m = img.clone();
   ASSERT_TRUE(AdjustContrast(m, 0.0));
-  EXPECT_TRUE(Same(m, cv::Mat(img.size(), CV_8UC3, cv::Scalar::all(grey))));
+  EXPECT_TRUE(SameBytes(m, cv::Mat(img.size(), CV_8UC3, cv::Scalar::all(grey))));
   // Saturation 0: the L image (PIL) or the tensor grey on every channel.
   m = img.clone();
   ASSERT_TRUE(AdjustSaturation(m, 0.0));
   cv::Mat expected = img.clone();
   Grayscale(expected, 3);
-  EXPECT_TRUE(Same(m, expected));
+  EXPECT_TRUE(SameBytes(m, expected));
   m = img.clone();
   ASSERT_TRUE(AdjustSaturationTensor(m, 0.0));
   cv::Mat tg;
   ToGrayTensor(img, tg);
   cv::Mat planes[3];
   cv::split(m, planes);
-  for (const cv::Mat& p : planes) EXPECT_TRUE(Same(p, tg));
+  for (const cv::Mat& p : planes) EXPECT_TRUE(SameBytes(p, tg));
   // Saturation and hue leave single-channel images alone.
   const cv::Mat grey_img = RandomImage(5, 6, CV_8UC1, 2);
   m = grey_img.clone();
   EXPECT_TRUE(AdjustSaturation(m, 3.0) && AdjustSaturationTensor(m, 0.2) && AdjustHue(m, 0.4));
-  EXPECT_TRUE(Same(m, grey_img));
+  EXPECT_TRUE(SameBytes(m, grey_img));
 }
 
 // Sharpness 0 is the degenerate itself: PIL's SMOOTH, round(S / 13) for S = 5 * centre + the
@@ -371,12 +371,12 @@ TEST(ColorTest, SharpnessZeroIsPillowSmooth) {
   cv::Mat pil = img.clone(), tensor = img.clone();
   AdjustSharpness(pil, 0.0);
   AdjustSharpnessTensor(tensor, 0.0);
-  EXPECT_TRUE(Same(pil, tensor));
+  EXPECT_TRUE(SameBytes(pil, tensor));
   // Images under 3x3 are left alone (Pillow does not filter them, torchvision returns them).
   const cv::Mat small = RandomImage(2, 9, CV_8UC3, 8);
   cv::Mat s1 = small.clone(), s2 = small.clone();
   EXPECT_TRUE(AdjustSharpness(s1, 0.0) && AdjustSharpnessTensor(s2, 0.0));
-  EXPECT_TRUE(Same(s1, small) && Same(s2, small));
+  EXPECT_TRUE(SameBytes(s1, small) && SameBytes(s2, small));
 }
 
 TEST(ColorTest, ConstantImages) {
@@ -384,14 +384,14 @@ TEST(ColorTest, ConstantImages) {
   for (auto f : {Equalize, Autocontrast, EqualizeTensor, AutocontrastTensor}) {
     cv::Mat m = img.clone();
     ASSERT_TRUE(f(m));
-    EXPECT_TRUE(Same(m, img));
+    EXPECT_TRUE(SameBytes(m, img));
   }
   cv::Mat m = img.clone();
   ASSERT_TRUE(AdjustSharpness(m, 3.7));  // the smoothed constant is the constant
-  EXPECT_TRUE(Same(m, img));
+  EXPECT_TRUE(SameBytes(m, img));
   m = img.clone();
   ASSERT_TRUE(GaussianBlur(m, 7, 5, 2.0, 1.1));  // the kernels sum to 1 within rounding
-  EXPECT_TRUE(Same(m, img));
+  EXPECT_TRUE(SameBytes(m, img));
 }
 
 TEST(ColorTest, HueKeepsGreysAndRoundTripsPrimaries) {
@@ -401,7 +401,7 @@ TEST(ColorTest, HueKeepsGreysAndRoundTripsPrimaries) {
   for (double h : {-0.5, -0.2, 0.0, 0.1, 0.5}) {
     cv::Mat m = greys.clone();
     ASSERT_TRUE(AdjustHue(m, h));
-    EXPECT_TRUE(Same(m, greys)) << h;
+    EXPECT_TRUE(SameBytes(m, greys)) << h;
   }
   // Pure red with a third of a turn (np.uint8(0.334 * 255) = 85 of 256) becomes green: H = 85 gives
   // sector 1 (q, v, p) with q = round(255 * (1 - f)), f = 85 * 6 / 255 - 1 = 1, so (0, 255, 0).
@@ -427,7 +427,7 @@ TEST(ColorTest, PosterizeSolarizeInvert) {
   ASSERT_TRUE(Invert(m));
   for (int v = 0; v < 256; ++v) ASSERT_EQ(m.at<uint8_t>(0, v), 255 - v);
   ASSERT_TRUE(Invert(m));
-  EXPECT_TRUE(Same(m, all));
+  EXPECT_TRUE(SameBytes(m, all));
 }
 
 TEST(ColorTest, EqualizeStepRule) {
@@ -437,7 +437,7 @@ TEST(ColorTest, EqualizeStepRule) {
   m(cv::Rect(0, 0, 100, 1)).setTo(10);
   const cv::Mat before = m.clone();
   ASSERT_TRUE(Equalize(m));
-  EXPECT_TRUE(Same(m, before));
+  EXPECT_TRUE(SameBytes(m, before));
   // 510 pixels of 10 and 90 of 40: step = 2, lut[10] = (1 + 0) // 2 = 0, lut[40] = (1 + 510) // 2,
   // which is 255 after the clamp to 255.
   cv::Mat e(1, 600, CV_8UC1, cv::Scalar(40));
@@ -450,14 +450,14 @@ TEST(ColorTest, EqualizeStepRule) {
   cv::Mat a = img.clone(), b = img.clone();
   ASSERT_TRUE(Equalize(a));
   ASSERT_TRUE(EqualizeTensor(b));
-  EXPECT_TRUE(Same(a, b));
+  EXPECT_TRUE(SameBytes(a, b));
   cv::Mat planes[3];
   cv::split(img, planes);
   cv::Mat out_planes[3];
   cv::split(a, out_planes);
   for (int c = 0; c < 3; ++c) {
     ASSERT_TRUE(Equalize(planes[c]));
-    EXPECT_TRUE(Same(planes[c], out_planes[c])) << c;
+    EXPECT_TRUE(SameBytes(planes[c], out_planes[c])) << c;
   }
 }
 

@@ -6,14 +6,13 @@
 #include <string>
 
 #include "ferry/job.h"
+#include "image/image_test_util.h"
 #include "ops/pipeline.h"
 
 namespace ferry {
 namespace {
 
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using testing::Contains;
 
 Result<std::shared_ptr<const Pipeline>> Compile(const std::string& json) {
   Result<PipelineSpec> spec = PipelineSpec::FromJson(json);

@@ -12,11 +12,15 @@
 #include <thread>
 #include <vector>
 
+#include "image/image_test_util.h"
+
 namespace ferry::kernels {
 namespace {
 
+using ::ferry::testing::MatBytes;
+
 // (x * 29 + y * 71 + c * 113 + x * y * 7) mod 256: busy enough to exercise negative lobes and clamping.
-cv::Mat Pattern(int w, int h, int channels) {
+cv::Mat ResamplePattern(int w, int h, int channels) {
   cv::Mat m(h, w, CV_8UC(channels));
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
@@ -40,14 +44,6 @@ cv::Mat Noise(int w, int h, int channels, uint32_t seed) {
   return m;
 }
 
-std::vector<uint8_t> Bytes(const cv::Mat& m) {
-  std::vector<uint8_t> out;
-  for (int y = 0; y < m.rows; ++y) {
-    const uint8_t* p = m.ptr<uint8_t>(y);
-    out.insert(out.end(), p, p + m.cols * m.channels());
-  }
-  return out;
-}
 
 cv::Mat Resize(const cv::Mat& src, int w, int h, Interp interp) {
   cv::Mat dst(h, w, src.type());
@@ -58,29 +54,29 @@ cv::Mat Resize(const cv::Mat& src, int w, int h, Interp interp) {
 constexpr Interp kAll[] = {Interp::kNearest, Interp::kBilinear, Interp::kBicubic};
 
 // Recorded with /usr/bin/python3 (Pillow 9.4.0): Image.fromarray(pattern).resize(size, filter), where
-// pattern is Pattern() above as a numpy array (mode RGB or L), printed row by row.
+// pattern is ResamplePattern() above as a numpy array (mode RGB or L), printed row by row.
 TEST(PilResizeTest, MatchesRecordedPillowOutputs) {
-  const cv::Mat rgb = Pattern(9, 7, 3);
-  const cv::Mat gray = Pattern(4, 3, 1);
-  EXPECT_EQ(Bytes(Resize(rgb, 4, 3, Interp::kBicubic)),
+  const cv::Mat rgb = ResamplePattern(9, 7, 3);
+  const cv::Mat gray = ResamplePattern(4, 3, 1);
+  EXPECT_EQ(MatBytes(Resize(rgb, 4, 3, Interp::kBicubic)),
             (std::vector<uint8_t>{85,  147, 135, 127, 114, 122, 151, 98,  120, 148, 115, 118,
                                   115, 141, 152, 111, 132, 129, 106, 114, 124, 127, 124, 116,
                                   146, 113, 136, 122, 149, 102, 110, 118, 136, 141, 115, 108}));
-  EXPECT_EQ(Bytes(Resize(rgb, 4, 3, Interp::kBilinear)),
+  EXPECT_EQ(MatBytes(Resize(rgb, 4, 3, Interp::kBilinear)),
             (std::vector<uint8_t>{90,  147, 133, 125, 115, 124, 149, 102, 120, 147, 114, 117,
                                   113, 136, 150, 111, 133, 126, 113, 113, 127, 123, 124, 114,
                                   145, 116, 135, 122, 145, 106, 112, 118, 132, 140, 114, 110}));
   // Upscaling: the bicubic overshoot is clamped at 0 in the corners.
-  EXPECT_EQ(Bytes(Resize(gray, 7, 5, Interp::kBicubic)),
+  EXPECT_EQ(MatBytes(Resize(gray, 7, 5, Interp::kBicubic)),
             (std::vector<uint8_t>{0,   3,   21,  38, 54,  72,  82,  21,  30,  51,  68,  87,
                                   115, 130, 68,  80, 104, 125, 146, 170, 182, 117, 131, 158,
                                   192, 198, 116, 68, 144, 159, 188, 230, 226, 74,  0}));
-  EXPECT_EQ(Bytes(Resize(gray, 7, 5, Interp::kBilinear)),
+  EXPECT_EQ(MatBytes(Resize(gray, 7, 5, Interp::kBilinear)),
             (std::vector<uint8_t>{0,   10,  27,  44, 60,  77,  87,  28,  40,  58,  76,  94,
                                   113, 124, 71,  84, 104, 125, 146, 166, 179, 114, 128, 151,
                                   174, 186, 121, 81, 142, 157, 182, 207, 213, 91,  15}));
   EXPECT_EQ(
-      Bytes(Resize(rgb, 4, 5, Interp::kNearest)),
+      MatBytes(Resize(rgb, 4, 5, Interp::kNearest)),
       (std::vector<uint8_t>{29,  142, 255, 87,  200, 57,  145, 2,   115, 203, 60,  173, 185, 42,  155,
                             15,  128, 241, 101, 214, 71,  187, 44,  157, 7,   120, 233, 107, 220, 77,
                             207, 64,  177, 51,  164, 21,  85,  198, 55,  199, 56,  169, 57,  170, 27,
@@ -102,16 +98,16 @@ TEST(PilResizeTest, HalvingAveragesByHand) {
 TEST(PilResizeTest, NearestPicksPillowsSourcePixels) {
   cv::Mat ramp(1, 10, CV_8UC1);
   for (int x = 0; x < 10; ++x) ramp.at<uint8_t>(0, x) = uint8_t(x);
-  EXPECT_EQ(Bytes(Resize(ramp, 4, 1, Interp::kNearest)), (std::vector<uint8_t>{1, 3, 6, 8}));
+  EXPECT_EQ(MatBytes(Resize(ramp, 4, 1, Interp::kNearest)), (std::vector<uint8_t>{1, 3, 6, 8}));
   cv::Mat short_ramp = (cv::Mat_<uint8_t>(3, 1) << 0, 1, 2);
-  EXPECT_EQ(Bytes(Resize(short_ramp, 1, 7, Interp::kNearest)), (std::vector<uint8_t>{0, 0, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(MatBytes(Resize(short_ramp, 1, 7, Interp::kNearest)), (std::vector<uint8_t>{0, 0, 1, 1, 1, 2, 2}));
 }
 
 TEST(PilResizeTest, EqualSizeIsACopy) {
   const cv::Mat big = Noise(40, 30, 3, 7);
   const cv::Mat view = big(cv::Rect(3, 5, 17, 11));
   for (Interp interp : kAll) {
-    EXPECT_EQ(Bytes(Resize(view, 17, 11, interp)), Bytes(view));
+    EXPECT_EQ(MatBytes(Resize(view, 17, 11, interp)), MatBytes(view));
   }
 }
 
@@ -124,7 +120,7 @@ TEST(PilResizeTest, ConstantImagesStayConstant) {
       const cv::Mat src(37, 53, CV_8UC(channels), cv::Scalar::all(value));
       for (const cv::Size& size : sizes) {
         for (Interp interp : kAll) {
-          const std::vector<uint8_t> out = Bytes(Resize(src, size.width, size.height, interp));
+          const std::vector<uint8_t> out = MatBytes(Resize(src, size.width, size.height, interp));
           ASSERT_EQ(out, std::vector<uint8_t>(out.size(), value))
               << size << " value " << int(value) << " channels " << channels << " interp " << int(interp);
         }
@@ -145,7 +141,7 @@ TEST(PilResizeTest, ChannelsAreIndependent) {
       std::vector<cv::Mat> out_planes;
       cv::split(out, out_planes);
       for (int c = 0; c < 3; ++c) {
-        EXPECT_EQ(Bytes(out_planes[c]), Bytes(Resize(planes[c], size.width, size.height, interp)))
+        EXPECT_EQ(MatBytes(out_planes[c]), MatBytes(Resize(planes[c], size.width, size.height, interp)))
             << size << " interp " << int(interp) << " channel " << c;
       }
     }
@@ -160,12 +156,12 @@ TEST(PilResizeTest, OneAxisResizeFiltersRowsAlone) {
     const cv::Mat wide = Resize(src, 130, 19, interp);
     const cv::Mat narrow = Resize(src, 20, 19, interp);
     for (int y = 0; y < src.rows; ++y) {
-      EXPECT_EQ(Bytes(wide.row(y)), Bytes(Resize(src.row(y), 130, 1, interp))) << "row " << y;
-      EXPECT_EQ(Bytes(narrow.row(y)), Bytes(Resize(src.row(y), 20, 1, interp))) << "row " << y;
+      EXPECT_EQ(MatBytes(wide.row(y)), MatBytes(Resize(src.row(y), 130, 1, interp))) << "row " << y;
+      EXPECT_EQ(MatBytes(narrow.row(y)), MatBytes(Resize(src.row(y), 20, 1, interp))) << "row " << y;
     }
     const cv::Mat tall = Resize(src, 57, 40, interp);
     for (int x = 0; x < src.cols; x += 7) {
-      EXPECT_EQ(Bytes(tall.col(x)), Bytes(Resize(src.col(x), 1, 40, interp))) << "column " << x;
+      EXPECT_EQ(MatBytes(tall.col(x)), MatBytes(Resize(src.col(x), 1, 40, interp))) << "column " << x;
     }
   }
 }
@@ -182,7 +178,7 @@ TEST(PilResizeTest, StridedSourceAndDestination) {
         cv::Mat canvas(size.height + 4, size.width + 6, big.type(), cv::Scalar::all(77));
         cv::Mat dst = canvas(cv::Rect(3, 2, size.width, size.height));
         PilResize(view, dst, interp);
-        EXPECT_EQ(Bytes(dst), Bytes(Resize(copy, size.width, size.height, interp)))
+        EXPECT_EQ(MatBytes(dst), MatBytes(Resize(copy, size.width, size.height, interp)))
             << size << " interp " << int(interp) << " channels " << channels;
         cv::Mat outside = canvas.clone();
         outside(cv::Rect(3, 2, size.width, size.height)).setTo(cv::Scalar::all(77));
@@ -205,7 +201,7 @@ TEST(PilResizeTest, ExtremeRatios) {
   for (Interp interp : kAll) {
     const cv::Mat tall = Resize(line, 2, 900, interp);
     EXPECT_EQ(tall.rows, 900);
-    EXPECT_EQ(Bytes(tall.row(0)), Bytes(tall.row(899)));  // one input row: every output row alike
+    EXPECT_EQ(MatBytes(tall.row(0)), MatBytes(tall.row(899)));  // one input row: every output row alike
   }
 }
 
@@ -222,7 +218,7 @@ TEST(PilResizeTest, BaselineKernelsAgree) {
         cv::Mat fast(size, big.type()), base(size, big.type());
         internal::PilResizeForTesting(view, fast, interp, /*allow_avx2=*/true);
         internal::PilResizeForTesting(view, base, interp, /*allow_avx2=*/false);
-        EXPECT_EQ(Bytes(base), Bytes(fast)) << size << " interp " << int(interp) << " channels " << channels;
+        EXPECT_EQ(MatBytes(base), MatBytes(fast)) << size << " interp " << int(interp) << " channels " << channels;
       }
     }
   }
@@ -234,7 +230,7 @@ TEST(PilResizeTest, ConcurrentCallsAgree) {
   const cv::Size sizes[] = {{96, 96}, {64, 64}, {250, 163}, {31, 90}, {180, 50}, {17, 150}};
   std::vector<std::vector<uint8_t>> expected;
   for (const cv::Size& size : sizes)
-    expected.push_back(Bytes(Resize(src, size.width, size.height, Interp::kBicubic)));
+    expected.push_back(MatBytes(Resize(src, size.width, size.height, Interp::kBicubic)));
   std::vector<int> mismatches(4, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -242,7 +238,7 @@ TEST(PilResizeTest, ConcurrentCallsAgree) {
       for (int round = 0; round < 3; ++round) {
         for (size_t i = 0; i < std::size(sizes); ++i) {
           const size_t k = (i + size_t(t) + size_t(round)) % std::size(sizes);
-          if (Bytes(Resize(src, sizes[k].width, sizes[k].height, Interp::kBicubic)) != expected[k]) {
+          if (MatBytes(Resize(src, sizes[k].width, sizes[k].height, Interp::kBicubic)) != expected[k]) {
             ++mismatches[t];
           }
         }
