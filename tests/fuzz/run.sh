@@ -53,7 +53,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 echo "fuzz: configuring $build (clang, FERRY_FUZZ=ON)"
 mkdir -p "$build"
 # -O1 with line tables: libFuzzer's usual flags, and a third of -O2 -g's build time.
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
   -DFERRY_FUZZ_SANITIZERS="${FERRY_FUZZ_SANITIZERS:-address,undefined}" -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
