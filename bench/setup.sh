@@ -49,8 +49,8 @@ install_packages() {
 
 build() {
   local dir=${FERRY_BUILD_DIR:-build}
-  # Unity build: each library compiles as a few units (tests/CMakeLists.txt keeps the
-  # tests one file a unit), about half the compile time of one unit a file.
+  # Unity build: each library, program and test suite compiles as a few units of up to
+  # 8 files, about half the compile time of one unit a file (the tests: a third).
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON \
     -DPython3_EXECUTABLE=/usr/bin/python3 -DFERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" >/dev/null
   local targets=()

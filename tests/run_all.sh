@@ -11,8 +11,9 @@
 #   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
 #      the locking annotations are checked in the same build).
 # Each stage prints its seconds. CI builds Ferry three times (and the fuzz targets), so
-# every build is a unity build (the libraries and programs compile as a few units
-# each; the tests one file a unit), and the sanitizer builds are -O1 with line tables
+# every build is a unity build (each library, program and test suite compiles as a
+# few units of up to 8 files, so the Asio, Cap'n Proto, OpenCV and gtest headers they
+# share are compiled once a unit, not once a file), and the sanitizer builds are -O1 with line tables
 # only (exact stacks at a third of GCC's -O2 -g time; the tests' own code at -O0,
 # tests/CMakeLists.txt): the whole run stays inside CI's 45 minutes.
 #   bash tests/run_all.sh                       # everything

@@ -22,10 +22,10 @@
 namespace ferry::testing {
 namespace {
 
-constexpr int kClasses = 3;
-constexpr int kPerClass = 35;
-constexpr int64_t kSamples = kClasses * kPerClass;  // 105
-constexpr int kBatch = 4;
+constexpr int kRanksClasses = 3;
+constexpr int kRanksPerClass = 35;
+constexpr int64_t kRanksSamples = kRanksClasses * kRanksPerClass;  // 105
+constexpr int kRanksBatch = 4;
 
 struct RankRun {
   Status end;
@@ -39,7 +39,7 @@ class RanksTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new TempDir();
-    MakeImageFolder(data_->path(), kClasses, kPerClass);
+    MakeImageFolder(data_->path(), kRanksClasses, kRanksPerClass);
   }
   static void TearDownTestSuite() { delete data_; }
 
@@ -49,7 +49,7 @@ class RanksTest : public ::testing::Test {
     auto spec = PipelineSpec::FromJson(
         R"({"ops":[{"op":"random_resized_crop","size":16}],"output":{"dtype":"uint8","layout":"NHWC"}})");
     j.pipeline = *spec;
-    j.batch_size = kBatch;
+    j.batch_size = kRanksBatch;
     j.batches_per_split = 2;
     j.epochs = 2;
     j.num_consumers = ranks;
@@ -112,7 +112,7 @@ class RanksTest : public ::testing::Test {
   // Equal steps, every epoch, and each epoch's samples once across the ranks.
   static void ExpectEqualStepsAndExactlyOnce(const std::vector<RankRun>& runs, const JobSpec& job) {
     JobSpec listed = job;
-    listed.num_samples = kSamples;
+    listed.num_samples = kRanksSamples;
     const int64_t per_rank = listed.RankBatches();
     for (uint64_t epoch = job.first_epoch; epoch < job.end_epoch(); ++epoch) {
       std::vector<int64_t> all;
@@ -130,10 +130,10 @@ class RanksTest : public ::testing::Test {
       EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a sample twice in epoch " << epoch;
       const int64_t w = job.num_consumers;
       if (job.last_batch == LastBatch::kDrop) {
-        EXPECT_EQ(int64_t(all.size()), per_rank * w * kBatch);
-        EXPECT_LT(kSamples - int64_t(all.size()), w * kBatch) << "drop leaves out fewer than ranks x batch";
+        EXPECT_EQ(int64_t(all.size()), per_rank * w * kRanksBatch);
+        EXPECT_LT(kRanksSamples - int64_t(all.size()), w * kRanksBatch) << "drop leaves out fewer than ranks x batch";
       } else {
-        EXPECT_EQ(int64_t(all.size()), kSamples) << "pad: every sample of epoch " << epoch;
+        EXPECT_EQ(int64_t(all.size()), kRanksSamples) << "pad: every sample of epoch " << epoch;
       }
     }
   }
@@ -190,7 +190,7 @@ class RanksTest : public ::testing::Test {
     rest.epochs = 1;
     const auto after = RunRanks(cluster, name + ".rest", rest);
     JobSpec rest_listed = rest;
-    rest_listed.num_samples = kSamples;
+    rest_listed.num_samples = kRanksSamples;
     std::vector<int64_t> epoch0;
     for (const auto& b : before) epoch0.insert(epoch0.end(), b.begin(), b.end());
     for (int r = 0; r < to; ++r) {
@@ -203,9 +203,10 @@ class RanksTest : public ::testing::Test {
     std::sort(epoch0.begin(), epoch0.end());
     EXPECT_EQ(std::adjacent_find(epoch0.begin(), epoch0.end()), epoch0.end()) << "a sample twice in epoch 0";
     if (base.last_batch == LastBatch::kPad) {
-      EXPECT_EQ(int64_t(epoch0.size()), kSamples);
+      EXPECT_EQ(int64_t(epoch0.size()), kRanksSamples);
     } else {
-      EXPECT_LT(kSamples - int64_t(epoch0.size()), to * kBatch) << "drop: less than the new ranks x batch left out";
+      EXPECT_LT(kRanksSamples - int64_t(epoch0.size()), to * kRanksBatch)
+          << "drop: less than the new ranks x batch left out";
     }
 
     JobSpec next = base;

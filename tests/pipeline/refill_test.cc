@@ -34,7 +34,7 @@ constexpr int kFiles = 40, kBatch = 4, kPerGroup = 3;
 // Files 8-11 are batch 2 of an unshuffled epoch: a whole batch of bad samples.
 const std::set<int> kBad = {5, 8, 9, 10, 11, 13, 22, 23, 39};
 
-PipelineSpec SmallSpec() { return testing::Uint8Spec(16, /*rrc=*/true, /*hflip=*/0.5); }
+PipelineSpec RefillSpec() { return testing::Uint8Spec(16, /*rrc=*/true, /*hflip=*/0.5); }
 
 // One class of kFiles files, f_00.jpg ... (listing order = file order); kBad corrupt.
 std::string MakeFolder(const TempDir& tmp) {
@@ -145,7 +145,7 @@ TEST_P(RefillTest, BatchesHoldTheGroupsNextGoodSamplesAndResumeExactly) {
   const std::string root = MakeFolder(tmp);
   LoaderOptions o;
   o.job.dataset = root;
-  o.job.pipeline = SmallSpec();
+  o.job.pipeline = RefillSpec();
   o.job.batch_size = kBatch;
   o.job.batches_per_split = kPerGroup;
   o.job.last_batch = last_batch;
@@ -252,7 +252,7 @@ TEST(RefillTest, SkipLeavesBatchesShort) {
   TempDir tmp;
   LoaderOptions o;
   o.job.dataset = MakeFolder(tmp);
-  o.job.pipeline = SmallSpec();
+  o.job.pipeline = RefillSpec();
   o.job.batch_size = kBatch;
   o.job.shuffle = false;
   o.threads = 2;

@@ -43,18 +43,18 @@ using testing::WaitFor;
 using testing::WaitForListening;
 using testing::Watchdog;
 
-constexpr char kSpecJson[] =
+constexpr char kChaosSpecJson[] =
     R"({"ops":[{"op":"random_resized_crop","size":32}],"output":{"dtype":"uint8","layout":"NHWC"}})";
-constexpr int kClasses = 3;
-constexpr int kPerClass = 100;
-constexpr int64_t kSamples = kClasses * kPerClass;
-constexpr int kBatch = 5;  // 60 batches; 2 batches per split: 30 splits
+constexpr int kChaosClasses = 3;
+constexpr int kChaosPerClass = 100;
+constexpr int64_t kChaosSamples = kChaosClasses * kChaosPerClass;
+constexpr int kChaosBatch = 5;  // 60 batches; 2 batches per split: 30 splits
 
 class ChaosTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new TempDir();
-    MakeImageFolder(data_->path(), kClasses, kPerClass);
+    MakeImageFolder(data_->path(), kChaosClasses, kChaosPerClass);
   }
   static void TearDownTestSuite() { delete data_; }
 
@@ -95,7 +95,7 @@ class ChaosTest : public ::testing::Test {
                                       const std::string& job = "job") {
     std::vector<std::string> argv = {consume_bin_,   "--dispatcher", dispatcher_,
                                      "--job",      job,            "--data",       data_->path(),
-                                     "--pipeline", kSpecJson,      "--batch-size", std::to_string(kBatch),
+                                     "--pipeline", kChaosSpecJson,      "--batch-size", std::to_string(kChaosBatch),
                                      "--batches-per-split", "2",   "--epochs",     "1",
                                      "--dump-indices", dump,       "--step-ms",    step_ms};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -128,11 +128,11 @@ TEST_F(ChaosTest, KillNineAWorkerMidEpoch) {
   auto w2 = StartWorker();
   const std::string dump = dir_ / "indices.txt";
   auto consume = StartConsume("consume", dump);
-  ASSERT_TRUE(DumpReaches(dump, kSamples / 4)) << consume->err();
-  ASSERT_LT(Lines(ReadFile(dump)).size(), size_t(kSamples)) << "the epoch ended before the kill";
+  ASSERT_TRUE(DumpReaches(dump, kChaosSamples / 4)) << consume->err();
+  ASSERT_LT(Lines(ReadFile(dump)).size(), size_t(kChaosSamples)) << "the epoch ended before the kill";
   w1->Kill();
   ExpectExitsZero(*consume, 60, "consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   // Found dead by the client's report (its connections refused, its heartbeat missed),
   // or else by the heartbeat timeout.
   const std::string log = d->err();
@@ -146,10 +146,10 @@ TEST_F(ChaosTest, AWorkerStartedMidEpochTakesSplits) {
   auto w1 = StartWorker();
   const std::string dump = dir_ / "indices.txt";
   auto consume = StartConsume("consume", dump);
-  ASSERT_TRUE(DumpReaches(dump, kSamples / 5)) << consume->err();
+  ASSERT_TRUE(DumpReaches(dump, kChaosSamples / 5)) << consume->err();
   auto w2 = StartWorker();
   ExpectExitsZero(*consume, 60, "consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   // The newcomer served part of the epoch: its drain report counts the batches sent.
   w2->Signal(SIGTERM);
   ExpectExitsZero(*w2, 30, "worker 2");
@@ -170,16 +170,16 @@ TEST_F(ChaosTest, KillNineTheDispatcherAndRestartIt) {
   auto w2 = StartWorker();
   const std::string dump = dir_ / "indices.txt";
   auto consume = StartConsume("consume", dump);
-  ASSERT_TRUE(DumpReaches(dump, kSamples / 4)) << consume->err();
+  ASSERT_TRUE(DumpReaches(dump, kChaosSamples / 4)) << consume->err();
   d->Kill();
   const size_t at_kill = Lines(ReadFile(dump)).size();
-  ASSERT_LT(at_kill, size_t(kSamples)) << "the epoch ended before the kill";
+  ASSERT_LT(at_kill, size_t(kChaosSamples)) << "the epoch ended before the kill";
   // Down for a while: workers keep streaming the splits they hold; then it comes back
   // on the same address and work dir, replays its journal, and everyone reconnects.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto d2 = StartDispatcher(listen);
   ExpectExitsZero(*consume, 60, "consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   EXPECT_NE(d2->err().find("replayed"), std::string::npos) << d2->err();
 }
 
@@ -193,12 +193,12 @@ TEST_F(ChaosTest, StopAClientAndResumeANewOneFromItsState) {
   auto first = StartConsume("first", dump, {"--consumer-id", "trainer", "--stop-after", "23", "--save-state", state});
   ExpectExitsZero(*first, 60, "first consume");
   EXPECT_NE(first->out().find("state saved"), std::string::npos) << first->out();
-  EXPECT_EQ(Lines(ReadFile(dump)).size(), size_t(23 * kBatch));
+  EXPECT_EQ(Lines(ReadFile(dump)).size(), size_t(23 * kChaosBatch));
   const std::string saved = ReadFile(state);
   EXPECT_NE(saved.find("partial"), std::string::npos) << saved;
   auto second = StartConsume("second", dump, {"--resume", state});
   ExpectExitsZero(*second, 60, "resumed consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
 }
 
 // The trainer checkpoints (saves the state) after 17 batches, goes on to batch 41 and
@@ -214,13 +214,13 @@ TEST_F(ChaosTest, ResumeFromACheckpointTheTrainerHadGonePast) {
                                             "--stop-after", "41"});
   ExpectExitsZero(*first, 60, "first consume");
   std::vector<std::string> lines = Lines(ReadFile(dump));
-  ASSERT_EQ(lines.size(), size_t(41 * kBatch));
-  lines.resize(17 * kBatch);  // what the checkpoint had yielded
+  ASSERT_EQ(lines.size(), size_t(41 * kChaosBatch));
+  lines.resize(17 * kChaosBatch);  // what the checkpoint had yielded
   auto second = StartConsume("second", resumed, {"--resume", state});
   ExpectExitsZero(*second, 60, "resumed consume");
   std::string joined;
   for (const std::string& l : lines) joined += l + "\n";
-  ExpectEachIndexOnce(joined + ReadFile(resumed), kSamples);
+  ExpectEachIndexOnce(joined + ReadFile(resumed), kChaosSamples);
   EXPECT_NE(d->err().find("resumed from a saved state"), std::string::npos) << d->err();
 }
 
@@ -238,10 +238,10 @@ TEST_F(ChaosTest, DeterministicOrderIsTheSameWhateverTheWorkers) {
     const std::string dump = dir_ / ("indices" + tag + ".txt"), digest = dir_ / ("digests" + tag + ".txt");
     auto c = StartConsume("run" + tag, dump, {"--deterministic", "--dump-digests", digest}, "0", "det" + tag);
     ExpectExitsZero(*c, 60, "run " + tag);
-    ExpectEachIndexOnce(ReadFile(dump), kSamples);
+    ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
     digests[run] = ReadFile(digest);
   }
-  EXPECT_EQ(Lines(digests[0]).size(), size_t(kSamples / kBatch));
+  EXPECT_EQ(Lines(digests[0]).size(), size_t(kChaosSamples / kChaosBatch));
   EXPECT_EQ(digests[0], digests[1]) << "1 worker and 3 workers yielded different sequences";
 }
 
@@ -260,10 +260,10 @@ TEST_F(ChaosTest, DeterministicOrderSurvivesAKilledWorker) {
   workers.push_back(StartWorker());
   const std::string dump = dir_ / "indices.txt", digest = dir_ / "digests.txt";
   auto c = StartConsume("killed", dump, {"--deterministic", "--dump-digests", digest}, "25", "det-kill");
-  ASSERT_TRUE(DumpReaches(dump, kSamples / 4)) << c->err();
+  ASSERT_TRUE(DumpReaches(dump, kChaosSamples / 4)) << c->err();
   workers[1]->Signal(SIGKILL);
   ExpectExitsZero(*c, 60, "the run with a worker killed");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   EXPECT_EQ(ReadFile(digest), ReadFile(base_digest)) << "a worker's death changed the sequence";
   EXPECT_NE(d->err().find("removed"), std::string::npos) << "the killed worker was not declared dead: " << d->err();
 }
@@ -279,7 +279,7 @@ TEST_F(ChaosTest, ParallelEpochsEveryWorkerYieldsTheWholeEpoch) {
   ExpectExitsZero(*c, 60, "consume");
   std::map<int64_t, int> count;
   for (const std::string& l : Lines(ReadFile(dump))) ++count[std::stoll(l)];
-  EXPECT_EQ(count.size(), size_t(kSamples));
+  EXPECT_EQ(count.size(), size_t(kChaosSamples));
   for (const auto& [index, n] : count) EXPECT_EQ(n, 2) << "index " << index;
 }
 
@@ -295,7 +295,7 @@ TEST_F(ChaosTest, TwoClientsShareOneJob) {
   const size_t na = Lines(ReadFile(dump_a)).size(), nb = Lines(ReadFile(dump_b)).size();
   EXPECT_GT(na, 0u) << "consumer a got nothing";
   EXPECT_GT(nb, 0u) << "consumer b got nothing";
-  ExpectEachIndexOnce(ReadFile(dump_a) + ReadFile(dump_b), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump_a) + ReadFile(dump_b), kChaosSamples);
 }
 
 TEST_F(ChaosTest, SigtermDrainsAWorkerThatHoldsSplits) {
@@ -304,12 +304,12 @@ TEST_F(ChaosTest, SigtermDrainsAWorkerThatHoldsSplits) {
   auto w2 = StartWorker();
   const std::string dump = dir_ / "indices.txt";
   auto consume = StartConsume("consume", dump);
-  ASSERT_TRUE(DumpReaches(dump, kSamples / 4)) << consume->err();
+  ASSERT_TRUE(DumpReaches(dump, kChaosSamples / 4)) << consume->err();
   w1->Signal(SIGTERM);
   // It serves the splits it holds, then leaves; the other worker finishes the epoch.
   ExpectExitsZero(*w1, 40, "draining worker");
   ExpectExitsZero(*consume, 60, "consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   EXPECT_NE(d->err().find("is draining"), std::string::npos) << d->err();
 }
 
@@ -328,7 +328,7 @@ TEST_F(ChaosTest, TheDispatchersTokenIsEnforced) {
   const std::string dump = dir_ / "indices.txt";
   auto c = StartConsume("token", dump, {"--token-file", dir_ / "token"}, "0", "tok");
   ExpectExitsZero(*c, 60, "consume with the token");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
 }
 
 TEST_F(ChaosTest, ExitWhenIdleStopsTheDispatcherAndWorkers) {
@@ -337,7 +337,7 @@ TEST_F(ChaosTest, ExitWhenIdleStopsTheDispatcherAndWorkers) {
   const std::string dump = dir_ / "indices.txt";
   auto consume = StartConsume("consume", dump, {}, "0");
   ExpectExitsZero(*consume, 60, "consume");
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kChaosSamples);
   ExpectExitsZero(*w1, 30, "idle worker");
   ExpectExitsZero(*d, 30, "idle dispatcher");
 }

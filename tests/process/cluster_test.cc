@@ -44,18 +44,18 @@ using testing::WaitForListening;
 using testing::Watchdog;
 using testing::WriteFile;
 
-constexpr char kSpecJson[] =
+constexpr char kClusterSpecJson[] =
     R"({"ops":[{"op":"random_resized_crop","size":32}],"output":{"dtype":"uint8","layout":"NHWC"}})";
-constexpr int kClasses = 2;
-constexpr int kPerClass = 150;
-constexpr int64_t kSamples = kClasses * kPerClass;
-constexpr int kBatch = 7;
+constexpr int kClusterClasses = 2;
+constexpr int kClusterPerClass = 150;
+constexpr int64_t kClusterSamples = kClusterClasses * kClusterPerClass;
+constexpr int kClusterBatch = 7;
 
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new TempDir();
-    MakeImageFolder(data_->path(), kClasses, kPerClass);
+    MakeImageFolder(data_->path(), kClusterClasses, kClusterPerClass);
   }
   static void TearDownTestSuite() { delete data_; }
 
@@ -85,7 +85,7 @@ class ClusterTest : public ::testing::Test {
                                       const std::string& name) {
     std::vector<std::string> argv = {
         consume_bin_,    "--workers", workers,        "--data",
-        data_->path(), "--pipeline", kSpecJson,   "--batch-size", std::to_string(kBatch)};
+        data_->path(), "--pipeline", kClusterSpecJson,   "--batch-size", std::to_string(kClusterBatch)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
   }
@@ -131,8 +131,8 @@ TEST_F(ClusterTest, TwoWorkersServeEveryIndexExactlyOnce) {
   EXPECT_GT(ips, 0);
   EXPECT_GE(wait_frac, 0);
   EXPECT_LE(wait_frac, 1.0001);
-  EXPECT_EQ(samples, kSamples);
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_EQ(samples, kClusterSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kClusterSamples);
 
   // SIGTERM drains; with no client left, each worker exits 0 at once.
   for (Child* w : {wa.get(), wb.get()}) {
@@ -153,7 +153,7 @@ TEST_F(ClusterTest, SigtermMidStreamDrainsAndExitsZero) {
   const std::string dump = dir_ / "indices.txt";
   // Endless epochs: only the drain ends the stream.
   auto consume = StartConsume(a, {"--epochs", "0", "--dump-indices", dump}, "consume");
-  ASSERT_TRUE(WaitFor([&] { return Lines(ReadFile(dump)).size() >= size_t(3 * kBatch); }, 30))
+  ASSERT_TRUE(WaitFor([&] { return Lines(ReadFile(dump)).size() >= size_t(3 * kClusterBatch); }, 30))
       << consume->err();
   w->Signal(SIGTERM);
   const std::optional<int> wrc = w->Wait(20);
@@ -195,7 +195,7 @@ TEST_F(ClusterTest, TokenFileIsEnforced) {
     const std::optional<int> rc = consume->Wait(60);
     ASSERT_TRUE(rc.has_value());
     EXPECT_EQ(*rc, 0) << consume->err();
-    ExpectEachIndexOnce(ReadFile(dump), kSamples);
+    ExpectEachIndexOnce(ReadFile(dump), kClusterSamples);
   }
   {
     // A worker whose token file is missing does not start.
@@ -216,12 +216,12 @@ TEST_F(ClusterTest, TokenFileIsEnforced) {
 // sharding, computed the way the worker plans it.
 std::set<int64_t> ShardOfFirstWorker(uint64_t seed) {
   JobSpec job;
-  job.batch_size = kBatch;
+  job.batch_size = kClusterBatch;
   job.seed = seed;
   job.shuffle = true;
   job.last_batch = LastBatch::kKeep;
   job.epochs = 1;
-  StaticShardPlan plan(kSamples, job, Shard{/*shard_index=*/0, /*num_shards=*/2, /*first_epoch=*/0});
+  StaticShardPlan plan(kClusterSamples, job, Shard{/*shard_index=*/0, /*num_shards=*/2, /*first_epoch=*/0});
   std::set<int64_t> out;
   while (std::optional<BatchPlan> p = plan.Next()) out.insert(p->samples.begin(), p->samples.end());
   return out;
@@ -239,8 +239,8 @@ std::set<int64_t> ShardOfFirstWorker(uint64_t seed) {
 TEST_F(ClusterTest, KilledWorkerRestartedOnTheSamePortLosesNothing) {
   constexpr uint64_t kSeed = 11;
   const std::set<int64_t> shard_a = ShardOfFirstWorker(kSeed);
-  ASSERT_EQ(shard_a.size(), size_t(kSamples / 2));
-  const int64_t shard_batches = (int64_t(shard_a.size()) + kBatch - 1) / kBatch;  // 22
+  ASSERT_EQ(shard_a.size(), size_t(kClusterSamples / 2));
+  const int64_t shard_batches = (int64_t(shard_a.size()) + kClusterBatch - 1) / kClusterBatch;  // 22
   auto shard_a_seen = [&](const std::string& dump) {
     int64_t n = 0;
     for (const std::string& l : Lines(dump)) n += shard_a.count(std::stoll(l)) ? 1 : 0;
@@ -271,7 +271,7 @@ TEST_F(ClusterTest, KilledWorkerRestartedOnTheSamePortLosesNothing) {
   ASSERT_TRUE(started) << consume->err();
   const int64_t a_before = shard_a_seen(ReadFile(dump));
   ASSERT_GE(a_before, 1) << consume->err();
-  ASSERT_LE(a_before, int64_t(shard_a.size()) - 2 * kBatch) << "worker A finished its shard before the kill";
+  ASSERT_LE(a_before, int64_t(shard_a.size()) - 2 * kClusterBatch) << "worker A finished its shard before the kill";
 
   wa->Signal(SIGKILL);
   ASSERT_TRUE(wa->Wait(10).has_value());
@@ -291,8 +291,8 @@ TEST_F(ClusterTest, KilledWorkerRestartedOnTheSamePortLosesNothing) {
                         &samples),
             3)
       << out.back();
-  EXPECT_EQ(samples, kSamples);
-  ExpectEachIndexOnce(ReadFile(dump), kSamples);
+  EXPECT_EQ(samples, kClusterSamples);
+  ExpectEachIndexOnce(ReadFile(dump), kClusterSamples);
 
   // The restarted worker served one stream, resumed after what the client had: the
   // rest of the shard, not all of it.
@@ -306,7 +306,7 @@ TEST_F(ClusterTest, KilledWorkerRestartedOnTheSamePortLosesNothing) {
   ASSERT_TRUE(DrainedStats(wa2->err(), &connections, &streams, &batches)) << wa2->err();
   EXPECT_EQ(streams, 1);
   EXPECT_GT(batches, 0);
-  EXPECT_LE(batches, shard_batches - a_before / kBatch)
+  EXPECT_LE(batches, shard_batches - a_before / kClusterBatch)
       << "the restarted worker repeated batches the client already had: it did not resume";
 }
 
