@@ -23,7 +23,10 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-namespace {
+// Named, not anonymous: HttpServer::Impl holds these connections, and a class with
+// external linkage should not hold a type only one file can name (GCC warns when the
+// file is compiled inside another unit, as the unity builds do).
+namespace http_server_internal {
 
 // At most this many connections at once; when full, the oldest one still waiting for
 // its request is closed to make room, so idle or slow sockets (a scanner, a stuck
@@ -104,7 +107,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = true;  // io thread only
 };
 
-}  // namespace
+}  // namespace http_server_internal
+
+using http_server_internal::Connection;
+using http_server_internal::kMaxConnections;
 
 class HttpServer::Impl {
  public:
