@@ -484,6 +484,22 @@ bool DispatcherState::EpochComplete(const std::string& job, uint64_t epoch) cons
   return j != nullptr && epoch < j->first_open;
 }
 
+namespace {
+
+// Acks as a snapshot writes them: consumers removed since, that had done splits, come
+// back for their acks and go again (after the live ones, whose order deterministic
+// ordering depends on).
+void WriteAcks(const JobState& j, std::map<std::string, AckSplits> acks, std::vector<Update>& out) {
+  std::vector<std::string> removed;
+  for (const auto& [c, a] : acks)
+    if (!j.HasConsumer(c)) removed.push_back(c);
+  for (const std::string& c : removed) out.push_back(AddConsumer{j.name, c});
+  for (auto& [c, a] : acks) out.push_back(std::move(a));
+  for (const std::string& c : removed) out.push_back(RemoveConsumer{j.name, c});
+}
+
+}  // namespace
+
 std::vector<Update> DispatcherState::Snapshot() const {
   std::vector<Update> out;
   for (const auto& [id, w] : workers_) {
@@ -510,12 +526,7 @@ std::vector<Update> DispatcherState::Snapshot() const {
         a.consumer = e.consumer[s];
         a.splits.push_back(SplitId{epoch, int64_t(s)});
       }
-      std::vector<std::string> gone;
-      for (const auto& [c, a] : owners)
-        if (!j.HasConsumer(c)) gone.push_back(c);
-      for (const std::string& c : gone) out.push_back(AddConsumer{name, c});
-      for (auto& [c, a] : owners) out.push_back(std::move(a));
-      for (const std::string& c : gone) out.push_back(RemoveConsumer{name, c});
+      WriteAcks(j, std::move(owners), out);
     } else if (j.first_open != j.spec.first_epoch) {
       out.push_back(JobProgress{name, j.first_open});
     }
@@ -545,15 +556,7 @@ std::vector<Update> DispatcherState::Snapshot() const {
         }
       }
     }
-    // Consumers removed since that had done splits: back for their acks, then gone
-    // again (after the live ones, whose order deterministic ordering depends on).
-    std::vector<std::string> removed;
-    for (const auto& [c, a] : acks) {
-      if (!j.HasConsumer(c)) removed.push_back(c);
-    }
-    for (const std::string& c : removed) out.push_back(AddConsumer{name, c});
-    for (auto& [c, a] : acks) out.push_back(std::move(a));
-    for (const std::string& c : removed) out.push_back(RemoveConsumer{name, c});
+    WriteAcks(j, std::move(acks), out);
     for (auto& [c, a] : owned) out.push_back(std::move(a));
     for (auto& [w, l] : leases) {
       // A draining worker takes no new leases, but keeps those it holds: restore them
