@@ -20,13 +20,18 @@ class CenterCrop final : public Op {
     return CropPlan{cv::Rect(left, top, w_, h_), w_, h_};
   }
 
-  Status Apply(cv::Mat& img, SampleRng&) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng&, Warp* warp) const override {
+    Warp m = IdentityWarp();
     if (w_ > img.cols || h_ > img.rows) {
       const int dw = std::max(0, w_ - img.cols), dh = std::max(0, h_ - img.rows);
       img = Pad(img, {dw / 2, dh / 2, (dw + 1) / 2, (dh + 1) / 2}, {0, 0, 0}, PadMode::kConstant);
-      if (img.cols == w_ && img.rows == h_) return Status::OK();
+      m = CropResizeWarp(-dw / 2, -dh / 2, img.cols, img.rows, img.cols, img.rows);
     }
     const int top = PyRound((img.rows - h_) / 2.0), left = PyRound((img.cols - w_) / 2.0);
+    if (warp != nullptr) *warp = CropResizeWarp(left, top, w_, h_, w_, h_) * m;
+    if (img.cols == w_ && img.rows == h_) return Status::OK();
     img = img(cv::Rect(left, top, w_, h_));
     return Status::OK();
   }

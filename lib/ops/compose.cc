@@ -31,8 +31,28 @@ bool AllCommute(const OpList& ops) {
   return true;
 }
 
-Status ApplyAll(const OpList& ops, cv::Mat& img, SampleRng& rng) {
-  for (const auto& op : ops) FERRY_RETURN_IF_ERROR(op->Apply(img, rng));
+// kWarp when any nested op moves points and every one says how; kUnknown when one
+// cannot say; else kNone.
+Op::Motion Motions(const OpList& ops) {
+  Op::Motion m = Op::Motion::kNone;
+  for (const auto& op : ops) {
+    if (op->motion() == Op::Motion::kUnknown) return Op::Motion::kUnknown;
+    if (op->motion() == Op::Motion::kWarp) m = Op::Motion::kWarp;
+  }
+  return m;
+}
+
+// Applies `op`, composing its warp onto *warp (when not null).
+Status ApplyOne(const Op& op, cv::Mat& img, SampleRng& rng, Warp* warp) {
+  if (warp == nullptr) return op.Apply(img, rng);
+  Warp m;
+  FERRY_RETURN_IF_ERROR(op.ApplyWarp(img, rng, &m));
+  *warp = m * *warp;
+  return Status::OK();
+}
+
+Status ApplyAll(const OpList& ops, cv::Mat& img, SampleRng& rng, Warp* warp) {
+  for (const auto& op : ops) FERRY_RETURN_IF_ERROR(ApplyOne(*op, img, rng, warp));
   return Status::OK();
 }
 
@@ -47,12 +67,15 @@ class RandomApply final : public Op {
     return Shape{-1, -1, in.channels};
   }
   bool CommutesWithHFlip() const override { return AllCommute(ops_); }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motions(ops_); }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    if (warp != nullptr) *warp = IdentityWarp();
     // torchvision: `if self.p < torch.rand(1): return img`.
     const bool applied = !(p_ < rng.Uniform());
     RecordDraw("applied", applied);
     if (!applied) return Status::OK();
-    return ApplyAll(ops_, img, rng);
+    return ApplyAll(ops_, img, rng, warp);
   }
 
  private:
@@ -77,13 +100,16 @@ class RandomChoice final : public Op {
     return *common;
   }
   bool CommutesWithHFlip() const override { return AllCommute(ops_); }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motions(ops_); }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    if (warp != nullptr) *warp = IdentityWarp();
     // random.choices(transforms, weights=p): one uniform draw against the cumulative weights.
     const double u = rng.Uniform() * cumulative_.back();
     size_t k = 0;
     while (k + 1 < cumulative_.size() && u >= cumulative_[k]) ++k;
     RecordDraw("choice", double(k));
-    return ops_[k]->Apply(img, rng);
+    return ApplyOne(*ops_[k], img, rng, warp);
   }
 
  private:
@@ -103,12 +129,15 @@ class RandomOrder final : public Op {
     return out;
   }
   bool CommutesWithHFlip() const override { return AllCommute(ops_); }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motions(ops_); }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    if (warp != nullptr) *warp = IdentityWarp();
     std::vector<size_t> order(ops_.size());
     std::iota(order.begin(), order.end(), size_t{0});
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);  // random.shuffle
     for (size_t k : order) RecordDraw("order", double(k));
-    for (size_t k : order) FERRY_RETURN_IF_ERROR(ops_[k]->Apply(img, rng));
+    for (size_t k : order) FERRY_RETURN_IF_ERROR(ApplyOne(*ops_[k], img, rng, warp));
     return Status::OK();
   }
 

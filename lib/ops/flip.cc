@@ -16,8 +16,12 @@ class HFlip final : public Op {
   bool IsHFlip() const override { return true; }
   std::optional<bool> DrawsHFlip(SampleRng& rng) const override { return Draw(rng); }
   bool CommutesWithHFlip() const override { return true; }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (Draw(rng)) kernels::HFlip(img);
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    const bool flip = Draw(rng);
+    if (warp != nullptr) *warp = flip ? HFlipWarp(img.cols) : IdentityWarp();
+    if (flip) kernels::HFlip(img);
     return Status::OK();
   }
 
@@ -34,9 +38,12 @@ class VFlip final : public Op {
  public:
   explicit VFlip(double p) : p_(p) {}
   bool CommutesWithHFlip() const override { return true; }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
     const bool flip = rng.Bernoulli(p_);
     RecordDraw("flipped", flip);
+    if (warp != nullptr) *warp = flip ? VFlipWarp(img.rows) : IdentityWarp();
     if (flip) {
       cv::Mat out;
       cv::flip(img, out, 0);

@@ -22,6 +22,10 @@
 //                pipeline the window is chosen from the image's header and the decoder
 //                reads only that window, at the largest DCT scale that keeps the
 //                output's resolution (lib/ops/pipeline.cc).
+//   motion       what an image op does to the image's points, so that boxes and masks
+//                follow it (ops/targets.h): kNone (colour and per-pixel ops), kWarp
+//                (geometry: ApplyWarp says where the points went), kUnknown (an op that
+//                cannot say yet: a pipeline with targets refuses it, by name).
 //
 // Adding an op: one file under lib/ops/ that defines the Op and a factory, and one
 // line in lib/ops/all_ops.inc (ops live in static libraries, where a registration
@@ -44,6 +48,7 @@
 #include "ferry/status.h"
 #include "ops/args.h"
 #include "ops/record.h"
+#include "ops/targets.h"
 
 namespace ferry {
 
@@ -91,6 +96,18 @@ class Op {
   // pad) skips the sample, reported with the message, as a bad file is.
   virtual Status Apply(cv::Mat& img, SampleRng& rng) const { return Status::OK(); }
 
+  // See "motion" above. The default: ops that commute with a flip move no point (a
+  // flip itself, and vflip, say kWarp); any other op must say.
+  enum class Motion : uint8_t { kNone, kWarp, kUnknown };
+  virtual Motion motion() const { return CommutesWithHFlip() ? Motion::kNone : Motion::kUnknown; }
+  // Apply, also setting `*warp` (when not null) to where the input's points went
+  // (ops/targets.h); the output's size is the image's. Draws exactly what Apply draws.
+  // kWarp ops override it (and make Apply call it with nullptr); others move nothing.
+  virtual Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const {
+    if (warp != nullptr) *warp = IdentityWarp();
+    return Apply(img, rng);
+  }
+
   // True when the op gives the same pixels whether the image is mirrored left-right
   // before or after it (per-pixel and whole-image colour ops): a pending flip is then
   // carried past it and fused into the final write.
@@ -113,6 +130,8 @@ class Op {
 
   // The normalize op: per-channel mean and std in [0, 1] units.
   virtual bool Normalizes(float mean[3], float std[3]) const { return false; }
+  // The sanitize_boxes op: its rules (ops/targets.h).
+  virtual const TargetRules* Sanitizes() const { return nullptr; }
 };
 
 // Makes an op from its parameters. `args` reports unknown or ill-typed parameters;

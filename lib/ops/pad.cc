@@ -17,9 +17,16 @@ class PadOp final : public Op {
     return Shape{h, w, in.channels};
   }
 
-  Status Apply(cv::Mat& img, SampleRng&) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng&, Warp* warp) const override {
     if (img.cols + padding_[0] + padding_[2] <= 0 || img.rows + padding_[1] + padding_[3] <= 0)
       return Status::InvalidArgument("pad: the negative padding leaves no pixels of this image");
+    if (warp != nullptr) {
+      const int w = img.cols + padding_[0] + padding_[2];
+      *warp = CropResizeWarp(-padding_[0], -padding_[1], w, img.rows + padding_[1] + padding_[3], w,
+                             img.rows + padding_[1] + padding_[3]);
+    }
     img = Pad(img, padding_, fill_, mode_);
     return Status::OK();
   }

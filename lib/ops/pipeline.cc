@@ -59,6 +59,7 @@ Result<std::shared_ptr<const Pipeline>> Pipeline::Compile(const PipelineSpec& sp
     else if ((o.name == "hflip" || o.name == "random_horizontal_flip") && first_flip) stream = kRngFlip, first_flip = false;
     else if (o.name == "color_jitter" && first_jitter) stream = kRngJitter, first_jitter = false;
     const Op::Stage stage = op->stage();
+    if (const TargetRules* rules = op->Sanitizes()) p->rules_ = *rules;
     if (stage == Op::Stage::kImage) {
       if (phase > 0)
         return Status::InvalidArgument("pipeline spec: " + OpLabel(i, o.name) + " works on images, but it comes after " +
@@ -140,9 +141,24 @@ PipelineSpec Pipeline::ImageSpec() const {
 // ---------------------------------------------------------------------------------
 // Process
 
+Status Pipeline::CheckTargets() const {
+  for (int i = 0; i < first_tensor_op_; ++i) {
+    if (ops_[size_t(i)]->motion() == Op::Motion::kUnknown)
+      return Status::InvalidArgument("pipeline spec: " + OpLabel(size_t(i), spec_.ops[size_t(i)].name) +
+                                     " cannot move boxes and masks with the image; a job with targets can use the "
+                                     "crops, resizes, flips, pads, rotations, affine and perspective ops and any "
+                                     "colour op");
+  }
+  if (batch_op_ >= 0)
+    return Status::InvalidArgument("pipeline spec: " + OpLabel(size_t(batch_op_), spec_.ops[size_t(batch_op_)].name) +
+                                   " mixes samples, which has no meaning for boxes and masks");
+  return Status::OK();
+}
+
 Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index, void* out,
-                         int64_t* decoded_ns, StepTimes* times) const {
+                         int64_t* decoded_ns, StepTimes* times, SampleTargets* targets) const {
   if (encoded.empty()) return Status::DataLoss("zero-byte file");
+  if (targets != nullptr) FERRY_RETURN_IF_ERROR(CheckTargets());
   const bool gray = spec_.color == PipelineSpec::Color::kGray;
   Scratch& scratch = ThreadScratch();
   const int64_t t0 = times != nullptr ? MonoNs() : 0;
@@ -174,10 +190,12 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
     cv::Mat region;  // the plan's window (or the whole image), oriented, RGB or gray
     std::optional<CropPlan> plan;
     size_t consumed = 0;
+    int full_w = 0, full_h = 0;  // the decoded image's size, oriented
     if (format == ImageFormat::kJpeg) {
       FERRY_ASSIGN_OR_RETURN(JpegInfo info, scratch.jpeg.ReadHeader(encoded, spec_.max_pixels));
       const bool swap = info.orientation >= 5;
       const int ow = swap ? info.height : info.width, oh = swap ? info.width : info.height;
+      full_w = ow, full_h = oh;
       plan = plan_prefix(ow, oh, &consumed);
       const cv::Rect box = plan ? plan->window : cv::Rect(0, 0, ow, oh);
       const cv::Rect stored = OrientedToStored(box, info.orientation, info.width, info.height);
@@ -197,11 +215,26 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
       FERRY_ASSIGN_OR_RETURN(cv::Mat img, DecodeWithOpenCV(format, encoded, gray, spec_.max_pixels));
       plan = plan_prefix(img.cols, img.rows, &consumed);
       region = plan ? img(plan->window) : img;
+      full_w = img.cols, full_h = img.rows;
     }
     const int64_t t1 = MonoNs();
     if (decoded_ns != nullptr) *decoded_ns = t1;
     if (times != nullptr) times->ns[0] += t1 - t0;
-    if (!plan) return RunImageOps(region, 0, false, seed, epoch, index, out, times);
+    std::optional<TargetTracker> tracker;
+    if (targets != nullptr) {
+      FERRY_RETURN_IF_ERROR(ValidateTargets(*targets, full_w, full_h));
+      tracker.emplace(targets, full_w, full_h);
+    }
+    TargetTracker* const track = tracker ? &*tracker : nullptr;
+    if (!plan) {
+      FERRY_RETURN_IF_ERROR(RunImageOps(region, 0, false, seed, epoch, index, out, times, track));
+      if (track != nullptr) track->Finish(rules_);
+      return Status::OK();
+    }
+    if (track != nullptr) {
+      const cv::Rect& w = plan->window;
+      track->Move(CropResizeWarp(w.x, w.y, w.width, w.height, plan->out_w, plan->out_h), plan->out_w, plan->out_h);
+    }
 
     // 2. The plan's resample, then the other image ops. When every later image op is a
     // flip or commutes with one (colour ops), the flips are drawn first and fused into
@@ -220,6 +253,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         SampleRng r = Rng(size_t(i), seed, epoch, index);
         if (std::optional<bool> f = ops_[size_t(i)]->DrawsHFlip(r)) flip ^= *f;
       }
+      const bool flipped = flip;  // the net flip, wherever it is done (it moves the targets last)
       bool others = false;  // image ops other than flips follow the plan
       for (int i = int(consumed); i < first_tensor_op_; ++i) others = others || !ops_[size_t(i)]->IsHFlip();
       cv::Mat img;
@@ -247,13 +281,24 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         SampleRng r = Rng(size_t(i), seed, epoch, index);
         if (op.IsHFlip()) continue;  // drawn above
         const int64_t s = times != nullptr ? MonoNs() : 0;
-        FERRY_RETURN_IF_ERROR(op.Apply(img, r));
+        if (track != nullptr && op.motion() == Op::Motion::kWarp) {
+          // A vflip, or a composition of flips: in place on the row, its points moved.
+          Warp m;
+          FERRY_RETURN_IF_ERROR(op.ApplyWarp(img, r, &m));
+          track->Move(m, img.cols, img.rows);
+        } else {
+          FERRY_RETURN_IF_ERROR(op.Apply(img, r));
+        }
         if (times != nullptr) times->ns[size_t(i) + 1] += MonoNs() - s;
       }
       const int64_t s = times != nullptr ? MonoNs() : 0;
       if (img.data != out || !to_uint8) WriteOutput(img, flip, seed, epoch, index, out);
       else if (flip) kernels::HFlipInPlace(img);
       if (times != nullptr) times->ns.back() += MonoNs() - s;
+      if (track != nullptr) {
+        if (flipped) track->Move(HFlipWarp(img.cols), img.cols, img.rows);
+        track->Finish(rules_);
+      }
       return Status::OK();
     }
     scratch.resized.create(plan->out_h, plan->out_w, type);
@@ -261,7 +306,9 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
     if (plan->interp == kBilinear && near) kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, false, img.data);
     else ResampleFused(region, img, plan->interp);
     if (times != nullptr) times->ns[consumed] += MonoNs() - t2;
-    return RunImageOps(img, consumed, false, seed, epoch, index, out, times);
+    FERRY_RETURN_IF_ERROR(RunImageOps(img, consumed, false, seed, epoch, index, out, times, track));
+    if (track != nullptr) track->Finish(rules_);
+    return Status::OK();
   } catch (const cv::Exception& e) {
     return Status::DataLoss(std::string("image processing failed: ") + e.what());
   } catch (const std::bad_alloc&) {
@@ -270,7 +317,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
 }
 
 Status Pipeline::RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t seed, uint64_t epoch, int64_t index,
-                             void* out, StepTimes* times) const {
+                             void* out, StepTimes* times, TargetTracker* tracker) const {
   for (size_t i = first; i < size_t(first_tensor_op_); ++i) {
     const Op& op = *ops_[i];
     SampleRng r = Rng(i, seed, epoch, index);
@@ -281,9 +328,16 @@ Status Pipeline::RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t see
     }
     if (flip && !op.CommutesWithHFlip()) {
       kernels::HFlip(img);
+      if (tracker != nullptr) tracker->Move(HFlipWarp(img.cols), img.cols, img.rows);
       flip = false;
     }
-    FERRY_RETURN_IF_ERROR(op.Apply(img, r));
+    if (tracker != nullptr && op.motion() == Op::Motion::kWarp) {
+      Warp m;
+      FERRY_RETURN_IF_ERROR(op.ApplyWarp(img, r, &m));
+      tracker->Move(m, img.cols, img.rows);
+    } else {
+      FERRY_RETURN_IF_ERROR(op.Apply(img, r));
+    }
     if (times != nullptr) times->ns[i + 1] += MonoNs() - s;
   }
   if (img.cols != out_.width || img.rows != out_.height || img.channels() != out_.channels)
@@ -292,6 +346,7 @@ Status Pipeline::RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t see
                             std::to_string(out_.width) + "x" + std::to_string(out_.height) + "x" +
                             std::to_string(out_.channels));
   const int64_t s = times != nullptr ? MonoNs() : 0;
+  if (flip && tracker != nullptr) tracker->Move(HFlipWarp(img.cols), img.cols, img.rows);
   WriteOutput(img, flip, seed, epoch, index, out);
   if (times != nullptr) times->ns.back() += MonoNs() - s;
   return Status::OK();

@@ -34,6 +34,7 @@
 #include "ferry/pipeline_spec.h"
 #include "ferry/status.h"
 #include "ops/op.h"
+#include "ops/targets.h"
 
 namespace ferry {
 
@@ -86,8 +87,16 @@ class Pipeline {
   // image op that cannot run on this image (e.g. a RandomCrop larger than it).
   // `decoded_ns`: the steady-clock time (core/histogram.h MonoNs) at which the decode
   // ended. `times`: per-step cost (see StepTimes), when given.
+  // `targets` (when given): the sample's boxes and masks in the decoded image's points,
+  // moved with it and sanitized (ops/targets.h); requires CheckTargets().
   Status Process(std::string_view encoded, uint64_t seed, uint64_t epoch, int64_t index, void* out,
-                 int64_t* decoded_ns = nullptr, StepTimes* times = nullptr) const;
+                 int64_t* decoded_ns = nullptr, StepTimes* times = nullptr, SampleTargets* targets = nullptr) const;
+
+  // OK when every image op can move boxes and masks (op.h: motion) and no batch op
+  // mixes samples; else InvalidArgument naming the first op that cannot.
+  Status CheckTargets() const;
+  // The sanitize rules: the last sanitize_boxes op's, else its defaults.
+  const TargetRules& target_rules() const { return rules_; }
 
   // The batch ops on a finished float32 batch (in place), writing batch.targets.
   // batch_key: BatchKey() of the batch. No-op without batch ops.
@@ -113,7 +122,7 @@ class Pipeline {
  private:
   struct Step;
   Status RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t seed, uint64_t epoch, int64_t index,
-                     void* out, StepTimes* times) const;
+                     void* out, StepTimes* times, TargetTracker* tracker) const;
   void WriteOutput(const cv::Mat& img, bool flip, uint64_t seed, uint64_t epoch, int64_t index, void* out) const;
   void RunTensorOps(float* chw, uint64_t seed, uint64_t epoch, int64_t index) const;
   SampleRng Rng(size_t op, uint64_t seed, uint64_t epoch, int64_t index) const;
@@ -127,6 +136,7 @@ class Pipeline {
   int batch_op_ = -1;
   Shape out_;
   int num_classes_ = 0;
+  TargetRules rules_;
   float scale_[3] = {1 / 255.f, 1 / 255.f, 1 / 255.f}, bias_[3] = {0, 0, 0};
 };
 

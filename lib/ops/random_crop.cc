@@ -23,15 +23,30 @@ class RandomCrop final : public Op {
     return CropPlan{Box(width, height, rng), w_, h_};
   }
 
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
-    if (padding_ != std::array<int, 4>{0, 0, 0, 0}) img = Pad(img, padding_, fill_, mode_);
-    if (pad_if_needed_ && img.cols < w_) img = Pad(img, {w_ - img.cols, 0, w_ - img.cols, 0}, fill_, mode_);
-    if (pad_if_needed_ && img.rows < h_) img = Pad(img, {0, h_ - img.rows, 0, h_ - img.rows}, fill_, mode_);
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    // Padding is a shift of the points by (left, top).
+    double dx = 0, dy = 0;
+    if (padding_ != std::array<int, 4>{0, 0, 0, 0}) {
+      img = Pad(img, padding_, fill_, mode_);
+      dx += padding_[0], dy += padding_[1];
+    }
+    if (pad_if_needed_ && img.cols < w_) {
+      dx += w_ - img.cols;
+      img = Pad(img, {w_ - img.cols, 0, w_ - img.cols, 0}, fill_, mode_);
+    }
+    if (pad_if_needed_ && img.rows < h_) {
+      dy += h_ - img.rows;
+      img = Pad(img, {0, h_ - img.rows, 0, h_ - img.rows}, fill_, mode_);
+    }
     if (img.cols < w_ || img.rows < h_)
       return Status::InvalidArgument("random_crop: the image (" + std::to_string(img.cols) + "x" +
                                      std::to_string(img.rows) + ") is smaller than the crop (" + std::to_string(w_) +
                                      "x" + std::to_string(h_) + "); set pad_if_needed");
-    img = img(Box(img.cols, img.rows, rng));
+    const cv::Rect box = Box(img.cols, img.rows, rng);
+    if (warp != nullptr) *warp = CropResizeWarp(box.x - dx, box.y - dy, w_, h_, w_, h_);
+    img = img(box);
     return Status::OK();
   }
 

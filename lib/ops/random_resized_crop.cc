@@ -21,8 +21,11 @@ class RandomResizedCrop final : public Op {
     return CropPlan{box, w_, h_, Interp(rng), antialias_};
   }
 
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
     const cv::Rect box = Box(img.cols, img.rows, rng);
+    if (warp != nullptr) *warp = CropResizeWarp(box.x, box.y, box.width, box.height, w_, h_);
     cv::Mat out(h_, w_, img.type());
     Resample(img(box), out, Interp(rng));
     img = out;

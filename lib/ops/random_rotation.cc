@@ -6,6 +6,7 @@
 // Parameters are drawn as torchvision's get_params draws them.
 // affine and perspective: the functional F.affine(angle, translate, scale, shear) and
 // F.perspective(startpoints, endpoints) with fixed parameters.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/geometry.h"
@@ -16,9 +17,11 @@
 namespace ferry {
 
 cv::Mat AffinePil(const cv::Mat& img, double angle, double tx, double ty, double scale, double shear_x,
-                  double shear_y, int interp, const std::array<uint8_t, 3>& fill, const double* center) {
+                  double shear_y, int interp, const std::array<uint8_t, 3>& fill, const double* center,
+                  double inverse[6]) {
   const double cx = center ? center[0] : img.cols * 0.5, cy = center ? center[1] : img.rows * 0.5;
   const std::array<double, 6> m = kernels::InverseAffineMatrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y);
+  if (inverse != nullptr) std::copy(m.begin(), m.end(), inverse);
   cv::Mat out(img.rows, img.cols, img.type());
   kernels::PilAffine(img, out, m.data(), ToKernelInterp(interp), fill.data());
   return out;
@@ -57,11 +60,15 @@ class RandomRotation final : public Op {
     return Shape{r.rows, r.cols, in.channels};
   }
 
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
     const double angle = rng.Uniform(degrees_.first, degrees_.second);
     RecordDraw("angle", angle);
+    double inverse[6];
     img = kernels::PilRotate(img, angle, ToKernelInterp(interp_), expand_, center_ ? center_->data() : nullptr,
-                             fill_.data());
+                             fill_.data(), inverse);
+    if (warp != nullptr) *warp = FromPilAffine(inverse);
     return Status::OK();
   }
 
@@ -86,7 +93,9 @@ class RandomAffine final : public Op {
   };
   explicit RandomAffine(Params p) : p_(std::move(p)) {}
 
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
     const double angle = rng.Uniform(p_.degrees.first, p_.degrees.second);
     double tx = 0, ty = 0;
     if (p_.fixed_translate) {
@@ -107,7 +116,10 @@ class RandomAffine final : public Op {
     RecordDraw("scale", scale);
     RecordDraw("shear_x", sx);
     RecordDraw("shear_y", sy);
-    img = AffinePil(img, angle, tx, ty, scale, sx, sy, p_.interp, p_.fill, p_.center ? p_.center->data() : nullptr);
+    double inverse[6];
+    img = AffinePil(img, angle, tx, ty, scale, sx, sy, p_.interp, p_.fill, p_.center ? p_.center->data() : nullptr,
+                    inverse);
+    if (warp != nullptr) *warp = FromPilAffine(inverse);
     return Status::OK();
   }
 
@@ -120,7 +132,10 @@ class RandomPerspective final : public Op {
   RandomPerspective(double distortion, double p, int interp, std::array<uint8_t, 3> fill)
       : distortion_(distortion), p_(p), interp_(interp), fill_(fill) {}
 
-  Status Apply(cv::Mat& img, SampleRng& rng) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    if (warp != nullptr) *warp = IdentityWarp();
     const bool applied = rng.Bernoulli(p_);
     RecordDraw("applied", applied);
     if (!applied) return Status::OK();
@@ -146,6 +161,7 @@ class RandomPerspective final : public Op {
     cv::Mat out(h, w, img.type());
     kernels::PilPerspective(img, out, c.data(), ToKernelInterp(interp_), fill_.data());
     img = out;
+    if (warp != nullptr) *warp = FromPilPerspective(c.data());
     return Status::OK();
   }
 
@@ -159,10 +175,13 @@ class Perspective final : public Op {
  public:
   Perspective(std::array<double, 8> coeffs, int interp, std::array<uint8_t, 3> fill)
       : coeffs_(coeffs), interp_(interp), fill_(fill) {}
-  Status Apply(cv::Mat& img, SampleRng&) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng&, Warp* warp) const override {
     cv::Mat out(img.rows, img.cols, img.type());
     kernels::PilPerspective(img, out, coeffs_.data(), ToKernelInterp(interp_), fill_.data());
     img = out;
+    if (warp != nullptr) *warp = FromPilPerspective(coeffs_.data());
     return Status::OK();
   }
 

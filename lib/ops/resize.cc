@@ -27,8 +27,11 @@ class Resize final : public Op {
     return CropPlan{cv::Rect(0, 0, width, height), w, h, interp_, antialias_};
   }
 
-  Status Apply(cv::Mat& img, SampleRng&) const override {
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng&, Warp* warp) const override {
     const auto [h, w] = ResizedSize(img.rows, img.cols, size_, shorter_, max_size_);
+    if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
     if (h == img.rows && w == img.cols) return Status::OK();
     cv::Mat out(h, w, img.type());
     Resample(img, out, interp_);

@@ -19,8 +19,10 @@ inline kernels::Interp ToKernelInterp(int interp) {
 
 // F.affine on a PIL image: the inverse matrix about `center` (nullptr: the image's
 // centre (w/2, h/2)), then Image.transform(AFFINE) into a new image of the same size.
+// `inverse` (when not null) receives the coefficients.
 cv::Mat AffinePil(const cv::Mat& img, double angle, double tx, double ty, double scale, double shear_x,
-                  double shear_y, int interp, const std::array<uint8_t, 3>& fill, const double* center);
+                  double shear_y, int interp, const std::array<uint8_t, 3>& fill, const double* center,
+                  double inverse[6] = nullptr);
 
 }  // namespace ferry
 

@@ -690,17 +690,29 @@ void PilPerspective(const cv::Mat& src, cv::Mat& dst, const double coeffs[8], In
 }
 
 cv::Mat PilRotate(const cv::Mat& src, double angle, Interp interp, bool expand, const double* center,
-                  const uint8_t* fill) {
+                  const uint8_t* fill, double inverse[6]) {
   CV_Assert((src.type() == CV_8UC1 || src.type() == CV_8UC3) && !src.empty());
   angle = PyMod(angle, 360.0);
   cv::Mat out;
+  auto set_inverse = [inverse](double a, double b, double c, double d, double e, double f) {
+    if (inverse == nullptr) return;
+    inverse[0] = a, inverse[1] = b, inverse[2] = c, inverse[3] = d, inverse[4] = e, inverse[5] = f;
+  };
   if (center == nullptr) {  // Pillow's fast paths, "as long as we're not changing the center"
-    if (angle == 0) return src.clone();
+    const double w0 = src.cols, h0 = src.rows;
+    if (angle == 0) {
+      set_inverse(1, 0, 0, 0, 1, 0);
+      return src.clone();
+    }
     if (angle == 180) {
+      set_inverse(-1, 0, w0, 0, -1, h0);
       cv::flip(src, out, -1);
       return out;
     }
     if ((angle == 90 || angle == 270) && (expand || src.cols == src.rows)) {
+      // 90 (counter-clockwise): output (x, y) shows source (w - y, x); 270: (y, h - x).
+      if (angle == 90) set_inverse(0, -1, w0, 1, 0, 0);
+      else set_inverse(0, 1, 0, -1, 0, h0);
       cv::rotate(src, out, angle == 90 ? cv::ROTATE_90_COUNTERCLOCKWISE : cv::ROTATE_90_CLOCKWISE);
       return out;
     }
@@ -737,6 +749,7 @@ cv::Mat PilRotate(const cv::Mat& src, double angle, Interp interp, bool expand, 
   }
   out.create(h, w, src.type());
   Affine(src, out, m, interp, fill);
+  set_inverse(m[0], m[1], m[2], m[3], m[4], m[5]);
   return out;
 }
 

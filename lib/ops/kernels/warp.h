@@ -54,9 +54,11 @@ void PilPerspective(const cv::Mat& src, cv::Mat& dst, const double coeffs[8], In
 // nullptr = Pillow's default (w / 2, h / 2); Pillow takes angle % 360 of 0, 180 (and 90 / 270
 // when expand or the image is square) as exact transposes, but only when no center is given.
 // Returns a new image: src's size, or with expand the size of the rotated bounding box.
+// `inverse` (when not null) receives the map it sampled by, as PilAffine's coefficients
+// (an output point -> its source point), the transposes' included.
 // REQUIRES: as PilAffine.
 cv::Mat PilRotate(const cv::Mat& src, double angle, Interp interp, bool expand, const double* center,
-                  const uint8_t* fill);
+                  const uint8_t* fill, double inverse[6] = nullptr);
 
 // torchvision's _get_inverse_affine_matrix(center, angle, translate, scale, shear): F.affine's
 // coefficients for PilAffine (PIL's convention). F.affine on a PIL image uses

@@ -1,0 +1,403 @@
+// Boxes and masks follow their image through every geometric op (lib/ops/targets.h,
+// Pipeline::Process with targets), checked from the pixels: filled shapes of distinct
+// saturated colours are painted into real photographs ($FERRY_SAMPLE_DATA, desaturated
+// first so that no photo pixel is near a painted colour), with their boxes, polygons,
+// raster masks and a semantic mask as annotations. After each pipeline, every colour
+// still visible must have its box (IoU >= 0.8 with its pixels' bounding box) and its
+// masks (IoU >= 0.75 with its pixels), and every box must show its colour. Both decode
+// paths run: JPEG (the crop plan reads only its window) and PNG (decoded whole).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "core/philox.h"
+#include "image/image_test_util.h"
+#include "testutil.h"
+#include "ops/pipeline.h"
+#include "ops/targets.h"
+
+namespace ferry {
+namespace {
+
+using testing::Contains;
+
+constexpr int kShapes = 6;
+const cv::Vec3b kColours[kShapes] = {{255, 0, 0},   {0, 255, 0},   {0, 0, 255},
+                                     {255, 255, 0}, {255, 0, 255}, {0, 255, 255}};
+
+// Real photographs: the first JPEG of each class folder of the sample ImageFolder.
+std::vector<std::string> Photos(size_t n) {
+  const char* dir = std::getenv("FERRY_SAMPLE_DATA");
+  if (dir == nullptr || *dir == '\0') {
+    ADD_FAILURE() << "FERRY_SAMPLE_DATA must point to the sample ImageFolder (bench/setup.sh builds it)";
+    return {};
+  }
+  std::vector<std::string> classes;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_directory()) classes.push_back(e.path().string());
+  std::sort(classes.begin(), classes.end());
+  std::vector<std::string> out;
+  for (const std::string& c : classes) {
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(c)) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    if (!files.empty()) out.push_back(files.front());
+    if (out.size() == n) break;
+  }
+  EXPECT_EQ(out.size(), n) << "too few classes in " << dir;
+  return out;
+}
+
+struct Painted {
+  std::string bytes;  // the encoded photo
+  SampleTargets targets;
+  int width = 0, height = 0;
+};
+
+// Paints kShapes shapes (rectangles; the last two triangles) at random, non-overlapping
+// places; shape k has colour k and label k + 1. Shapes 0-3 give polygon masks, 4-5
+// raster masks; the semantic mask holds k + 1 under shape k.
+Painted PaintPhoto(const std::string& path, uint64_t seed, bool png) {
+  Painted p;
+  cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR);
+  EXPECT_FALSE(bgr.empty()) << path;
+  if (bgr.empty()) return p;
+  cv::Mat rgb, gray, gray3;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
+  cv::cvtColor(gray, gray3, cv::COLOR_GRAY2RGB);
+  cv::addWeighted(rgb, 0.5, gray3, 0.5, 0, rgb);  // no channel gap over 128 is left
+  p.width = rgb.cols, p.height = rgb.rows;
+  p.targets.semantic = cv::Mat::zeros(rgb.rows, rgb.cols, CV_8UC1);
+  SampleRng rng(seed, 0, 0, 99);
+  std::vector<cv::Rect> taken;
+  for (int k = 0; k < kShapes; ++k) {
+    cv::Rect r;
+    for (int attempt = 0; attempt < 500; ++attempt) {
+      const int w = rgb.cols / 8 + int(rng.Below(uint64_t(rgb.cols / 6)));
+      const int h = rgb.rows / 8 + int(rng.Below(uint64_t(rgb.rows / 6)));
+      r = cv::Rect(int(rng.Below(uint64_t(rgb.cols - w))), int(rng.Below(uint64_t(rgb.rows - h))), w, h);
+      bool free = true;
+      for (const cv::Rect& t : taken) free = free && (r & cv::Rect(t.x - 8, t.y - 8, t.width + 16, t.height + 16)).empty();
+      if (free) break;
+      r = cv::Rect();
+    }
+    EXPECT_FALSE(r.empty()) << "no room for shape " << k << " in " << path;
+    if (r.empty()) continue;
+    taken.push_back(r);
+    std::vector<cv::Point2f> poly;
+    if (k < 4) {
+      poly = {{float(r.x), float(r.y)}, {float(r.x + r.width), float(r.y)},
+              {float(r.x + r.width), float(r.y + r.height)}, {float(r.x), float(r.y + r.height)}};
+    } else {
+      poly = {{float(r.x) + 0.5f * r.width, float(r.y)}, {float(r.x + r.width), float(r.y + r.height)},
+              {float(r.x), float(r.y + r.height)}};
+    }
+    // Painted with the rasterizer's convention (pixel centres inside the polygon).
+    cv::Mat shape = cv::Mat::zeros(rgb.rows, rgb.cols, CV_8UC1);
+    std::vector<cv::Point> drawn;
+    for (const cv::Point2f& q : poly) drawn.emplace_back(int(std::lround((q.x - 0.5) * 256)), int(std::lround((q.y - 0.5) * 256)));
+    cv::fillPoly(shape, std::vector<std::vector<cv::Point>>{drawn}, cv::Scalar(1), cv::LINE_8, 8);
+    rgb.setTo(cv::Scalar(kColours[k][0], kColours[k][1], kColours[k][2]), shape);
+    p.targets.semantic.setTo(cv::Scalar(k + 1), shape);
+    p.targets.boxes.push_back({float(r.x), float(r.y), float(r.x + r.width), float(r.y + r.height)});
+    p.targets.labels.push_back(k + 1);
+    InstanceMask m;
+    if (k < 4) m.polygons.push_back(poly);
+    else m.raster = shape;
+    p.targets.masks.push_back(std::move(m));
+  }
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uint8_t> buf;
+  const std::vector<int> params = png ? std::vector<int>{} : std::vector<int>{cv::IMWRITE_JPEG_QUALITY, 98};
+  EXPECT_TRUE(cv::imencode(png ? ".png" : ".jpg", bgr, buf, params));
+  p.bytes.assign(buf.begin(), buf.end());
+  return p;
+}
+
+// The pixels of colour k in an RGB output (every channel within 60).
+cv::Mat ColourPixels(const cv::Mat& rgb, int k) {
+  cv::Mat lo, out;
+  const cv::Vec3b c = kColours[k];
+  cv::inRange(rgb, cv::Scalar(std::max(0, c[0] - 60), std::max(0, c[1] - 60), std::max(0, c[2] - 60)),
+              cv::Scalar(std::min(255, c[0] + 60), std::min(255, c[1] + 60), std::min(255, c[2] + 60)), out);
+  return out;
+}
+
+double BoxIoU(const std::array<float, 4>& a, const cv::Rect& b) {
+  const double ix = std::max(0.0, std::min<double>(a[2], b.x + b.width) - std::max<double>(a[0], b.x));
+  const double iy = std::max(0.0, std::min<double>(a[3], b.y + b.height) - std::max<double>(a[1], b.y));
+  const double inter = ix * iy;
+  const double uni = double(a[2] - a[0]) * (a[3] - a[1]) + double(b.area()) - inter;
+  return uni > 0 ? inter / uni : 0;
+}
+
+double MaskIoU(const cv::Mat& a, const cv::Mat& b) {  // nonzero = inside
+  const int inter = cv::countNonZero(a & b), uni = cv::countNonZero(a | b);
+  return uni > 0 ? double(inter) / uni : 1.0;
+}
+
+struct Checked {
+  int visible = 0;  // colours checked this sample
+  int boxes = 0;
+};
+
+// The check described at the top, on one processed sample. A box is transformed as a
+// box (torchvision v2's rule: the bounding box of its four mapped corners, clamped), so
+// it bounds its shape's pixels exactly (IoU >= 0.8) only when nothing turned the shape
+// against the box: a rectangle (colours 0-3) under axis-aligned ops (crops, resizes,
+// flips, pads), or any shape with tight boxes (boxes_from_masks). Otherwise (triangles,
+// 4-5, cut by a crop; shapes rotated and cut) the box must contain the pixels. A
+// rectangle's box of 10 x 10 or more shows some of it. Masks: IoU >= 0.75 with the
+// colour's pixels. Slivers under 8 pixels across (a shape cut by a crop's edge) are
+// checked for their box only: one blended row changes their IoU by a third.
+Checked ExpectTargetsFollow(const cv::Mat& out, const SampleTargets& t, bool axis_aligned, bool tight,
+                            const std::string& what) {
+  Checked c;
+  const int h = out.rows;
+  for (int k = 0; k < kShapes; ++k) {
+    const bool rectangle = k < 4;
+    const bool exact = tight || (rectangle && axis_aligned);
+    const cv::Mat pixels = ColourPixels(out, k);
+    const int count = cv::countNonZero(pixels);
+    const auto it = std::find(t.labels.begin(), t.labels.end(), int64_t(k + 1));
+    const size_t i = size_t(it - t.labels.begin());
+    if (count >= 150) {
+      ++c.visible;
+      EXPECT_NE(it, t.labels.end()) << what << ": colour " << k << " shows " << count << " pixels but has no box";
+      if (it == t.labels.end()) continue;
+      const cv::Rect bound = cv::boundingRect(pixels);
+      const auto& b = t.boxes[i];
+      const std::string box = "[" + std::to_string(b[0]) + ", " + std::to_string(b[1]) + ", " + std::to_string(b[2]) +
+                              ", " + std::to_string(b[3]) + "]";
+      if (exact) {
+        EXPECT_GE(BoxIoU(b, bound), 0.8) << what << ": colour " << k << " box " << box << " vs its pixels " << bound;
+      } else {
+        EXPECT_TRUE(b[0] <= bound.x + 1.5 && b[1] <= bound.y + 1.5 && b[2] >= bound.x + bound.width - 1.5 &&
+                    b[3] >= bound.y + bound.height - 1.5)
+            << what << ": colour " << k << " box " << box << " does not contain its pixels " << bound;
+      }
+      if (bound.width >= 8 && bound.height >= 8) {
+        const cv::Mat mask = t.instance_masks.rowRange(int(i) * h, int(i + 1) * h) != 0;
+        EXPECT_GE(MaskIoU(mask, pixels != 0), 0.75) << what << ": colour " << k << " instance mask";
+        EXPECT_GE(MaskIoU(t.semantic == k + 1, pixels != 0), 0.75) << what << ": colour " << k << " semantic mask";
+      }
+    }
+    if (it != t.labels.end()) {
+      ++c.boxes;
+      const auto& b = t.boxes[i];
+      if ((rectangle || tight) && b[2] - b[0] >= 10 && b[3] - b[1] >= 10) {
+        EXPECT_GT(count, 0) << what << ": colour " << k << " has a box of " << (b[2] - b[0]) << "x" << (b[3] - b[1])
+                            << " but no pixel";
+      }
+    }
+  }
+  return c;
+}
+
+struct Case {
+  const char* name;
+  const char* ops;    // the image ops, JSON
+  bool axis_aligned;  // crops, resizes, flips and pads only
+};
+
+const Case kCases[] = {
+    {"random_resized_crop+hflip",
+     R"([{"op": "random_resized_crop", "size": 256, "scale": [0.25, 1.0]}, {"op": "hflip"}])", true},
+    {"resize+random_crop+hflip+colour",
+     R"([{"op": "resize", "size": 300}, {"op": "random_crop", "size": 256}, {"op": "hflip"},
+         {"op": "color_jitter", "brightness": 0.1}])",
+     true},
+    {"rotation(expand)+resize",
+     R"([{"op": "random_rotation", "degrees": 40, "expand": true}, {"op": "resize", "size": [256, 256]}])", false},
+    {"affine+vflip+center_crop",
+     R"([{"op": "random_affine", "degrees": 25, "translate": [0.1, 0.1], "scale": [0.8, 1.2], "shear": 10},
+         {"op": "vflip"}, {"op": "resize", "size": 280}, {"op": "center_crop", "size": 256}])",
+     false},
+    {"center_crop+pad (a crop padded back)",
+     R"([{"op": "resize", "size": 320}, {"op": "center_crop", "size": 200}, {"op": "pad", "padding": 28}])", true},
+    {"perspective+random_apply(flips)+resize",
+     R"([{"op": "random_perspective", "distortion_scale": 0.4, "p": 1.0},
+         {"op": "random_apply", "p": 0.7, "ops": [{"op": "hflip", "p": 1.0}, {"op": "vflip", "p": 1.0}]},
+         {"op": "resize", "size": [256, 256]}])",
+     false},
+    {"random_crop(padding)+hflip",
+     R"([{"op": "resize", "size": [256, 256]}, {"op": "random_crop", "size": 256, "padding": 24}, {"op": "hflip"}])",
+     true},
+};
+
+class TargetsFollowTest : public ::testing::TestWithParam<std::tuple<size_t, bool>> {};
+
+TEST_P(TargetsFollowTest, OnPaintedPhotos) {
+  const Case& cs = kCases[std::get<0>(GetParam())];
+  const bool png = std::get<1>(GetParam());
+  const std::vector<std::string> photos = Photos(4);
+  std::vector<Painted> painted;
+  for (size_t ph = 0; ph < photos.size(); ++ph) {
+    painted.push_back(PaintPhoto(photos[ph], ph + 1, png));
+    ASSERT_FALSE(painted.back().bytes.empty());
+  }
+  // Ops that turn shapes run twice: with torchvision's boxes, and with tight ones.
+  for (const bool tight : cs.axis_aligned ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+    std::string ops = cs.ops;
+    if (tight) ops.insert(ops.size() - 1, R"(, {"op": "sanitize_boxes", "boxes_from_masks": true})");
+    Result<PipelineSpec> spec = PipelineSpec::FromJson(R"({"ops": )" + ops + "}");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    Result<std::shared_ptr<const Pipeline>> p = Pipeline::Compile(*spec);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CheckTargets().ok());
+    const Shape shape = (*p)->output_shape();
+    int visible = 0, boxes = 0;
+    for (size_t ph = 0; ph < photos.size(); ++ph) {
+      for (int64_t index = 0; index < 8; ++index) {
+        SampleTargets t = painted[ph].targets;
+        cv::Mat out(shape.height, shape.width, CV_8UC3);
+        const Status s = (*p)->Process(painted[ph].bytes, 7, 1, index, out.data, nullptr, nullptr, &t);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_EQ(t.boxes.size(), t.labels.size());
+        ASSERT_EQ(t.instance_masks.rows, int(t.boxes.size()) * shape.height);
+        ASSERT_EQ(t.semantic.size(), out.size());
+        const std::string what = std::string(cs.name) + (tight ? " tight" : "") + (png ? " png " : " jpeg ") +
+                                 photos[ph] + " #" + std::to_string(index);
+        const Checked c = ExpectTargetsFollow(out, t, cs.axis_aligned, tight, what);
+        visible += c.visible;
+        boxes += c.boxes;
+        if (::testing::Test::HasFailure()) {
+          cv::Mat bgr;
+          cv::cvtColor(out, bgr, cv::COLOR_RGB2BGR);
+          cv::imwrite(::testing::TempDir() + "targets_failure.png", bgr);
+          cv::imwrite(::testing::TempDir() + "targets_failure_masks.png", t.instance_masks * 255);
+          cv::imwrite(::testing::TempDir() + "targets_failure_semantic.png", t.semantic * 40);
+          return;
+        }
+      }
+    }
+    // The draws must have left most shapes in view: the check above ran on them.
+    EXPECT_GE(visible, 4 * 8 * kShapes / 3) << cs.name;
+    EXPECT_GE(boxes, visible) << cs.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, TargetsFollowTest,
+                         ::testing::Combine(::testing::Range<size_t>(0, std::size(kCases)), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "case" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_png" : "_jpeg");
+                         });
+
+// ---------------------------------------------------------------- exact geometry
+
+SampleTargets OneBox(float x1, float y1, float x2, float y2) {
+  SampleTargets t;
+  t.boxes.push_back({x1, y1, x2, y2});
+  t.labels.push_back(3);
+  return t;
+}
+
+TEST(TargetTrackerTest, FlipCropResizeAreExact) {
+  SampleTargets t = OneBox(10, 20, 50, 60);
+  TargetTracker tr(&t, 200, 100);
+  tr.Move(HFlipWarp(200), 200, 100);                    // x -> 200 - x: [150, 20, 190, 60]
+  tr.Move(CropResizeWarp(100, 0, 100, 100, 50, 50), 50, 50);  // (x - 100) / 2, y / 2
+  tr.Finish(TargetRules{});
+  ASSERT_EQ(t.boxes.size(), 1u);
+  EXPECT_FLOAT_EQ(t.boxes[0][0], 25);
+  EXPECT_FLOAT_EQ(t.boxes[0][1], 10);
+  EXPECT_FLOAT_EQ(t.boxes[0][2], 45);
+  EXPECT_FLOAT_EQ(t.boxes[0][3], 30);
+  EXPECT_EQ(t.labels[0], 3);
+}
+
+TEST(TargetTrackerTest, BoxesAreClampedAtEachStepSoPaddingDoesNotRegrowThem) {
+  // A crop that cuts the box, then a pad: the box ends at the crop's edge, not in the pad.
+  SampleTargets t = OneBox(0, 0, 60, 40);
+  InstanceMask m;
+  m.polygons.push_back({{0, 0}, {60, 0}, {60, 40}, {0, 40}});
+  t.masks.push_back(m);
+  TargetTracker tr(&t, 100, 100);
+  tr.Move(CropResizeWarp(20, 0, 80, 100, 80, 100), 80, 100);  // crop x in [20, 100]
+  tr.Move(CropResizeWarp(-20, 0, 120, 100, 120, 100), 120, 100);  // pad 20 left and right
+  tr.Finish(TargetRules{});
+  ASSERT_EQ(t.boxes.size(), 1u);
+  EXPECT_FLOAT_EQ(t.boxes[0][0], 20);  // the crop's edge, shifted by the pad
+  EXPECT_FLOAT_EQ(t.boxes[0][2], 60);
+  // The mask is empty in the pad: no pixel left of x = 20.
+  const cv::Mat mask = t.instance_masks;
+  EXPECT_EQ(cv::countNonZero(mask.colRange(0, 20)), 0);
+  EXPECT_EQ(cv::countNonZero(mask.colRange(20, 60).rowRange(0, 40)), 40 * 40);
+}
+
+TEST(TargetTrackerTest, SanitizeDropsSmallInvisibleAndOutsideBoxesWithTheirFields) {
+  SampleTargets t;
+  t.boxes = {{10, 10, 30, 30}, {95, 10, 120, 30}, {150, 150, 160, 160}, {40, 40, 40.5f, 60}};
+  t.labels = {1, 2, 3, 4};
+  t.iscrowd = {0, 1, 0, 0};
+  t.area = {400, 500, 100, 10};
+  TargetTracker tr(&t, 200, 200);
+  tr.Move(CropResizeWarp(0, 0, 100, 100, 100, 100), 100, 100);  // crop to the top-left 100 x 100
+  TargetRules rules;
+  rules.min_visibility = 0.3f;  // box 2 keeps 5 of its 25 columns: 0.2
+  tr.Finish(rules);
+  ASSERT_EQ(t.labels, std::vector<int64_t>({1}));  // 2: too little visible; 3: outside; 4: too thin
+  EXPECT_EQ(t.iscrowd, std::vector<uint8_t>({0}));
+  EXPECT_EQ(t.area, std::vector<float>({400}));
+}
+
+TEST(TargetTrackerTest, ValidateNamesTheField) {
+  SampleTargets t = OneBox(10, 10, 5, 20);
+  EXPECT_TRUE(Contains(ValidateTargets(t, 100, 100).message(), "x2 < x1"));
+  t = OneBox(1, 1, 5, 5);
+  t.labels.push_back(2);
+  EXPECT_TRUE(Contains(ValidateTargets(t, 100, 100).message(), "labels"));
+  t = OneBox(1, 1, 5, 5);
+  t.semantic = cv::Mat::zeros(10, 10, CV_8UC1);
+  EXPECT_TRUE(Contains(ValidateTargets(t, 100, 100).message(), "semantic mask"));
+}
+
+TEST(PipelineTargetsTest, OpsThatCannotMoveTargetsAreRefusedByName) {
+  auto check = [](const std::string& ops, const std::string& named) {
+    Result<PipelineSpec> spec = PipelineSpec::FromJson(R"({"ops": )" + ops + "}");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    Result<std::shared_ptr<const Pipeline>> p = Pipeline::Compile(*spec);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const Status s = (*p)->CheckTargets();
+    EXPECT_FALSE(s.ok()) << ops;
+    EXPECT_TRUE(Contains(s.message(), named)) << s.ToString();
+    // Process refuses too, rather than move nothing.
+    SampleTargets t = OneBox(1, 1, 5, 5);
+    std::vector<uint8_t> out((*p)->sample_bytes());
+    const std::string jpeg = testing::EncodeJpeg(64, 48, 1);
+    EXPECT_FALSE((*p)->Process(jpeg, 1, 0, 0, out.data(), nullptr, nullptr, &t).ok());
+  };
+  check(R"([{"op": "rand_augment"}, {"op": "resize", "size": [32, 32]}])", "rand_augment");
+  check(R"([{"op": "resize", "size": [32, 32]}, {"op": "random_apply", "ops": [{"op": "trivial_augment_wide"}]}])",
+        "random_apply");
+}
+
+TEST(PipelineTargetsTest, SanitizeBoxesSetsTheRules) {
+  Result<PipelineSpec> spec = PipelineSpec::FromJson(
+      R"({"ops": [{"op": "resize", "size": [64, 64]},
+          {"op": "sanitize_boxes", "min_size": 12}]})");
+  ASSERT_TRUE(spec.ok());
+  Result<std::shared_ptr<const Pipeline>> p = Pipeline::Compile(*spec);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->target_rules().min_size, 12.0f);
+  SampleTargets t;
+  t.boxes = {{0, 0, 20, 20}, {0, 0, 40, 40}};  // on 128 x 96: 10 x 13.3 and 20 x 26.7
+  t.labels = {1, 2};
+  std::vector<uint8_t> out((*p)->sample_bytes());
+  ASSERT_TRUE((*p)->Process(testing::EncodeJpeg(128, 96, 2), 1, 0, 0, out.data(), nullptr, nullptr, &t).ok());
+  EXPECT_EQ(t.labels, std::vector<int64_t>({2}));
+  EXPECT_NEAR(t.boxes[0][2], 20, 1e-4);
+  EXPECT_NEAR(t.boxes[0][3], 40 * 64 / 96.0, 1e-4);
+}
+
+}  // namespace
+}  // namespace ferry
