@@ -42,6 +42,10 @@ class ConfinedDataset final : public Dataset {
   uint64_t fingerprint() const override { return inner_->fingerprint(); }
   const std::vector<ListingIssue>& listing_issues() const override { return inner_->listing_issues(); }
   std::string_view kind() const override { return inner_->kind(); }
+  bool has_annotations() const override { return inner_->has_annotations(); }
+  Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
+    return inner_->ReadAnnotations(index, out);
+  }
 
  private:
   const std::unique_ptr<Dataset> inner_;

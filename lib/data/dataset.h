@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/annotations.h"
 #include "ferry/status.h"
 
 namespace ferry {
@@ -59,8 +60,15 @@ class Dataset {
   virtual uint64_t fingerprint() const = 0;
   // Problems found while listing (never fatal).
   virtual const std::vector<ListingIssue>& listing_issues() const = 0;
-  // "image_folder", "file_list" or "tar_shards".
+  // "image_folder", "file_list", "tar_shards", "coco" or "synthetic".
   virtual std::string_view kind() const = 0;
+
+  // Sources whose samples carry annotations (COCO): true, and ReadAnnotations fills
+  // `out` for sample `index` (data/annotations.h). Classification sources: false.
+  virtual bool has_annotations() const { return false; }
+  virtual Status ReadAnnotations(int64_t index, SampleAnnotations* out) const {
+    return Status::Unimplemented("this dataset has no annotations");
+  }
 };
 
 // Lower-case extensions torchvision.datasets.folder.IMG_EXTENSIONS accepts.
@@ -71,7 +79,18 @@ Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path);
 // `shards`: paths of .tar files, in shard order.
 Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& shards);
 
+// COCO (data/coco.cc): an instances JSON and the folder its file_names are in.
+struct CocoOptions {
+  bool remove_images_without_annotations = false;
+  bool skip_crowd = false;
+  bool contiguous_labels = false;
+};
+Result<std::unique_ptr<Dataset>> OpenCoco(const std::string& annotations, const std::string& images,
+                                          const CocoOptions& options = {});
+
 // Opens `spec` by its shape:
+//   a JSON object (starts with '{') -> the source its "format" names:
+//     {"format": "coco", "annotations": FILE, "images": DIR, and CocoOptions' names}
 //   a .tsv or .txt file           -> FileList
 //   a .tar file, or a comma-separated list of .tar files, or a directory holding
 //   .tar files and no subdirectories -> TarShards

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/dataset.h"
 #include "data/data_roots.h"
 #include "data/file_util.h"
@@ -218,7 +220,57 @@ std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n) { return std::make_uniq
 
 namespace {
 
+// A JSON source description: {"format": ..., ...}. Unknown keys are refused by name
+// (a misspelt option would otherwise be ignored in silence).
+Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const DataRoots& roots) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(spec);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("dataset spec: not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) return Status::InvalidArgument("dataset spec: a JSON source description must be an object");
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string())
+    return Status::InvalidArgument("dataset spec: \"format\" must name the source (\"coco\")");
+  auto text = [&](const char* key, std::string* out) -> Status {
+    const auto v = j.find(key);
+    if (v == j.end() || !v->is_string() || v->get_ref<const std::string&>().empty())
+      return Status::InvalidArgument(std::string("dataset spec: \"") + key + "\" must be a non-empty path");
+    *out = v->get<std::string>();
+    return Status::OK();
+  };
+  auto flag = [&](const char* key, bool* out) -> Status {
+    const auto v = j.find(key);
+    if (v == j.end()) return Status::OK();
+    if (!v->is_boolean()) return Status::InvalidArgument(std::string("dataset spec: \"") + key + "\" must be true or false");
+    *out = v->get<bool>();
+    return Status::OK();
+  };
+  if (format->get_ref<const std::string&>() == "coco") {
+    for (const auto& [key, value] : j.items()) {
+      if (key != "format" && key != "annotations" && key != "images" && key != "remove_images_without_annotations" &&
+          key != "skip_crowd" && key != "contiguous_labels")
+        return Status::InvalidArgument("dataset spec: unknown key \"" + key +
+                                       "\" for format coco (annotations, images, remove_images_without_annotations, "
+                                       "skip_crowd, contiguous_labels)");
+    }
+    std::string annotations, images;
+    CocoOptions o;
+    FERRY_RETURN_IF_ERROR(text("annotations", &annotations));
+    FERRY_RETURN_IF_ERROR(text("images", &images));
+    FERRY_RETURN_IF_ERROR(flag("remove_images_without_annotations", &o.remove_images_without_annotations));
+    FERRY_RETURN_IF_ERROR(flag("skip_crowd", &o.skip_crowd));
+    FERRY_RETURN_IF_ERROR(flag("contiguous_labels", &o.contiguous_labels));
+    FERRY_RETURN_IF_ERROR(roots.Check(annotations, "annotations file"));
+    FERRY_RETURN_IF_ERROR(roots.Check(images, "images folder"));
+    return OpenCoco(annotations, images, o);
+  }
+  return Status::InvalidArgument("dataset spec: unknown format (known: coco)");
+}
+
 Result<std::unique_ptr<Dataset>> OpenDatasetWithin(const std::string& spec, const DataRoots& roots) {
+  if (spec.front() == '{') return OpenDescribed(spec, roots);
   struct stat st;
   if (::stat(spec.c_str(), &st) == 0) {
     FERRY_RETURN_IF_ERROR(roots.Check(spec, "dataset"));
@@ -271,7 +323,7 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec) { return O
 Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec, const DataRoots& roots) {
   if (spec.empty()) return Status::InvalidArgument("empty dataset spec");
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDatasetWithin(spec, roots));
-  if (roots.confined() && ds->kind() == "file_list") {
+  if (roots.confined() && (ds->kind() == "file_list" || ds->kind() == "coco")) {
     // Every entry, before the job is taken: an absolute entry or one whose ".."s climb
     // out is refused by name (Confine() checks symlinks when each is read).
     for (int64_t i = 0; i < ds->size(); ++i) FERRY_RETURN_IF_ERROR(roots.CheckLexically(ds->Path(i), "file list entry"));
