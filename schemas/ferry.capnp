@@ -116,6 +116,7 @@ struct Job {
   takenBegin @14 :List(Int64);  # a remainder job: positions [takenBegin[i], takenEnd[i])
   takenEnd @15 :List(Int64);    # of the epoch's order already yielded
   badSamples @16 :BadSamples;   # ferry::BadSamples
+  targets @17 :List(Text);      # JobSpec::targets: the batch fields to carry
 }
 
 struct ResumeState {
@@ -189,6 +190,18 @@ struct Batch {
   listedSamples @14 :Int64;
   # [B, num_classes] float32 soft targets of a batch op (MixUp/CutMix); absent otherwise.
   targets @15 :Tensor;
+  # The job's per-sample fields (JobSpec::targets), in its order: see Field.
+  fields @16 :List(Field);
+}
+
+# A named per-sample field. Ragged (offsets present): row r's values are
+# values[offsets[r] .. offsets[r + 1]) along dimension 0, offsets int64 [B + 1] from 0,
+# non-decreasing, ending at values' first dimension. Dense (no offsets): values has
+# one entry per row along dimension 0.
+struct Field {
+  name @0 :Text;
+  values @1 :Tensor;
+  offsets @2 :Tensor;
 }
 
 struct EndOfEpoch {

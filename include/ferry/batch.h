@@ -13,10 +13,30 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ferry/tensor.h"
 
 namespace ferry {
+
+// A named per-sample field (JobSpec::targets: boxes, masks, image ids, ...). Ragged
+// (offsets.rank == 1): row r's values are values[offsets[r] .. offsets[r + 1]) along
+// dimension 0, offsets int64 [rows + 1]. Dense (offsets.rank == 0): values[r].
+// Padding rows have no values (an empty range; zeros in a dense field).
+struct BatchField {
+  std::string name;
+  TensorView values;
+  TensorView offsets;
+  bool ragged() const { return offsets.rank == 1; }
+  // Row r's range along values' dimension 0.
+  std::pair<int64_t, int64_t> range(int64_t r) const {
+    if (!ragged()) return {r, r + 1};
+    return {offsets.as<int64_t>()[r], offsets.as<int64_t>()[r + 1]};
+  }
+};
 
 struct BatchProvenance {
   uint64_t epoch = 0;
@@ -42,6 +62,13 @@ class Batch {
   // [B, num_classes] float32 soft targets, when the pipeline has a batch op (MixUp /
   // CutMix); rank 0 otherwise. Padding rows' targets are zeros.
   TensorView targets;
+  // The job's per-sample fields, in JobSpec::targets' order; views like the tensors.
+  std::vector<BatchField> fields;
+  const BatchField* field(std::string_view name) const {
+    for (const BatchField& f : fields)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
   BatchProvenance provenance;
   int64_t valid = 0;   // rows that are real samples (they come first)
   int64_t skipped = 0; // samples of this batch that were bad files and left out

@@ -132,6 +132,14 @@ struct JobSpec {
   // A remainder job (see "remainder" above; ranked, one epoch): the positions of the
   // epoch's order [first, second) already yielded, sorted and disjoint.
   std::vector<std::pair<int64_t, int64_t>> taken;
+  // The per-sample fields each batch carries besides images, labels and indices, for
+  // datasets with annotations (COCO): any of kTargetNames, each at most once. Empty: a
+  // classification job. The pipeline must then move targets (Pipeline::CheckTargets).
+  std::vector<std::string> targets;
+  // "boxes" float32 [N, 4] XYXY output pixels, "labels" int64 [N] (a class per box),
+  // "iscrowd" uint8 [N], "area" float32 [N], "masks" uint8 [N, H, W], "semantic"
+  // uint8 [B, H, W], "image_id" int64 [B]: the batch fields (ferry/batch.h).
+  static constexpr const char* kTargetNames[] = {"boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id"};
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a

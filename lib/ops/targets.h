@@ -78,6 +78,7 @@ struct SampleTargets {
   std::vector<InstanceMask> masks;          // empty or one per box
   cv::Mat semantic;                         // CV_8UC1 label image of the decoded size, or empty
   uint8_t semantic_fill = 0;                // its value where no source pixel lands (VOC: 255, "ignore")
+  int64_t image_id = -1;                    // the source's id for the image, carried as is
 
   // Out only: the instance masks as one CV_8UC1 Mat of (N * H) x W rows, values 0/1
   // (N = boxes.size() after sanitizing), when `masks` was given.

@@ -12,6 +12,7 @@
 #include "pipeline/batch_pool.h"
 #include "pipeline/producer.h"
 #include "pipeline/split_plan.h"
+#include "pipeline/targets_batch.h"
 
 namespace ferry {
 
@@ -66,6 +67,7 @@ class Loader::Impl {
     producer_ = std::make_unique<BatchProducer>(
         dataset_, pipeline_, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
+    producer_->SetTargets(job.targets);
     producer_->Start();
   }
 
@@ -125,6 +127,12 @@ class Loader::Impl {
     b.skipped = int64_t(p.skipped.size());
     b.provenance = p.plan.provenance();
     b.keepalive = std::move(p.memory.owner);
+    if (!opts_.job.targets.empty()) {
+      PackedFields f = PackFields(opts_.job.targets, p.targets, rows, s.height, s.width);
+      b.fields = std::move(f.fields);
+      b.keepalive = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(b.keepalive),
+                                                                                             std::move(f.owner));
+    }
     b.buffer = p.memory.images;
     b.buffer_size = p.memory.size;
     MutexLock lock(&mu_);
@@ -178,6 +186,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
       return Status::InvalidArgument("give ranks (job.num_consumers, rank) or shards, not both");
   }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.job.dataset));
+  FERRY_RETURN_IF_ERROR(CheckTargetSource(options.job.targets, *ds));
   FERRY_RETURN_IF_ERROR(Impl::WithListing(options, *ds).job.CheckListed());
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.

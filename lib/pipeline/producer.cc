@@ -18,6 +18,7 @@
 #include "core/tsan.h"
 #include "data/permutation.h"
 #include "pipeline/batch_pool.h"
+#include "pipeline/targets_batch.h"
 
 namespace ferry {
 
@@ -335,6 +336,10 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   PipelineStats* stats = stats_.get();
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));
+  const bool with_targets = !targets_.empty();
+  const bool masks = std::find(targets_.begin(), targets_.end(), "masks") != targets_.end() ||
+                     std::find(targets_.begin(), targets_.end(), "semantic") != targets_.end();
+  if (with_targets) b->targets.assign(size_t(std::max<int64_t>(b->plan.rows, n)), SampleTargets());
   // libtbb forks the chunks after this point and joins them before parallel_for
   // returns; TSan sees neither edge by itself (core/tsan.h).
   FERRY_TSAN_RELEASE(b);
@@ -355,14 +360,23 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       }
       const int64_t t1 = stats != nullptr ? MonoNs() : 0;
       if (stats != nullptr) stats->read.ObserveNs(t1 - t0);
-      if (!st.ok()) {
+      SampleTargets* targets = with_targets ? &b->targets[size_t(i)] : nullptr;
+      if (st.ok() && targets != nullptr) {
+        // In memory (the source's listing): not a read that may pass, so an error is the
+        // annotation's, and the sample is bad.
+        SampleAnnotations a;
+        st = dataset_->ReadAnnotations(idx, &a);
+        if (st.ok()) st = TargetsFromAnnotations(a, masks, targets);
+        if (!st.ok()) st = Status::InvalidArgument("annotations: " + st.message());
+      } else if (!st.ok()) {
         read_failed[size_t(i)] = 1;
-      } else {
+      }
+      if (st.ok()) {
         int64_t t2 = 0;
         const bool profile = stats != nullptr && ++sampled % PipelineStats::kOpSampling == 0;
         if (profile) times.ns.assign(pipeline_->step_names().size(), 0);
         st = pipeline_->Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
-                                stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr);
+                                stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr, targets);
         if (stats != nullptr && st.ok()) {
           stats->decode.ObserveNs(t2 - t1);
           stats->augment.ObserveNs(MonoNs() - t2);
@@ -405,10 +419,12 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       std::memmove(m.images + size_t(valid) * sample_bytes_, m.images + size_t(i) * sample_bytes_, sample_bytes_);
       m.labels[valid] = m.labels[i];
       m.indices[valid] = m.indices[i];
+      if (with_targets) b->targets[size_t(valid)] = std::move(b->targets[size_t(i)]);
     }
     ++valid;
   }
   b->valid = valid;
+  for (size_t i = size_t(valid); i < b->targets.size(); ++i) b->targets[i] = SampleTargets();
   if (b->plan.pad) {
     b->rows = b->plan.rows;
     std::memset(m.images + size_t(valid) * sample_bytes_, 0, size_t(b->rows - valid) * sample_bytes_);
@@ -529,6 +545,16 @@ bool SameGroup(const BatchPlan& a, const BatchPlan& b) {
   return a.refill_group >= 0 && a.epoch == b.epoch && a.refill_group == b.refill_group;
 }
 
+// Moves the targets of those rows too (when the batches carry targets): `to`'s grow
+// to hold them.
+void MoveTargets(std::vector<SampleTargets>* from, int64_t from_row, std::vector<SampleTargets>* to, int64_t to_row,
+                 int64_t n) {
+  if (n <= 0 || from->empty() || (from == to && from_row == to_row)) return;
+  if (to->size() < size_t(to_row + n)) to->resize(size_t(to_row + n));
+  // Forward: to_row < from_row whenever from == to (rows move up).
+  for (int64_t k = 0; k < n; ++k) (*to)[size_t(to_row + k)] = std::move((*from)[size_t(from_row + k)]);
+}
+
 // Moves rows [from_row, from_row + n) of `from` to [to_row, to_row + n) of `to` (the
 // same memory, or another batch's).
 void MoveRows(const BatchMemory& from, int64_t from_row, const BatchMemory& to, int64_t to_row, int64_t n,
@@ -558,6 +584,9 @@ void BatchProducer::Refill(std::unique_ptr<ProducedBatch> b, std::vector<std::un
       // moved to the front. They fit: only a group's last batch plans fewer samples.
       FERRY_CHECK(b->valid - from <= need);
       MoveRows(b->memory, from, b->memory, 0, b->valid - from, sample_bytes_);
+      MoveTargets(&b->targets, from, &b->targets, 0, b->valid - from);
+      h->targets = std::move(b->targets);
+      b->targets.clear();
       h->memory = std::move(b->memory);
       b->memory = BatchMemory{};
       h->valid = b->valid - from;
@@ -567,11 +596,13 @@ void BatchProducer::Refill(std::unique_ptr<ProducedBatch> b, std::vector<std::un
     }
     const int64_t n = std::min(need, b->valid - from);
     MoveRows(b->memory, from, h->memory, h->valid, n, sample_bytes_);
+    MoveTargets(&b->targets, from, &h->targets, h->valid, n);
     h->valid += n;
     from += n;
   }
   if (from > 0) {
     MoveRows(b->memory, from, b->memory, 0, b->valid - from, sample_bytes_);
+    MoveTargets(&b->targets, from, &b->targets, 0, b->valid - from);
     b->valid -= from;
   }
   const bool last = b->plan.last_in_group;

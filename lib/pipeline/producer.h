@@ -41,6 +41,7 @@
 #include "ferry/iterator.h"
 #include "ferry/job.h"
 #include "ops/pipeline.h"
+#include "ops/targets.h"
 #include "pipeline/stats.h"
 
 namespace ferry {
@@ -194,6 +195,9 @@ struct ProducedBatch {
   int64_t rows = 0;   // rows in the tensors after compaction/padding
   int64_t valid = 0;  // leading rows that are real samples
   std::vector<SkippedSample> skipped;
+  // With targets (BatchProducer::SetTargets): row r's moved targets, for r < valid;
+  // they travel with their rows through compaction and refill.
+  std::vector<SampleTargets> targets;
   // Not OK: a sample could not be read for a reason that may pass (EIO, a short read,
   // EAGAIN, ...) even after retries. The batch is not emitted and production stops
   // with this error: the split is served again, never with that sample counted bad.
@@ -222,6 +226,10 @@ class BatchProducer {
   void SetSyntheticBatchCost(int64_t cost_us) { synthetic_cost_us_ = cost_us; }
   // Stage timings and skips are added to `stats` (pipeline/stats.h). Before Start().
   void SetStats(std::shared_ptr<PipelineStats> stats) { stats_ = std::move(stats); }
+  // The job's targets (JobSpec::targets): each sample's annotations are read, moved
+  // by the pipeline and kept in ProducedBatch::targets. Requires a dataset with
+  // annotations and a pipeline that moves targets (the job's check). Before Start().
+  void SetTargets(std::vector<std::string> names) { targets_ = std::move(names); }
 
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
@@ -254,6 +262,7 @@ class BatchProducer {
   const DoneFn done_;
   int64_t synthetic_cost_us_ = 0;
   std::shared_ptr<PipelineStats> stats_;
+  std::vector<std::string> targets_;
   std::thread thread_;
 
   Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls

@@ -64,6 +64,17 @@ Status JobSpec::Validate() const {
   if (bad_samples != BadSamples::kSkip && bad_samples != BadSamples::kRefill)
     return Status::InvalidArgument("unknown bad-sample policy");
   if (num_samples < 0) return Status::InvalidArgument("num_samples must be >= 0");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    bool known = false;
+    for (const char* n : kTargetNames) known = known || targets[i] == n;
+    if (!known) {
+      std::string names;
+      for (const char* n : kTargetNames) names += std::string(names.empty() ? "" : ", ") + n;
+      return Status::InvalidArgument("targets: unknown field (known: " + names + ")");
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (targets[j] == targets[i]) return Status::InvalidArgument("targets: \"" + targets[i] + "\" named twice");
+  }
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
   if (epochs > 0 && uint64_t(epochs) > kMaxEpoch + 1)
     return Status::InvalidArgument("epochs " + std::to_string(epochs) + " is past the most a job may have, " +
@@ -189,6 +200,8 @@ uint64_t JobSpec::ConfigFingerprint() const {
     f.AddU64(uint64_t(lo));
     f.AddU64(uint64_t(hi));
   }
+  // Only when asked for, so that states saved before the field existed restore.
+  for (const std::string& t : targets) f.Add(t);
   return f.Finish();
 }
 

@@ -190,14 +190,17 @@ Result<ErrorMsg> DecodeError(const InFrame& f) {
 
 namespace {
 
+// rank < 0: any rank from 1 to 4.
 Result<TensorView> ReadTensor(schema::Tensor::Reader t, const char* name, int rank) {
   TensorView v;
   const uint16_t dt = uint16_t(t.getDtype());
   if (dt > uint16_t(DType::kFloat32)) return Status::InvalidArgument(std::string("Batch: ") + name + ": unknown dtype");
   v.dtype = DType(dt);
   auto shape = t.getShape();
+  if (rank < 0 && shape.size() >= 1 && shape.size() <= 4) rank = int(shape.size());
   if (int(shape.size()) != rank)
-    return Status::InvalidArgument(std::string("Batch: ") + name + ": expected rank " + std::to_string(rank));
+    return Status::InvalidArgument(std::string("Batch: ") + name + ": expected rank " +
+                                   (rank < 0 ? std::string("1 to 4") : std::to_string(rank)));
   v.rank = rank;
   __int128 elements = 1;
   for (int i = 0; i < rank; ++i) {
@@ -260,6 +263,25 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
   if (in.num_classes > 0 && in.targets != nullptr)
     tensor(r.initTargets(), DType::kFloat32, {in.rows, in.num_classes}, in.targets,
            size_t(in.rows) * size_t(in.num_classes) * sizeof(float));
+  if (!in.fields.empty()) {
+    auto fields = r.initFields(unsigned(in.fields.size()));
+    for (unsigned i = 0; i < in.fields.size(); ++i) {
+      const BatchField& f = in.fields[i];
+      fields[i].setName(f.name);
+      const TensorView& v = f.values;
+      auto t = fields[i].initValues();
+      t.setDtype(schema::DType(uint16_t(v.dtype)));
+      auto s = t.initShape(unsigned(v.rank));
+      for (int k = 0; k < v.rank; ++k) s.set(unsigned(k), v.shape[size_t(k)]);
+      if (v.num_bytes() > 0) {
+        t.adoptData(orphanage.referenceExternalData(capnp::Data::Reader(static_cast<const kj::byte*>(v.data), v.num_bytes())));
+      } else {
+        t.initData(0);
+      }
+      if (f.ragged())
+        tensor(fields[i].initOffsets(), DType::kInt64, {f.offsets.shape[0]}, f.offsets.data, f.offsets.num_bytes());
+    }
+  }
   auto sk = r.initSkipped(unsigned(in.skipped.size()));
   for (unsigned i = 0; i < in.skipped.size(); ++i) {
     sk[i].setIndex(in.skipped[i].index);
@@ -287,6 +309,34 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped,
     }
     b.valid = r.getValid();
     if (b.valid < 0 || b.valid > rows) return Status::InvalidArgument("Batch: valid rows out of range");
+    // Fields: names unique and short; dense ones a row each; ragged ones with offsets
+    // [rows + 1] from 0, non-decreasing, ending at the values' first dimension.
+    auto fields = r.getFields();
+    if (fields.size() > std::size(JobSpec::kTargetNames))
+      return Status::InvalidArgument("Batch: more fields than a job can name");
+    for (auto fr : fields) {
+      BatchField f;
+      f.name = Str(fr.getName());
+      if (f.name.empty() || f.name.size() > 64) return Status::InvalidArgument("Batch: a field name is empty or long");
+      if (b.field(f.name) != nullptr) return Status::InvalidArgument("Batch: field " + f.name + " twice");
+      const std::string what = "field " + f.name;
+      FERRY_ASSIGN_OR_RETURN(f.values, ReadTensor(fr.getValues(), what.c_str(), -1));
+      if (fr.hasOffsets()) {
+        FERRY_ASSIGN_OR_RETURN(f.offsets, ReadTensor(fr.getOffsets(), (what + " offsets").c_str(), 1));
+        if (f.offsets.dtype != DType::kInt64 || f.offsets.shape[0] != rows + 1)
+          return Status::InvalidArgument("Batch: " + what + ": offsets must be int64 [rows + 1]");
+        const int64_t* o = f.offsets.as<int64_t>();
+        if (o[0] != 0) return Status::InvalidArgument("Batch: " + what + ": offsets must start at 0");
+        for (int64_t k = 0; k < rows; ++k)
+          if (o[k + 1] < o[k]) return Status::InvalidArgument("Batch: " + what + ": offsets decrease");
+        if (o[rows] != f.values.shape[0])
+          return Status::InvalidArgument("Batch: " + what + ": offsets end at " + std::to_string(o[rows]) +
+                                         ", not at the values' " + std::to_string(f.values.shape[0]));
+      } else if (f.values.shape[0] != rows) {
+        return Status::InvalidArgument("Batch: " + what + ": a dense field has one entry per row");
+      }
+      b.fields.push_back(std::move(f));
+    }
     b.provenance.epoch = r.getEpoch();
     b.provenance.split = r.getSplit();
     b.provenance.batch_in_split = r.getBatchInSplit();
@@ -345,6 +395,10 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setFingerprint(job.fingerprint);
   b.setNumConsumers(job.num_consumers);
   b.setFirstEpoch(job.first_epoch);
+  if (!job.targets.empty()) {
+    auto t = b.initTargets(unsigned(job.targets.size()));
+    for (size_t i = 0; i < job.targets.size(); ++i) t.set(unsigned(i), job.targets[i]);
+  }
   if (!job.taken.empty()) {
     auto begin = b.initTakenBegin(unsigned(job.taken.size()));
     auto end = b.initTakenEnd(unsigned(job.taken.size()));
@@ -384,6 +438,9 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   const auto end = r.getTakenEnd();
   if (begin.size() != end.size()) return Status::InvalidArgument("job: taken ranges malformed");
   for (unsigned i = 0; i < begin.size(); ++i) job.taken.emplace_back(begin[i], end[i]);
+  const auto targets = r.getTargets();
+  if (targets.size() > std::size(JobSpec::kTargetNames)) return Status::InvalidArgument("job: too many targets");
+  for (auto t : targets) job.targets.push_back(Str(t));
   return job;
 }
 

@@ -106,6 +106,9 @@ struct BatchFrameInput {
   const float* targets = nullptr;  // rows x num_classes, when num_classes > 0 (a batch op's soft targets)
   int64_t num_classes = 0;
   std::vector<SkippedSample> skipped;
+  // The job's per-sample fields (views: each 8-byte aligned, readable to a multiple
+  // of 8 bytes, kept alive by `owner`).
+  std::vector<BatchField> fields;
   std::shared_ptr<void> owner;
   uint64_t listing = 0;        // point to point: the worker's listing (see schemas/ferry.capnp)
   int64_t listed_samples = 0;

@@ -5,6 +5,7 @@
 #include "core/histogram.h"
 #include "core/log.h"
 #include "ops/pipeline.h"
+#include "pipeline/targets_batch.h"
 #include "wire/codec.h"
 
 namespace ferry {
@@ -92,6 +93,8 @@ void WorkerStream::StartProducer(StreamSource source) {
   Result<std::shared_ptr<const Pipeline>> compiled = Pipeline::Compile(source.job.pipeline);
   if (!compiled.ok()) return Refuse(compiled.status());
   pipeline_ = std::move(*compiled);
+  if (Status st = CheckTargetSource(source.job.targets, *source.dataset); !st.ok()) return Refuse(st);
+  targets_ = source.job.targets;
   if (!source.splits) {  // point to point: each batch says what this worker lists
     listing_ = source.job.fingerprint;
     listed_samples_ = source.job.num_samples;
@@ -121,6 +124,7 @@ void WorkerStream::StartProducer(StreamSource source) {
         });
       });
   producer_->SetSyntheticBatchCost(core_->options().synthetic_cost_us);
+  producer_->SetTargets(targets_);
   producer_->SetStats(core_->pipeline_stats());
   state_ = State::kStreaming;
   ++core_->counters().streams;
@@ -145,6 +149,12 @@ void WorkerStream::OnBatch(ProducedBatch&& b) {
   in.indices = b.memory.indices;
   in.skipped = std::move(b.skipped);
   in.owner = std::move(b.memory.owner);
+  if (!targets_.empty()) {
+    PackedFields f = PackFields(targets_, b.targets, b.rows, shape.height, shape.width);
+    in.fields = std::move(f.fields);
+    in.owner = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(in.owner),
+                                                                                        std::move(f.owner));
+  }
   if (named_) in.job = msg_.job_name;
   in.listing = listing_;
   in.listed_samples = listed_samples_;

@@ -91,6 +91,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
   State state_ = State::kNew;
   wire::OpenStreamMsg msg_;
   std::shared_ptr<const Pipeline> pipeline_;
+  std::vector<std::string> targets_;  // the job's (JobSpec::targets)
   std::unique_ptr<BatchProducer> producer_;
   std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams

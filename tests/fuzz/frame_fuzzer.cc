@@ -102,6 +102,22 @@ void DecodeAll(InFrame f) {
         FUZZ_CHECK(b->images.shape[0] == b->rows() && b->indices.shape[0] == b->rows());
         FUZZ_CHECK(b->valid >= 0 && b->valid <= b->rows());
         FUZZ_CHECK(size_t(b->skipped) == skipped.size());
+        // Fields: every view inside the buffer; a ragged field's rows partition its
+        // values; a dense one has a row each.
+        for (const BatchField& fd : b->fields) {
+          CheckView(fd.values, fd.values.rank, *f.body);
+          FUZZ_CHECK(fd.values.rank >= 1 && fd.values.rank <= 4);
+          if (fd.ragged()) {
+            CheckView(fd.offsets, 1, *f.body);
+            FUZZ_CHECK(fd.offsets.shape[0] == b->rows() + 1);
+            for (int64_t r = 0; r < b->rows(); ++r) {
+              const auto [lo, hi] = fd.range(r);
+              FUZZ_CHECK(lo >= 0 && lo <= hi && hi <= fd.values.shape[0]);
+            }
+          } else {
+            FUZZ_CHECK(fd.values.shape[0] == b->rows());
+          }
+        }
         break;
       }
       case MessageType::kRegisterWorker:
@@ -204,6 +220,27 @@ void WriteSeeds(const std::string& dir) {
   in.images = fimages;
   in.skipped.clear();
   WriteSeed(dir, "batch_float32", Flatten(EncodeBatch(in)));
+  // A detection batch: boxes, labels and masks ragged (2, 0 and 1 instances), image
+  // ids dense.
+  alignas(64) static float boxes[3 * 4] = {0, 0, 2, 2, 1, 1, 3, 3, 0.5f, 0, 4, 1};
+  alignas(64) static int64_t box_labels[3] = {18, 3, 1}, offsets[4] = {0, 2, 2, 3}, ids[3] = {42, 7, -1};
+  alignas(64) static uint8_t masks[3 * 2 * 2] = {1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0};
+  auto view = [](void* p, DType t, std::initializer_list<int64_t> shape) {
+    TensorView v;
+    v.data = p;
+    v.dtype = t;
+    v.rank = int(shape.size());
+    int i = 0;
+    for (int64_t d : shape) v.shape[size_t(i++)] = d;
+    return v;
+  };
+  const TensorView off = view(offsets, DType::kInt64, {4});
+  in.fields = {{"boxes", view(boxes, DType::kFloat32, {3, 4}), off},
+               {"labels", view(box_labels, DType::kInt64, {3}), off},
+               {"masks", view(masks, DType::kUint8, {3, 2, 2}), off},
+               {"image_id", view(ids, DType::kInt64, {3}), {}}};
+  WriteSeed(dir, "batch_fields", Flatten(EncodeBatch(in)));
+  in.fields.clear();
 
   // The control plane.
   NamedJob job{"job", open.job};
