@@ -107,6 +107,14 @@ class PyIterator {
     d["labels"] = View(b->labels, b->keepalive);
     d["indices"] = View(b->indices, b->keepalive);
     if (b->targets.rank == 2) d["targets"] = View(b->targets, b->keepalive);
+    if (!b->fields.empty()) {
+      // name -> (values, offsets or None): views, like the tensors.
+      py::dict fields;
+      for (const BatchField& f : b->fields)
+        fields[py::str(f.name)] = py::make_tuple(View(f.values, b->keepalive),
+                                                 f.ragged() ? py::object(View(f.offsets, b->keepalive)) : py::none());
+      d["fields"] = fields;
+    }
     d["valid"] = b->valid;
     d["epoch"] = b->provenance.epoch;
     d["batch_in_epoch"] = b->provenance.batch_in_epoch;
@@ -251,7 +259,7 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
       [release](void* p, size_t) { release(p); });
 }
 
-// The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs,
+// The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs, targets,
 // world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known).
 JobSpec JobFrom(Options& o) {
@@ -272,6 +280,7 @@ JobSpec JobFrom(Options& o) {
   o.Get("job_first_epoch", &job.first_epoch);
   o.Get("taken", &job.taken);
   o.Get("num_samples", &job.num_samples);
+  o.Get("targets", &job.targets);
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));

@@ -70,6 +70,9 @@ CropPlan ComposeCropPlans(const CropPlan& first, const CropPlan& crop, int w, in
   out.window = {x0, y0, x1 - x0, y1 - y0};
   out.out_w = crop.out_w;
   out.out_h = crop.out_h;
+  out.canvas_w = crop.canvas_w, out.canvas_h = crop.canvas_h;
+  out.canvas_x = crop.canvas_x, out.canvas_y = crop.canvas_y;
+  out.fill = crop.fill;
   return out;
 }
 

@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <array>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -66,7 +67,15 @@ struct CropPlan {
   int out_w = 0, out_h = 0;
   int interp = 1;   // kernels::Interp as an int (op.h does not pull in the kernels)
   bool antialias = true;
+  // Where the resampled window lands, when the op pads after it (FixedSizeCrop,
+  // letterbox): a canvas_w x canvas_h image of `fill` with the out_w x out_h window at
+  // (canvas_x, canvas_y). canvas_w 0: no padding, the output is the window.
+  int canvas_w = 0, canvas_h = 0, canvas_x = 0, canvas_y = 0;
+  std::array<uint8_t, 3> fill{};
   bool resamples() const { return window.width != out_w || window.height != out_h; }
+  bool pads() const { return canvas_w > 0 && (canvas_w != out_w || canvas_h != out_h); }
+  int final_w() const { return pads() ? canvas_w : out_w; }
+  int final_h() const { return pads() ? canvas_h : out_h; }
 };
 
 // A float32 batch as a batch op sees it: `rows` rows of C x H x W, the first `valid`
@@ -106,6 +115,14 @@ class Op {
   virtual Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const {
     if (warp != nullptr) *warp = IdentityWarp();
     return Apply(img, rng);
+  }
+  // Ops whose draws depend on the sample's boxes (SSD's RandomIoUCrop): true, and the
+  // pipeline calls ApplyWithBoxes instead, with the boxes alive so far in the input's
+  // points; the op clears keep[i] for each box it drops, besides the warp.
+  virtual bool ReadsBoxes() const { return false; }
+  virtual Status ApplyWithBoxes(cv::Mat& img, SampleRng& rng, Warp* warp,
+                                const std::vector<std::array<double, 4>>& boxes, std::vector<uint8_t>* keep) const {
+    return ApplyWarp(img, rng, warp);
   }
 
   // True when the op gives the same pixels whether the image is mirrored left-right

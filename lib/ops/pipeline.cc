@@ -175,9 +175,10 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
       std::optional<CropPlan> plan = ops_[0]->PlanCrop(w, h, r0);
       if (!plan) return std::nullopt;
       *consumed = 1;
-      // A crop of the resampled window (Resize then CenterCrop / RandomCrop): the two
-      // compose into one window of the source, mapped back through the resample.
-      if (first_tensor_op_ >= 2) {
+      // A crop of the resampled window (Resize then CenterCrop / RandomCrop, ScaleJitter
+      // then FixedSizeCrop): the two compose into one window of the source, mapped back
+      // through the resample, and the second's padding.
+      if (first_tensor_op_ >= 2 && !plan->pads()) {
         SampleRng r1 = Rng(1, seed, epoch, index);
         std::optional<CropPlan> second = ops_[1]->PlanCrop(plan->out_w, plan->out_h, r1);
         if (second && !second->resamples()) {
@@ -233,8 +234,18 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
     }
     if (track != nullptr) {
       const cv::Rect& w = plan->window;
-      track->Move(CropResizeWarp(w.x, w.y, w.width, w.height, plan->out_w, plan->out_h), plan->out_w, plan->out_h);
+      const Warp m = CropResizeWarp(w.x, w.y, w.width, w.height, plan->out_w, plan->out_h);
+      const Warp at = CropResizeWarp(-plan->canvas_x, -plan->canvas_y, 1, 1, 1, 1);  // onto the canvas
+      track->Move(plan->pads() ? at * m : m, plan->final_w(), plan->final_h());
     }
+    // The padding a plan puts around its resampled window.
+    auto canvas = [&plan](const cv::Mat& resampled) {
+      if (!plan->pads()) return resampled;
+      return Pad(resampled,
+                 {plan->canvas_x, plan->canvas_y, plan->canvas_w - plan->out_w - plan->canvas_x,
+                  plan->canvas_h - plan->out_h - plan->canvas_y},
+                 plan->fill, PadMode::kConstant);
+    };
 
     // 2. The plan's resample, then the other image ops. When every later image op is a
     // flip or commutes with one (colour ops), the flips are drawn first and fused into
@@ -257,7 +268,8 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
       bool others = false;  // image ops other than flips follow the plan
       for (int i = int(consumed); i < first_tensor_op_; ++i) others = others || !ops_[size_t(i)]->IsHFlip();
       cv::Mat img;
-      if (to_uint8 && out_.channels == region.channels() && plan->out_w == out_.width && plan->out_h == out_.height) {
+      if (to_uint8 && out_.channels == region.channels() && plan->out_w == out_.width && plan->out_h == out_.height &&
+          !plan->pads()) {
         // Straight into the batch row; a flip is fused into the resample when nothing
         // follows, else done in place last (colour ops before it see the unflipped
         // image, so a whole-image statistic sums in the same order).
@@ -274,6 +286,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
         img = scratch.resized;
         if (plan->interp == kBilinear && near) kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, false, img.data);
         else ResampleFused(region, img, plan->interp);
+        img = canvas(img);
       }
       if (times != nullptr) times->ns[consumed] += MonoNs() - t2;  // the plan's last op
       for (int i = int(consumed); i < first_tensor_op_; ++i) {
@@ -305,6 +318,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
     cv::Mat img = scratch.resized;
     if (plan->interp == kBilinear && near) kernels::ResizeToUint8HWC(region, plan->out_w, plan->out_h, false, img.data);
     else ResampleFused(region, img, plan->interp);
+    img = canvas(img);
     if (times != nullptr) times->ns[consumed] += MonoNs() - t2;
     FERRY_RETURN_IF_ERROR(RunImageOps(img, consumed, false, seed, epoch, index, out, times, track));
     if (track != nullptr) track->Finish(rules_);
@@ -331,7 +345,16 @@ Status Pipeline::RunImageOps(cv::Mat& img, size_t first, bool flip, uint64_t see
       if (tracker != nullptr) tracker->Move(HFlipWarp(img.cols), img.cols, img.rows);
       flip = false;
     }
-    if (tracker != nullptr && op.motion() == Op::Motion::kWarp) {
+    if (tracker != nullptr && op.ReadsBoxes()) {
+      std::vector<size_t> ids;
+      const std::vector<std::array<double, 4>> boxes = tracker->LiveBoxes(&ids);
+      std::vector<uint8_t> keep(boxes.size(), 1);
+      Warp m;
+      FERRY_RETURN_IF_ERROR(op.ApplyWithBoxes(img, r, &m, boxes, &keep));
+      for (size_t k = 0; k < ids.size(); ++k)
+        if (!keep[k]) tracker->Drop(ids[k]);
+      tracker->Move(m, img.cols, img.rows);
+    } else if (tracker != nullptr && op.motion() == Op::Motion::kWarp) {
       Warp m;
       FERRY_RETURN_IF_ERROR(op.ApplyWarp(img, r, &m));
       tracker->Move(m, img.cols, img.rows);

@@ -154,6 +154,18 @@ TargetTracker::TargetTracker(SampleTargets* t, int width, int height)
   visible_ = {{0, 0}, {double(width), 0}, {double(width), double(height)}, {0, double(height)}};
   boxes_.reserve(t->boxes.size());
   for (const auto& b : t->boxes) boxes_.push_back({b[0], b[1], b[2], b[3]});
+  dropped_.assign(boxes_.size(), 0);
+}
+
+std::vector<std::array<double, 4>> TargetTracker::LiveBoxes(std::vector<size_t>* ids) const {
+  std::vector<std::array<double, 4>> out;
+  ids->clear();
+  for (size_t i = 0; i < boxes_.size(); ++i) {
+    if (dropped_[i]) continue;
+    out.push_back(boxes_[i]);
+    ids->push_back(i);
+  }
+  return out;
 }
 
 void TargetTracker::Move(const Warp& m, int out_w, int out_h) {
@@ -230,6 +242,7 @@ void TargetTracker::Finish(const TargetRules& rules) {
   // Sanitize.
   std::vector<size_t> keep;
   for (size_t i = 0; i < n; ++i) {
+    if (dropped_[i]) continue;
     const auto& b = boxes_[i];
     const double bw = b[2] - b[0], bh = b[3] - b[1];
     if (!(bw >= rules.min_size && bh >= rules.min_size && bw * bh >= rules.min_area)) continue;

@@ -99,6 +99,11 @@ class TargetTracker {
   // An op sent the image's points through `m` to an out_w x out_h image.
   void Move(const Warp& m, int out_w, int out_h);
 
+  // The boxes not dropped so far, in the current image's points, and their ids.
+  std::vector<std::array<double, 4>> LiveBoxes(std::vector<size_t>* ids) const;
+  // Drops box `id` (an op's rule, e.g. RandomIoUCrop's centres), with its fields.
+  void Drop(size_t id) { dropped_[id] = 1; }
+
   // After the last op: sanitizes the boxes and rasterizes the masks at the output size.
   void Finish(const TargetRules& rules);
 
@@ -111,6 +116,7 @@ class TargetTracker {
   Warp total_;                        // the decoded image's points -> the current image's
   std::vector<cv::Point2d> visible_;  // the decoded image's part still present, in current points (convex)
   std::vector<std::array<double, 4>> boxes_;
+  std::vector<uint8_t> dropped_;
 };
 
 }  // namespace ferry

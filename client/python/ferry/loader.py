@@ -73,6 +73,21 @@ class Loader(torch.utils.data.IterableDataset):
     A pipeline with a batch op (mixup_cutmix) yields (images, targets): soft targets
     float32 [B, num_classes], as torchvision's MixUp/CutMix collate gives them.
 
+    Detection and segmentation: data={"format": "coco", "annotations": "instances.json",
+    "images": "train2017"} (options: remove_images_without_annotations, skip_crowd,
+    contiguous_labels) and targets=("boxes", "labels", "masks", ...): any of boxes,
+    labels, iscrowd, area, masks, semantic, image_id. Every geometric op of the pipeline
+    moves the boxes and masks with their image (boxes clipped, and dropped by the
+    pipeline's sanitize_boxes rules, default min_size 1). The loader then yields
+    (images, targets). targets_format="list" (default): one dict per row of images, as
+    torchvision's detection models and reference scripts take them: boxes float32
+    [N, 4] XYXY in output pixels, labels int64 [N], masks uint8 [N, H, W], iscrowd
+    uint8 [N], area float32 [N], semantic uint8 [H, W], image_id int (padding rows: no
+    boxes, image_id -1). targets_format="padded", for static shapes: a dict of tensors,
+    boxes [B, max_N, 4] (zeros past a row's count), labels [B, max_N] (-1 past it),
+    iscrowd, area, masks [B, max_N, H, W] likewise, counts int64 [B], image_id [B],
+    semantic [B, H, W]. The tensors view the received batch (no copy).
+
     Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
     `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
     """
@@ -80,9 +95,24 @@ class Loader(torch.utils.data.IterableDataset):
     def __init__(self, data=None, pipeline="imagenet-train", batch_size=256, seed=0, shuffle=True, drop_last=True,
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
-                 world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip"):
+                 world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
+                 targets=None, targets_format="list"):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
+        if isinstance(data, dict):
+            # A source described by its fields ({"format": "coco", ...}): one canonical
+            # string, so that every process names the same job by it.
+            data = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        self.targets = tuple(targets or ())
+        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id")
+        for t in self.targets:
+            if t not in known:
+                raise ValueError("targets: unknown field %r (known: %s)" % (t, ", ".join(known)))
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError("targets: a field named twice")
+        if targets_format not in ("list", "padded"):
+            raise ValueError("targets_format must be 'list' or 'padded', not %r" % (targets_format,))
+        self.targets_format = targets_format
         if dispatcher and workers:
             raise ValueError("give either dispatcher (with job_name) or workers, not both")
         if dispatcher and not job_name:
@@ -262,6 +292,8 @@ class Loader(torch.utils.data.IterableDataset):
         o = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": self.batch_size, "seed": self.seed,
              "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
              "deterministic": self.deterministic, "bad_samples": self.bad_samples}
+        if self.targets:
+            o["targets"] = list(self.targets)
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
         if self._taken:
@@ -356,8 +388,49 @@ class Loader(torch.utils.data.IterableDataset):
             return iter(())
         return self._epoch_batches()
 
+    def _fields(self, b):
+        """The batch's per-sample fields as targets_format says (see the class doc)."""
+        fields = b.get("fields") or {}
+        rows = b["images"].shape[0]
+        counts = None
+        out = {}
+        for name in self.targets:
+            values, offsets = fields[name]
+            values = torch.from_numpy(values)
+            if offsets is not None:
+                offsets = offsets.tolist()
+                counts = [offsets[r + 1] - offsets[r] for r in range(rows)]
+            out[name] = (values, offsets)
+        if self.targets_format == "list":
+            per_row = []
+            for r in range(rows):
+                d = {}
+                for name, (values, offsets) in out.items():
+                    if name == "image_id":
+                        d[name] = int(values[r])
+                    elif offsets is None:
+                        d[name] = values[r]
+                    else:
+                        d[name] = values[offsets[r]:offsets[r + 1]]
+                per_row.append(d)
+            return per_row
+        padded = {}
+        n = max(counts) if counts else 0
+        for name, (values, offsets) in out.items():
+            if offsets is None:
+                padded[name] = values
+                continue
+            fill = -1 if name == "labels" else 0
+            t = torch.full((rows, n) + tuple(values.shape[1:]), fill, dtype=values.dtype)
+            for r in range(rows):
+                t[r, :offsets[r + 1] - offsets[r]] = values[offsets[r]:offsets[r + 1]]
+            padded[name] = t
+        padded["counts"] = torch.tensor(counts if counts is not None else [0] * rows, dtype=torch.int64)
+        return padded
+
     def _to_torch(self, b):
-        """(images, labels), or (images, soft targets) when the pipeline has a batch op."""
+        """(images, labels), or (images, soft targets) when the pipeline has a batch op,
+        or (images, targets) for a job with targets."""
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         if self._post is not None:
@@ -373,6 +446,12 @@ class Loader(torch.utils.data.IterableDataset):
         cuda = self.device is not None and self.device.type == "cuda"
         if cuda and self._post is None:
             images = self._to_cuda(images)
+        if self.targets:
+            # The targets stay on the host, views of the batch (the reference scripts
+            # move them to the device themselves).
+            if self.pin_memory and not cuda:
+                images = images.pin_memory()
+            return images, self._fields(b)
         if cuda:
             labels = labels.to(self.device)
         elif self.pin_memory:
