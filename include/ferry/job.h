@@ -138,8 +138,16 @@ struct JobSpec {
   std::vector<std::string> targets;
   // "boxes" float32 [N, 4] XYXY output pixels, "labels" int64 [N] (a class per box),
   // "iscrowd" uint8 [N], "area" float32 [N], "masks" uint8 [N, H, W], "semantic"
-  // uint8 [B, H, W], "image_id" int64 [B]: the batch fields (ferry/batch.h).
-  static constexpr const char* kTargetNames[] = {"boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id"};
+  // uint8 [B, H, W], "image_id" int64 [B], "text" and "meta" (a caption, the sample's
+  // JSON) uint8 bytes: the batch fields (ferry/batch.h). All but image_id, text and
+  // meta move with the image (geometric_targets()).
+  static constexpr const char* kTargetNames[] = {"boxes",    "labels",   "iscrowd", "area", "masks",
+                                                 "semantic", "image_id", "text",    "meta"};
+  bool geometric_targets() const {
+    for (const std::string& t : targets)
+      if (t != "image_id" && t != "text" && t != "meta") return true;
+    return false;
+  }
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a

@@ -88,7 +88,13 @@ struct CocoOptions {
 Result<std::unique_ptr<Dataset>> OpenCoco(const std::string& annotations, const std::string& images,
                                           const CocoOptions& options = {});
 
+// WebDataset's brace notation: "shard-{000..127}.tar" -> shard-000.tar ... shard-127.tar
+// (zero-padded to the first number's width; several braces multiply). A pattern with
+// no brace is itself. InvalidArgument for a malformed range or over 1,000,000 names.
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
+
 // Opens `spec` by its shape:
+//   a brace pattern of .tar shards ("shard-{000..127}.tar", ExpandBraces) -> TarShards
 //   a JSON object (starts with '{') -> the source its "format" names:
 //     {"format": "coco", "annotations": FILE, "images": DIR, and CocoOptions' names}
 //   a .tsv or .txt file           -> FileList

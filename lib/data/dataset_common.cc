@@ -269,8 +269,55 @@ Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const Da
   return Status::InvalidArgument("dataset spec: unknown format (known: coco)");
 }
 
+}  // namespace
+
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
+  const size_t open = pattern.find('{');
+  if (open == std::string::npos) return std::vector<std::string>{pattern};
+  const size_t close = pattern.find('}', open);
+  const size_t dots = pattern.find("..", open);
+  if (close == std::string::npos || dots == std::string::npos || dots > close)
+    return Status::InvalidArgument("dataset spec: a brace must be a range {first..last}");
+  const std::string lo = pattern.substr(open + 1, dots - open - 1), hi = pattern.substr(dots + 2, close - dots - 2);
+  auto number = [](const std::string& s, int64_t* v) {
+    if (s.empty() || s.size() > 9) return false;
+    *v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      *v = *v * 10 + (c - '0');
+    }
+    return true;
+  };
+  int64_t a = 0, b = 0;
+  if (!number(lo, &a) || !number(hi, &b) || a > b)
+    return Status::InvalidArgument("dataset spec: a brace range must be {first..last}, decimal, first <= last");
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> rest, ExpandBraces(pattern.substr(close + 1)));
+  if ((b - a + 1) * int64_t(rest.size()) > 1000000)
+    return Status::InvalidArgument("dataset spec: the braces name more than 1,000,000 shards");
+  std::vector<std::string> out;
+  for (int64_t v = a; v <= b; ++v) {
+    std::string n = std::to_string(v);
+    if (n.size() < lo.size()) n.insert(0, lo.size() - n.size(), '0');  // "{000..127}" keeps 3 digits
+    for (const std::string& r : rest) out.push_back(pattern.substr(0, open) + n + r);
+  }
+  return out;
+}
+
+namespace {
+
 Result<std::unique_ptr<Dataset>> OpenDatasetWithin(const std::string& spec, const DataRoots& roots) {
-  if (spec.front() == '{') return OpenDescribed(spec, roots);
+  // A JSON description starts with '{'; a brace pattern that does ("{0..3}.tar") ends in .tar.
+  if (spec.front() == '{' && !internal::EndsWithIgnoreCase(spec, ".tar")) return OpenDescribed(spec, roots);
+  if (spec.find('{') != std::string::npos && spec.find("..") != std::string::npos) {
+    // WebDataset's brace notation for shards: "train/shard-{000000..000127}.tar".
+    FERRY_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandBraces(spec));
+    for (const std::string& shard : shards) {
+      if (!internal::EndsWithIgnoreCase(shard, ".tar"))
+        return Status::InvalidArgument("dataset spec: '" + shard + "' of the brace pattern is not a .tar shard");
+      FERRY_RETURN_IF_ERROR(roots.Check(shard, "shard"));
+    }
+    return OpenTarShards(shards);
+  }
   struct stat st;
   if (::stat(spec.c_str(), &st) == 0) {
     FERRY_RETURN_IF_ERROR(roots.Check(spec, "dataset"));

@@ -23,12 +23,15 @@
 // whose members were added in directory order, as a plain `tar cf` does. For shards
 // written by WebDataset's tools the result is the same.) A group is a sample when it
 // has an image member (jpg jpeg png webp bmp ppm pgm tif tiff; the first one wins)
-// and a `cls` member whose text is a non-negative integer. Other groups are
-// ListingIssues "shard.tar:key". Order: shard order, then the order in which each
-// key first appears in its shard.
+// and a `cls` member whose text is a non-negative integer, or no `cls` but a `txt`
+// (a caption) or `json` (metadata) member, up to 1 MiB each (image-text data; its
+// label is 0). Such a dataset has annotations: each sample's caption and JSON are
+// read with it (ReadAnnotations: the batch fields "text" and "meta"). Other groups are
+// ListingIssues "shard.tar:key", which never quote a member's bytes. Order: shard
+// order, then the order in which each key first appears in its shard.
 //
 // Fingerprint: the kind, then per sample its shard's file name (not its folder),
-// its image member's path and its label.
+// its image member's path and its label (and its txt and json members' paths).
 //
 // Each shard keeps one fd open for the dataset's lifetime; ReadSample is a pread at
 // the image member's offset, so it is thread-safe.
@@ -62,6 +65,7 @@ constexpr size_t kBlock = 512;
 // Bounds on the metadata members we read into memory at open time.
 constexpr uint64_t kMaxNameBytes = uint64_t{1} << 20;  // 'L' and 'x' members
 constexpr uint64_t kMaxClsBytes = 256;
+constexpr uint64_t kMaxTextBytes = uint64_t{1} << 20;  // a caption or a sample's JSON
 
 struct Shard {
   std::string path;
@@ -79,15 +83,19 @@ class TarShardsDataset final : public Dataset {
 
   TarShardsDataset(std::vector<Shard> shards, internal::StringTable members,
                    std::vector<Location> locations, std::vector<int32_t> labels,
-                   std::vector<ListingIssue> issues, uint64_t fingerprint)
+                   std::vector<ListingIssue> issues, uint64_t fingerprint, std::vector<Location> text,
+                   std::vector<Location> json)
       : shards_(std::move(shards)),
         members_(std::move(members)),
         locations_(std::move(locations)),
         labels_(std::move(labels)),
         issues_(std::move(issues)),
-        fingerprint_(fingerprint) {
+        fingerprint_(fingerprint),
+        text_(std::move(text)),
+        json_(std::move(json)) {
     FERRY_CHECK(members_.size() == static_cast<int64_t>(locations_.size()));
     FERRY_CHECK(locations_.size() == labels_.size());
+    FERRY_CHECK(text_.empty() || (text_.size() == locations_.size() && json_.size() == locations_.size()));
   }
 
   int64_t size() const override { return members_.size(); }
@@ -116,6 +124,22 @@ class TarShardsDataset final : public Dataset {
   const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
   std::string_view kind() const override { return kTarShardsKind; }
 
+  bool has_annotations() const override { return !text_.empty(); }
+  Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    *out = SampleAnnotations();
+    if (text_.empty()) return Status::OK();
+    auto read = [&](const Location& loc, std::string* dst) -> Status {
+      dst->resize(loc.size);
+      if (loc.size == 0) return Status::OK();
+      const Status s = internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size, dst->data(),
+                                            shards_[loc.shard].path);
+      return s.ok() ? s : s.WithContext(Path(index));
+    };
+    FERRY_RETURN_IF_ERROR(read(text_[size_t(index)], &out->text));
+    return read(json_[size_t(index)], &out->meta);
+  }
+
  private:
   const std::vector<Shard> shards_;
   const internal::StringTable members_;  // member path of each sample's image
@@ -123,6 +147,7 @@ class TarShardsDataset final : public Dataset {
   const std::vector<int32_t> labels_;
   const std::vector<ListingIssue> issues_;
   const uint64_t fingerprint_;
+  const std::vector<Location> text_, json_;  // empty: no sample has a txt or json member
   const std::vector<std::string> no_classes_;
 };
 
@@ -344,6 +369,8 @@ struct Group {
   std::string key;
   std::vector<std::string> extensions;  // seen so far, lower-cased
   std::optional<Member> image;
+  std::optional<Member> txt, json;
+  bool has_cls = false;
   std::optional<int32_t> label;
   std::string cls_problem;  // why the cls member was unusable, if it was
 };
@@ -360,6 +387,8 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   std::vector<TarShardsDataset::Location> locations;
   std::vector<int32_t> labels;
   std::vector<ListingIssue> issues;
+  std::vector<TarShardsDataset::Location> texts, jsons;  // per sample, size 0: none
+  bool any_text = false;
   Fingerprinter fp;
   fp.Add(kTarShardsKind);
 
@@ -377,20 +406,31 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
     std::string cls_text;
     auto finish = [&](const Group& g) {
       const std::string where = path + ":" + g.key;
+      const bool text_only = !g.has_cls && (g.txt || g.json);
       if (!g.image) {
         issues.push_back({where, "no image member"});
-      } else if (!g.label) {
-        issues.push_back({where, g.cls_problem.empty() ? "no cls member" : g.cls_problem});
+      } else if (!g.label && !text_only) {
+        issues.push_back({where, g.cls_problem.empty() ? "no cls member (nor txt or json)" : g.cls_problem});
       } else if (g.image->size > internal::kMaxSampleBytes) {
         issues.push_back({path + ":" + g.image->name,
                           "image member too large (" + std::to_string(g.image->size) + " bytes)"});
+      } else if ((g.txt && g.txt->size > kMaxTextBytes) || (g.json && g.json->size > kMaxTextBytes)) {
+        issues.push_back({where, "txt or json member larger than 1 MiB"});
       } else {
         members.Append(g.image->name);
         locations.push_back({g.image->offset, static_cast<uint32_t>(g.image->size), s});
-        labels.push_back(*g.label);
+        const int32_t label = g.label ? *g.label : 0;
+        labels.push_back(label);
         fp.Add(shard_name);
         fp.Add(g.image->name);
-        fp.AddU64(static_cast<uint64_t>(*g.label));
+        fp.AddU64(static_cast<uint64_t>(label));
+        texts.push_back(g.txt ? TarShardsDataset::Location{g.txt->offset, uint32_t(g.txt->size), s}
+                              : TarShardsDataset::Location{0, 0, s});
+        jsons.push_back(g.json ? TarShardsDataset::Location{g.json->offset, uint32_t(g.json->size), s}
+                               : TarShardsDataset::Location{0, 0, s});
+        if (g.txt) fp.Add(g.txt->name);
+        if (g.json) fp.Add(g.json->name);
+        any_text = any_text || g.txt || g.json;
       }
     };
     auto on_member = [&](const Member& m) -> Status {
@@ -415,7 +455,12 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
       g.extensions.push_back(ext);
       if (IsImageExtension(ext)) {
         if (!g.image) g.image = m;
+      } else if (ext == "txt") {
+        g.txt = m;
+      } else if (ext == "json") {
+        g.json = m;
       } else if (ext == "cls") {
+        g.has_cls = true;
         if (m.size > kMaxClsBytes) {
           g.cls_problem = "cls member too large (" + std::to_string(m.size) + " bytes)";
           return Status::OK();
@@ -435,7 +480,7 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
         int64_t v = -1;
         const auto [p, e] = std::from_chars(t.data(), t.data() + t.size(), v);
         if (t.empty() || e != std::errc() || p != t.data() + t.size() || v < 0 || v > INT32_MAX) {
-          g.cls_problem = "cls member is not a non-negative integer: '" + std::string(t) + "'";
+          g.cls_problem = "cls member is not a non-negative integer";  // its bytes are not quoted
         } else {
           g.label = static_cast<int32_t>(v);
         }
@@ -454,9 +499,11 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   members.ShrinkToFit();
   locations.shrink_to_fit();
   labels.shrink_to_fit();
+  if (!any_text) texts.clear(), jsons.clear();
   return std::unique_ptr<Dataset>(new TarShardsDataset(std::move(shards), std::move(members),
                                                        std::move(locations), std::move(labels),
-                                                       std::move(issues), fp.Finish()));
+                                                       std::move(issues), fp.Finish(), std::move(texts),
+                                                       std::move(jsons)));
 }
 
 }  // namespace ferry

@@ -435,7 +435,7 @@ void Pipeline::FinishOnTrainer(const uint8_t* images, int64_t rows, int64_t vali
 Status CheckJob(const JobSpec& job) {
   FERRY_RETURN_IF_ERROR(job.Validate());
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> p, Pipeline::Compile(job.pipeline));
-  if (!job.targets.empty()) FERRY_RETURN_IF_ERROR(p->CheckTargets());
+  if (job.geometric_targets()) FERRY_RETURN_IF_ERROR(p->CheckTargets());
   if (job.synthetic()) return Status::OK();  // synthetic datasets name their own batch bytes
   const int64_t row = int64_t(p->sample_bytes()) + 2 * int64_t(sizeof(int64_t)) + 4 * int64_t(p->num_classes());
   const int64_t bytes = int64_t(job.batch_size) * row;  // batch_size < 2^31, row < 2^40: no overflow

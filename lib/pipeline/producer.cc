@@ -337,6 +337,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));
   const bool with_targets = !targets_.empty();
+  bool geometric = false;  // targets that move with the image (not only ids, captions, metadata)
+  for (const std::string& t : targets_) geometric = geometric || (t != "image_id" && t != "text" && t != "meta");
   const bool masks = std::find(targets_.begin(), targets_.end(), "masks") != targets_.end() ||
                      std::find(targets_.begin(), targets_.end(), "semantic") != targets_.end();
   if (with_targets) b->targets.assign(size_t(std::max<int64_t>(b->plan.rows, n)), SampleTargets());
@@ -353,20 +355,26 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       m.labels[i] = dataset_->Label(idx);
       m.indices[i] = idx;
       const int64_t t0 = stats != nullptr ? MonoNs() : 0;
-      Status st = dataset_->ReadSample(idx, &bytes);
+      // The annotations are read with the bytes (a shard's caption is a read too, whose
+      // errors may pass like the image's).
+      SampleAnnotations annotations;
+      auto read = [&] {
+        Status s = dataset_->ReadSample(idx, &bytes);
+        if (s.ok() && with_targets) s = dataset_->ReadAnnotations(idx, &annotations);
+        return s;
+      };
+      Status st = read();
       for (size_t tries = 0; !st.ok() && !PermanentReadError(st) && tries < std::size(kReadRetryMs); ++tries) {
         std::this_thread::sleep_for(std::chrono::milliseconds(kReadRetryMs[tries]));
-        st = dataset_->ReadSample(idx, &bytes);
+        st = read();
       }
       const int64_t t1 = stats != nullptr ? MonoNs() : 0;
       if (stats != nullptr) stats->read.ObserveNs(t1 - t0);
       SampleTargets* targets = with_targets ? &b->targets[size_t(i)] : nullptr;
       if (st.ok() && targets != nullptr) {
-        // In memory (the source's listing): not a read that may pass, so an error is the
-        // annotation's, and the sample is bad.
-        SampleAnnotations a;
-        st = dataset_->ReadAnnotations(idx, &a);
-        if (st.ok()) st = TargetsFromAnnotations(a, masks, targets);
+        // An annotation that cannot become targets (an RLE that does not add up) is the
+        // sample's fault: it is bad, not retried.
+        st = TargetsFromAnnotations(annotations, masks, targets);
         if (!st.ok()) st = Status::InvalidArgument("annotations: " + st.message());
       } else if (!st.ok()) {
         read_failed[size_t(i)] = 1;
@@ -376,7 +384,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
         const bool profile = stats != nullptr && ++sampled % PipelineStats::kOpSampling == 0;
         if (profile) times.ns.assign(pipeline_->step_names().size(), 0);
         st = pipeline_->Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
-                                stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr, targets);
+                                stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr,
+                                geometric ? targets : nullptr);
         if (stats != nullptr && st.ok()) {
           stats->decode.ObserveNs(t2 - t1);
           stats->augment.ObserveNs(MonoNs() - t2);

@@ -7,6 +7,8 @@ namespace ferry {
 Status TargetsFromAnnotations(const SampleAnnotations& a, bool masks, SampleTargets* t) {
   *t = SampleTargets();
   t->image_id = a.image_id;
+  t->text = a.text;
+  t->meta = a.meta;
   t->boxes = a.boxes;
   t->labels = a.labels;
   t->iscrowd = a.iscrowd;
@@ -81,6 +83,18 @@ PackedFields PackFields(const std::vector<std::string>& names, const std::vector
     if (name == "image_id") {
       f.values = NewTensor(buffers.get(), DType::kInt64, {num_rows});
       for (int64_t r = 0; r < num_rows; ++r) f.values.as<int64_t>()[r] = size_t(r) < rows.size() ? row(r).image_id : -1;
+    } else if (name == "text" || name == "meta") {
+      // Bytes, ragged: row r's are values[offsets[r] .. offsets[r + 1]).
+      f.offsets = NewTensor(buffers.get(), DType::kInt64, {num_rows + 1});
+      int64_t* o = f.offsets.as<int64_t>();
+      o[0] = 0;
+      for (int64_t r = 0; r < num_rows; ++r)
+        o[r + 1] = o[r] + int64_t((name == "text" ? row(r).text : row(r).meta).size());
+      f.values = NewTensor(buffers.get(), DType::kUint8, {o[num_rows]});
+      for (int64_t r = 0; r < num_rows; ++r) {
+        const std::string& s = name == "text" ? row(r).text : row(r).meta;
+        if (!s.empty()) std::memcpy(f.values.as<uint8_t>() + o[r], s.data(), s.size());
+      }
     } else if (name == "semantic") {
       f.values = NewTensor(buffers.get(), DType::kUint8, {num_rows, out_h, out_w});
       for (int64_t r = 0; r < num_rows; ++r) {

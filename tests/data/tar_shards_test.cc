@@ -151,6 +151,74 @@ TEST(TarShardsTest, SamplesLabelsAndInPlaceReads) {
   EXPECT_NE(only_a->fingerprint(), ds->fingerprint());
 }
 
+TEST(TarShardsTest, CaptionsAndJsonMakeImageTextSamples) {
+  TempDir tmp;
+  const std::string j = EncodeJpeg(16, 12, 3);
+  TarWriter w;
+  w.Add("a/k0.jpg", j);
+  w.Add("a/k0.txt", "a dog on a sofa");
+  w.Add("a/k0.json", R"({"w": 16})");
+  w.Add("a/k1.jpg", j);
+  w.Add("a/k1.txt", "only a caption");
+  w.Add("a/k2.jpg", j);
+  w.Add("a/k2.cls", "7");  // a labelled sample in the same shard: no caption
+  w.Add("a/k3.jpg", j);
+  w.Add("a/k3.txt", std::string((1 << 20) + 1, 'x'));  // too long a caption
+  WriteFile(tmp / "c.tar", w.Finish());
+  auto ds = MustOpen(OpenTarShards({tmp / "c.tar"}));
+  ASSERT_NE(ds, nullptr);
+  ASSERT_EQ(ds->size(), 3);
+  EXPECT_TRUE(ds->has_annotations());
+  EXPECT_EQ(AllLabels(*ds), (std::vector<int32_t>{0, 0, 7}));
+  SampleAnnotations a;
+  ASSERT_TRUE(ds->ReadAnnotations(0, &a).ok());
+  EXPECT_EQ(a.text, "a dog on a sofa");
+  EXPECT_EQ(a.meta, R"({"w": 16})");
+  ASSERT_TRUE(ds->ReadAnnotations(1, &a).ok());
+  EXPECT_EQ(a.text, "only a caption");
+  EXPECT_EQ(a.meta, "");
+  ASSERT_TRUE(ds->ReadAnnotations(2, &a).ok());
+  EXPECT_EQ(a.text, "");
+  EXPECT_TRUE(HasIssue(*ds, tmp / "c.tar:a/k3", "larger than 1 MiB"));
+  for (const ListingIssue& i : ds->listing_issues()) EXPECT_EQ(i.reason.find("xxx"), std::string::npos);
+  // A shard of classification samples only has no annotations.
+  TarWriter plain;
+  plain.Add("p.jpg", j);
+  plain.Add("p.cls", "1");
+  WriteFile(tmp / "p.tar", plain.Finish());
+  auto p = MustOpen(OpenTarShards({tmp / "p.tar"}));
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(p->has_annotations());
+}
+
+TEST(TarShardsTest, BracePatternsNameShards) {
+  Result<std::vector<std::string>> e = ExpandBraces("d/shard-{008..011}.tar");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(*e, (std::vector<std::string>{"d/shard-008.tar", "d/shard-009.tar", "d/shard-010.tar", "d/shard-011.tar"}));
+  e = ExpandBraces("{0..1}-{5..6}.tar");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(*e, (std::vector<std::string>{"0-5.tar", "0-6.tar", "1-5.tar", "1-6.tar"}));
+  EXPECT_FALSE(ExpandBraces("s-{3..1}.tar").ok());
+  EXPECT_FALSE(ExpandBraces("s-{a..c}.tar").ok());
+  EXPECT_FALSE(ExpandBraces("s-{0..}.tar").ok());
+  EXPECT_FALSE(ExpandBraces("s-{0..99999999}.tar").ok());
+
+  TempDir tmp;
+  for (int i = 0; i < 3; ++i) {
+    TarWriter w;
+    w.Add(Name("k", i, ".jpg"), EncodeJpeg(8, 8, uint64_t(i)));
+    w.Add(Name("k", i, ".txt"), Name("caption ", i, ""));
+    WriteFile(tmp / Name("shard-0", i, ".tar"), w.Finish());
+  }
+  auto ds = MustOpen(OpenDataset(tmp / "shard-{00..02}.tar"));
+  ASSERT_NE(ds, nullptr);
+  EXPECT_EQ(ds->size(), 3);
+  SampleAnnotations a;
+  ASSERT_TRUE(ds->ReadAnnotations(2, &a).ok());
+  EXPECT_EQ(a.text, "caption 2");
+  EXPECT_FALSE(OpenDataset(tmp / "shard-{00..03}.tar").ok());  // shard-03.tar is missing
+}
+
 TEST(TarShardsTest, GroupsMembersOfAKeyEvenWhenNotAdjacent) {
   TempDir tmp;
   TarWriter w;

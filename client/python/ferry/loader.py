@@ -15,6 +15,15 @@ from .distributed import resolve_rank
 FerryError = RuntimeError
 
 
+def _parse_json(text):
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _pipeline_string(pipeline):
     if isinstance(pipeline, dict):
         return json.dumps(pipeline)
@@ -86,7 +95,9 @@ class Loader(torch.utils.data.IterableDataset):
     boxes, image_id -1). targets_format="padded", for static shapes: a dict of tensors,
     boxes [B, max_N, 4] (zeros past a row's count), labels [B, max_N] (-1 past it),
     iscrowd, area, masks [B, max_N, H, W] likewise, counts int64 [B], image_id [B],
-    semantic [B, H, W]. The tensors view the received batch (no copy).
+    semantic [B, H, W]. Image-text data: WebDataset shards (a folder, a list, or a brace
+    pattern "shard-{000000..000127}.tar") whose samples have .txt and .json members,
+    with targets=("text", "meta"): each row's caption (str) and its JSON (parsed). The tensors view the received batch (no copy).
 
     Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
     `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
@@ -104,7 +115,7 @@ class Loader(torch.utils.data.IterableDataset):
             # string, so that every process names the same job by it.
             data = json.dumps(data, sort_keys=True, separators=(",", ":"))
         self.targets = tuple(targets or ())
-        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id")
+        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id", "text", "meta")
         for t in self.targets:
             if t not in known:
                 raise ValueError("targets: unknown field %r (known: %s)" % (t, ", ".join(known)))
@@ -394,8 +405,18 @@ class Loader(torch.utils.data.IterableDataset):
         rows = b["images"].shape[0]
         counts = None
         out = {}
+        strings = {}
         for name in self.targets:
             values, offsets = fields[name]
+            if name in ("text", "meta"):
+                # Bytes: the caption as str; the JSON parsed (as its str if it is not JSON).
+                o = offsets.tolist()
+                raw = values.tobytes()
+                texts = [raw[o[r]:o[r + 1]].decode("utf-8", errors="replace") for r in range(rows)]
+                if name == "meta":
+                    texts = [_parse_json(t) for t in texts]
+                strings[name] = texts
+                continue
             values = torch.from_numpy(values)
             if offsets is not None:
                 offsets = offsets.tolist()
@@ -412,6 +433,8 @@ class Loader(torch.utils.data.IterableDataset):
                         d[name] = values[r]
                     else:
                         d[name] = values[offsets[r]:offsets[r + 1]]
+                for name, texts in strings.items():
+                    d[name] = texts[r]
                 per_row.append(d)
             return per_row
         padded = {}
@@ -426,6 +449,7 @@ class Loader(torch.utils.data.IterableDataset):
                 t[r, :offsets[r + 1] - offsets[r]] = values[offsets[r]:offsets[r + 1]]
             padded[name] = t
         padded["counts"] = torch.tensor(counts if counts is not None else [0] * rows, dtype=torch.int64)
+        padded.update(strings)  # a list per batch: strings have no static shape
         return padded
 
     def _to_torch(self, b):
