@@ -513,7 +513,7 @@ class CocoDataset final : public Dataset {
   std::vector<uint32_t> rle_;
   uint64_t fingerprint_ = 0;
   std::vector<ListingIssue> issues_;
-  const std::vector<std::string> no_classes_;
+  const std::vector<std::string> no_classes_{};
 };
 
 }  // namespace

@@ -150,7 +150,7 @@ Status ValidateTargets(const SampleTargets& t, int width, int height) {
 }
 
 TargetTracker::TargetTracker(SampleTargets* t, int width, int height)
-    : t_(t), src_w_(width), src_h_(height), w_(width), h_(height), total_(Warp::eye()) {
+    : t_(t), w_(width), h_(height), total_(Warp::eye()) {
   visible_ = {{0, 0}, {double(width), 0}, {double(width), double(height)}, {0, double(height)}};
   boxes_.reserve(t->boxes.size());
   for (const auto& b : t->boxes) boxes_.push_back({b[0], b[1], b[2], b[3]});

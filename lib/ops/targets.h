@@ -113,7 +113,7 @@ class TargetTracker {
 
  private:
   SampleTargets* t_;
-  int src_w_, src_h_, w_, h_;
+  int w_, h_;
   Warp total_;                        // the decoded image's points -> the current image's
   std::vector<cv::Point2d> visible_;  // the decoded image's part still present, in current points (convex)
   std::vector<std::array<double, 4>> boxes_;

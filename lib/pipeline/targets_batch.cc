@@ -66,7 +66,6 @@ PackedFields PackFields(const std::vector<std::string>& names, const std::vector
   static const SampleTargets kNone;
   auto row = [&](int64_t r) -> const SampleTargets& { return size_t(r) < rows.size() ? rows[size_t(r)] : kNone; };
   // Offsets of the per-box fields: one range per row.
-  TensorView box_offsets;
   int64_t total = 0;
   auto offsets = [&]() {
     TensorView o = NewTensor(buffers.get(), DType::kInt64, {num_rows + 1});
