@@ -33,7 +33,9 @@ struct SampleAnnotations {
   std::vector<uint8_t> iscrowd;
   std::vector<float> area;
   std::vector<MaskAnnotation> masks;  // empty, or one per box (an empty one: no mask)
-  std::string semantic_path;          // a mask image to read with the sample, or ""
+  std::string semantic_path;          // the sample's mask file (segmentation sources), or ""
+  std::string semantic_bytes;         // its bytes, read with the sample: a PNG of class indices
+  uint8_t semantic_fill = 0;          // the class where no source pixel lands (VOC: 255, "ignore")
   std::string text;                   // a caption
   std::string meta;                   // the source's JSON for the sample, or ""
 };

@@ -93,10 +93,21 @@ Result<std::unique_ptr<Dataset>> OpenCoco(const std::string& annotations, const 
 // no brace is itself. InvalidArgument for a malformed range or over 1,000,000 names.
 Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 
+// Segmentation (data/segmentation.cc): images and PNG masks paired by stem.
+struct SegmentationOptions {
+  std::string images, masks;
+  std::string list;          // a file of stems (VOC's ImageSets/Segmentation/train.txt), or "": every image
+  std::string image_suffix;  // Cityscapes: "_leftImg8bit"
+  std::string mask_suffix;   // Cityscapes: "_gtFine_labelIds"
+  uint8_t ignore_index = 255;
+};
+Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& options, const DataRoots& roots);
+
 // Opens `spec` by its shape:
 //   a brace pattern of .tar shards ("shard-{000..127}.tar", ExpandBraces) -> TarShards
 //   a JSON object (starts with '{') -> the source its "format" names:
 //     {"format": "coco", "annotations": FILE, "images": DIR, and CocoOptions' names}
+//     {"format": "segmentation", "images": DIR, "masks": DIR, and SegmentationOptions'}
 //   a .tsv or .txt file           -> FileList
 //   a .tar file, or a comma-separated list of .tar files, or a directory holding
 //   .tar files and no subdirectories -> TarShards

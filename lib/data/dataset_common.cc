@@ -266,7 +266,35 @@ Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const Da
     FERRY_RETURN_IF_ERROR(roots.Check(images, "images folder"));
     return OpenCoco(annotations, images, o);
   }
-  return Status::InvalidArgument("dataset spec: unknown format (known: coco)");
+  if (format->get_ref<const std::string&>() == "segmentation") {
+    for (const auto& [key, value] : j.items()) {
+      if (key != "format" && key != "images" && key != "masks" && key != "list" && key != "image_suffix" &&
+          key != "mask_suffix" && key != "ignore_index")
+        return Status::InvalidArgument("dataset spec: unknown key \"" + key +
+                                       "\" for format segmentation (images, masks, list, image_suffix, mask_suffix, "
+                                       "ignore_index)");
+    }
+    SegmentationOptions o;
+    FERRY_RETURN_IF_ERROR(text("images", &o.images));
+    FERRY_RETURN_IF_ERROR(text("masks", &o.masks));
+    for (auto [key, out] : {std::pair{"list", &o.list}, std::pair{"image_suffix", &o.image_suffix},
+                            std::pair{"mask_suffix", &o.mask_suffix}}) {
+      const auto v = j.find(key);
+      if (v == j.end()) continue;
+      if (!v->is_string()) return Status::InvalidArgument(std::string("dataset spec: \"") + key + "\" must be a string");
+      *out = v->get<std::string>();
+    }
+    if (const auto v = j.find("ignore_index"); v != j.end()) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > 255)
+        return Status::InvalidArgument("dataset spec: \"ignore_index\" must be an integer in [0, 255]");
+      o.ignore_index = uint8_t(v->get<int64_t>());
+    }
+    FERRY_RETURN_IF_ERROR(roots.Check(o.images, "images folder"));
+    FERRY_RETURN_IF_ERROR(roots.Check(o.masks, "masks folder"));
+    if (!o.list.empty()) FERRY_RETURN_IF_ERROR(roots.Check(o.list, "list"));
+    return OpenSegmentation(o, roots);
+  }
+  return Status::InvalidArgument("dataset spec: unknown format (known: coco, segmentation)");
 }
 
 }  // namespace

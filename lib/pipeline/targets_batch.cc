@@ -1,14 +1,80 @@
 #include "pipeline/targets_batch.h"
 
 #include <cstring>
+#include <unordered_map>
+
+#include <opencv2/imgcodecs.hpp>
 
 namespace ferry {
+
+Result<cv::Mat> DecodeClassMask(const std::string& png) {
+  static const unsigned char kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (png.size() < 33 || std::memcmp(png.data(), kSig, 8) != 0 || png.compare(12, 4, "IHDR") != 0)
+    return Status::InvalidArgument("the mask is not a PNG");
+  const int depth = static_cast<unsigned char>(png[24]), color = static_cast<unsigned char>(png[25]);
+  if (depth != 8 && !(color == 3 && depth < 8))
+    return Status::InvalidArgument("the mask is a " + std::to_string(depth) + "-bit PNG: class masks are 8-bit");
+  const cv::Mat raw(1, int(png.size()), CV_8UC1, const_cast<char*>(png.data()));
+  if (color == 0) {  // gray: the values are the classes
+    cv::Mat m = cv::imdecode(raw, cv::IMREAD_GRAYSCALE);
+    if (m.empty()) return Status::DataLoss("the mask PNG does not decode");
+    return m;
+  }
+  if (color != 3) return Status::InvalidArgument("the mask is an RGB PNG: class masks are palette or gray PNGs");
+  // Palette (VOC's form): OpenCV expands it to colours, so each colour is mapped back to
+  // its index through the PLTE chunk.
+  std::unordered_map<uint32_t, uint8_t> index;
+  size_t p = 8;
+  bool found = false;
+  while (p + 12 <= png.size()) {
+    const uint32_t len = uint32_t(static_cast<unsigned char>(png[p])) << 24 |
+                         uint32_t(static_cast<unsigned char>(png[p + 1])) << 16 |
+                         uint32_t(static_cast<unsigned char>(png[p + 2])) << 8 | static_cast<unsigned char>(png[p + 3]);
+    if (len > png.size() - p - 12) break;
+    if (png.compare(p + 4, 4, "PLTE") == 0) {
+      for (uint32_t k = 0; k + 2 < len && k / 3 < 256; k += 3) {
+        const auto* c = reinterpret_cast<const unsigned char*>(png.data() + p + 8 + k);
+        const uint32_t rgb = uint32_t(c[0]) << 16 | uint32_t(c[1]) << 8 | c[2];
+        index.emplace(rgb, uint8_t(k / 3));  // the first index of a repeated colour
+      }
+      found = true;
+      break;
+    }
+    p += 12 + len;
+  }
+  if (!found) return Status::InvalidArgument("the palette mask PNG has no PLTE chunk");
+  cv::Mat bgr = cv::imdecode(raw, cv::IMREAD_COLOR);
+  if (bgr.empty()) return Status::DataLoss("the mask PNG does not decode");
+  cv::Mat out(bgr.rows, bgr.cols, CV_8UC1);
+  for (int y = 0; y < bgr.rows; ++y) {
+    const cv::Vec3b* in = bgr.ptr<cv::Vec3b>(y);
+    uint8_t* o = out.ptr<uint8_t>(y);
+    uint32_t last = 0xffffffffu;
+    uint8_t last_index = 0;
+    for (int x = 0; x < bgr.cols; ++x) {
+      const uint32_t rgb = uint32_t(in[x][2]) << 16 | uint32_t(in[x][1]) << 8 | in[x][0];
+      if (rgb != last) {
+        const auto it = index.find(rgb);
+        if (it == index.end()) return Status::DataLoss("the mask PNG has a colour outside its palette");
+        last = rgb, last_index = it->second;
+      }
+      o[x] = last_index;
+    }
+  }
+  return out;
+}
 
 Status TargetsFromAnnotations(const SampleAnnotations& a, bool masks, SampleTargets* t) {
   *t = SampleTargets();
   t->image_id = a.image_id;
   t->text = a.text;
   t->meta = a.meta;
+  t->semantic_fill = a.semantic_fill;
+  if (masks && !a.semantic_bytes.empty()) {
+    Result<cv::Mat> m = DecodeClassMask(a.semantic_bytes);
+    if (!m.ok()) return m.status().WithContext("mask " + a.semantic_path);
+    t->semantic = *m;
+  }
   t->boxes = a.boxes;
   t->labels = a.labels;
   t->iscrowd = a.iscrowd;

@@ -26,6 +26,11 @@ Status TargetsFromAnnotations(const SampleAnnotations& a, bool masks, SampleTarg
 // A job with targets needs a source with annotations: InvalidArgument otherwise.
 Status CheckTargetSource(const std::vector<std::string>& targets, const Dataset& dataset);
 
+// A PNG of class indices as a CV_8UC1 Mat: a palette PNG's indices (VOC's masks),
+// or an 8-bit gray PNG's values (ADE20K, Cityscapes labelIds). InvalidArgument for
+// other forms (RGB, 16-bit), DataLoss for a PNG that does not decode.
+Result<cv::Mat> DecodeClassMask(const std::string& png);
+
 struct PackedFields {
   std::vector<BatchField> fields;
   std::shared_ptr<void> owner;  // holds every field's memory

@@ -239,3 +239,75 @@ TEST(CocoTest, JsonSpecAndDataRoots) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(SegmentationTest, PairsImagesAndMasksByStemInTheThreeLayouts) {
+  testing::TempDir dir;
+  const std::string png = testing::EncodePng(8, 8, 1), jpg = testing::EncodeJpeg(8, 8, 2);
+  // VOC: JPEGImages + SegmentationClass + a list of stems.
+  testing::MakeDirs(dir.path() + "/voc/JPEGImages");
+  testing::MakeDirs(dir.path() + "/voc/SegmentationClass");
+  for (const char* s : {"2007_000032", "2007_000039", "2007_000063"}) {
+    testing::WriteFile(dir.path() + "/voc/JPEGImages/" + s + ".jpg", jpg);
+    testing::WriteFile(dir.path() + "/voc/SegmentationClass/" + s + ".png", png);
+  }
+  testing::WriteFile(dir.path() + "/voc/train.txt", "2007_000063\n\n2007_000032\r\nmissing_stem\n");
+  Result<std::unique_ptr<Dataset>> voc = OpenDataset(
+      R"({"format": "segmentation", "images": ")" + dir.path() + R"(/voc/JPEGImages", "masks": ")" + dir.path() +
+      R"(/voc/SegmentationClass", "list": ")" + dir.path() + R"(/voc/train.txt"})");
+  ASSERT_TRUE(voc.ok()) << voc.status().ToString();
+  ASSERT_EQ((*voc)->size(), 2);
+  EXPECT_EQ((*voc)->Path(0), dir.path() + "/voc/JPEGImages/2007_000063.jpg");  // the list's order
+  ASSERT_EQ((*voc)->listing_issues().size(), 1u);
+  EXPECT_EQ((*voc)->listing_issues()[0].path, dir.path() + "/voc/train.txt:4");
+  SampleAnnotations a;
+  ASSERT_TRUE((*voc)->ReadAnnotations(1, &a).ok());
+  EXPECT_EQ(a.semantic_path, dir.path() + "/voc/SegmentationClass/2007_000032.png");
+  EXPECT_EQ(a.semantic_bytes, png);
+  EXPECT_EQ(a.semantic_fill, 255);
+
+  // Cityscapes: city folders, suffixes; an image without its mask is an issue.
+  testing::MakeDirs(dir.path() + "/cs/leftImg8bit/aachen");
+  testing::MakeDirs(dir.path() + "/cs/gtFine/aachen");
+  testing::WriteFile(dir.path() + "/cs/leftImg8bit/aachen/aachen_000000_000019_leftImg8bit.png", png);
+  testing::WriteFile(dir.path() + "/cs/gtFine/aachen/aachen_000000_000019_gtFine_labelIds.png", png);
+  testing::WriteFile(dir.path() + "/cs/leftImg8bit/aachen/aachen_000001_000019_leftImg8bit.png", png);
+  Result<std::unique_ptr<Dataset>> cs = OpenDataset(
+      R"({"format": "segmentation", "images": ")" + dir.path() + R"(/cs/leftImg8bit", "masks": ")" + dir.path() +
+      R"(/cs/gtFine", "image_suffix": "_leftImg8bit", "mask_suffix": "_gtFine_labelIds", "ignore_index": 0})");
+  ASSERT_TRUE(cs.ok()) << cs.status().ToString();
+  ASSERT_EQ((*cs)->size(), 1);
+  ASSERT_TRUE((*cs)->ReadAnnotations(0, &a).ok());
+  EXPECT_EQ(a.semantic_path, dir.path() + "/cs/gtFine/aachen/aachen_000000_000019_gtFine_labelIds.png");
+  EXPECT_EQ(a.semantic_fill, 0);
+  ASSERT_EQ((*cs)->listing_issues().size(), 1u);
+  EXPECT_NE((*cs)->listing_issues()[0].reason.find("no mask"), std::string::npos);
+
+  // ADE20K-like: the same stems in two folders, no list.
+  testing::MakeDirs(dir.path() + "/ade/images");
+  testing::MakeDirs(dir.path() + "/ade/annotations");
+  testing::WriteFile(dir.path() + "/ade/images/ADE_train_00000002.jpg", jpg);
+  testing::WriteFile(dir.path() + "/ade/annotations/ADE_train_00000002.png", png);
+  Result<std::unique_ptr<Dataset>> ade = OpenDataset(R"({"format": "segmentation", "images": ")" + dir.path() +
+                                                     R"(/ade/images", "masks": ")" + dir.path() + R"(/ade/annotations"})");
+  ASSERT_TRUE(ade.ok()) << ade.status().ToString();
+  EXPECT_EQ((*ade)->size(), 1);
+
+  // Unknown keys and a mask folder outside the roots are refused by name.
+  Result<std::unique_ptr<Dataset>> bad =
+      OpenDataset(R"({"format": "segmentation", "images": "a", "masks": "b", "mask_suffixes": "x"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mask_suffixes"), std::string::npos);
+  Result<DataRoots> roots = DataRoots::Make({dir.path() + "/voc"});
+  ASSERT_TRUE(roots.ok());
+  bad = OpenDataset(R"({"format": "segmentation", "images": ")" + dir.path() + R"(/voc/JPEGImages", "masks": ")" +
+                        dir.path() + R"(/cs/gtFine"})",
+                    *roots);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace ferry

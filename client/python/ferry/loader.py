@@ -95,7 +95,9 @@ class Loader(torch.utils.data.IterableDataset):
     boxes, image_id -1). targets_format="padded", for static shapes: a dict of tensors,
     boxes [B, max_N, 4] (zeros past a row's count), labels [B, max_N] (-1 past it),
     iscrowd, area, masks [B, max_N, H, W] likewise, counts int64 [B], image_id [B],
-    semantic [B, H, W]. Image-text data: WebDataset shards (a folder, a list, or a brace
+    semantic [B, H, W]. Semantic segmentation: data={"format": "segmentation",
+    "images": ..., "masks": ..., "list": ...} (VOC, ADE20K and Cityscapes layouts) with
+    targets=("semantic",). Image-text data: WebDataset shards (a folder, a list, or a brace
     pattern "shard-{000000..000127}.tar") whose samples have .txt and .json members,
     with targets=("text", "meta"): each row's caption (str) and its JSON (parsed). The tensors view the received batch (no copy).
 

@@ -1,0 +1,170 @@
+// Segmentation: an image folder and a mask folder paired by file stem, the layouts of
+// VOC (JPEGImages/ + SegmentationClass/, with an ImageSets list of stems), ADE20K
+// (images/training/ + annotations/training/) and Cityscapes (leftImg8bit/<city>/ +
+// gtFine/<city>/, the stems differing by their suffixes "_leftImg8bit" and
+// "_gtFine_labelIds").
+//
+// A sample is an image (any image extension) under `images`, at a path relative to it
+// of stem + image_suffix + extension; its mask is masks/stem + mask_suffix + ".png".
+// Without a list the images folder is walked (sorted, recursively); with one, its
+// lines are the stems, in its order (blank lines and '#' comments skipped). An image
+// without its mask is a listing issue; so is a list line whose image is missing. Each
+// sample's mask is read with it (ReadAnnotations: the PNG's bytes), and decoded by the
+// pipeline as class indices (a palette PNG's indices, VOC's form; or a gray one's
+// values). `ignore_index` (255 by default, VOC's) fills where no source pixel lands.
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/hash.h"
+#include "data/annotations.h"
+#include "data/data_roots.h"
+#include "data/dataset.h"
+#include "data/file_util.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view kSegmentationKind = "segmentation";
+constexpr uint64_t kMaxListBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxMaskBytes = uint64_t{256} << 20;
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Every image under `dir`, as paths relative to it, sorted.
+Status WalkImages(const std::string& dir, const std::string& rel, std::vector<std::string>* out, int depth = 0) {
+  if (depth > 16) return Status::OK();
+  const std::string path = rel.empty() ? dir : dir + "/" + rel;
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return internal::ErrnoToStatus(errno, path);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    struct stat st;
+    if (::stat((dir + "/" + r).c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) FERRY_RETURN_IF_ERROR(WalkImages(dir, r, out, depth + 1));
+    else if (S_ISREG(st.st_mode) && HasImageExtension(n)) out->push_back(r);
+  }
+  return Status::OK();
+}
+
+class SegmentationDataset final : public Dataset {
+ public:
+  SegmentationDataset(internal::StringTable images, internal::StringTable masks, std::vector<ListingIssue> issues,
+                      uint64_t fingerprint, uint8_t ignore_index)
+      : images_(std::move(images)),
+        masks_(std::move(masks)),
+        issues_(std::move(issues)),
+        fingerprint_(fingerprint),
+        ignore_index_(ignore_index) {}
+
+  int64_t size() const override { return images_.size(); }
+  int32_t Label(int64_t) const override { return 0; }
+  std::string Path(int64_t index) const override { return std::string(images_.Get(index)); }
+  Status ReadSample(int64_t index, std::string* out) const override {
+    return internal::ReadWholeFile(Path(index), out);
+  }
+  const std::vector<std::string>& classes() const override { return no_classes_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
+  std::string_view kind() const override { return kSegmentationKind; }
+  bool has_annotations() const override { return true; }
+  Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
+    *out = SampleAnnotations();
+    out->image_id = index;
+    out->semantic_fill = ignore_index_;
+    out->semantic_path = std::string(masks_.Get(index));
+    return internal::ReadWholeFile(out->semantic_path, &out->semantic_bytes, kMaxMaskBytes);
+  }
+  std::string MaskPath(int64_t index) const { return std::string(masks_.Get(index)); }
+
+ private:
+  const internal::StringTable images_, masks_;  // full paths
+  const std::vector<ListingIssue> issues_;
+  const uint64_t fingerprint_;
+  const uint8_t ignore_index_;
+  const std::vector<std::string> no_classes_{};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, const DataRoots& roots) {
+  std::vector<std::string> rels;  // image paths relative to o.images
+  std::vector<ListingIssue> issues;
+  if (o.list.empty()) {
+    FERRY_RETURN_IF_ERROR(WalkImages(o.images, "", &rels));
+  } else {
+    std::string text;
+    FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(o.list, &text, kMaxListBytes));
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string stem = text.substr(pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      while (!stem.empty() && (stem.back() == '\r' || stem.back() == ' ' || stem.back() == '\t')) stem.pop_back();
+      while (!stem.empty() && (stem.front() == ' ' || stem.front() == '\t')) stem.erase(0, 1);
+      if (stem.empty() || stem[0] == '#') continue;
+      std::string found;
+      for (const char* ext : {".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG", ".webp", ".bmp"}) {
+        if (IsFile(o.images + "/" + stem + o.image_suffix + ext)) {
+          found = stem + o.image_suffix + ext;
+          break;
+        }
+      }
+      if (found.empty()) {
+        issues.push_back({o.list + ":" + std::to_string(line_no), "no image for this stem in the images folder"});
+        continue;
+      }
+      rels.push_back(found);
+    }
+  }
+  internal::StringTable images, masks;
+  Fingerprinter fp;
+  fp.Add(kSegmentationKind);
+  for (const std::string& rel : rels) {
+    std::string stem = rel.substr(0, rel.rfind('.'));
+    if (!o.image_suffix.empty()) {
+      if (stem.size() < o.image_suffix.size() ||
+          stem.compare(stem.size() - o.image_suffix.size(), o.image_suffix.size(), o.image_suffix) != 0) {
+        continue;  // not an image of this dataset (another suffix)
+      }
+      stem.resize(stem.size() - o.image_suffix.size());
+    }
+    const std::string mask = o.masks + "/" + stem + o.mask_suffix + ".png";
+    const std::string image = o.images + "/" + rel;
+    if (!IsFile(mask)) {
+      issues.push_back({image, "no mask (" + stem + o.mask_suffix + ".png) in the masks folder"});
+      continue;
+    }
+    FERRY_RETURN_IF_ERROR(roots.Check(image, "image"));
+    FERRY_RETURN_IF_ERROR(roots.Check(mask, "mask"));
+    images.Append(image);
+    masks.Append(mask);
+    fp.Add(rel);
+    fp.Add(stem + o.mask_suffix);
+  }
+  if (images.size() == 0) return Status::NotFound(o.images + ": no image with a mask in " + o.masks);
+  fp.AddU64(o.ignore_index);
+  images.ShrinkToFit();
+  masks.ShrinkToFit();
+  return std::unique_ptr<Dataset>(
+      new SegmentationDataset(std::move(images), std::move(masks), std::move(issues), fp.Finish(), o.ignore_index));
+}
+
+}  // namespace ferry
