@@ -30,7 +30,7 @@ namespace ferry {
 namespace {
 
 constexpr std::string_view kSegmentationKind = "segmentation";
-constexpr uint64_t kMaxListBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxStemListBytes = uint64_t{1} << 30;
 constexpr uint64_t kMaxMaskBytes = uint64_t{256} << 20;
 
 bool IsFile(const std::string& path) {
@@ -108,7 +108,7 @@ Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, 
     FERRY_RETURN_IF_ERROR(WalkImages(o.images, "", &rels));
   } else {
     std::string text;
-    FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(o.list, &text, kMaxListBytes));
+    FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(o.list, &text, kMaxStemListBytes));
     size_t pos = 0;
     int64_t line_no = 0;
     while (pos < text.size()) {
