@@ -139,10 +139,12 @@ class RandomZoomOut final : public Op {
   const double p_;
 };
 
-class ScaleJitter final : public Op {
+// A resize to a drawn size (ScaleJitter, RandomShortestSize): the op's warp, and a
+// resize plan, so that a crop after it (fixed_size_crop) decodes only the window it
+// keeps, at the DCT scale the output needs. Subclasses draw the size.
+class DrawnResize : public Op {
  public:
-  ScaleJitter(std::pair<int, int> target_wh, std::pair<double, double> scale, int interp)
-      : tw_(target_wh.first), th_(target_wh.second), scale_(scale), interp_(interp) {}
+  explicit DrawnResize(int interp) : interp_(interp) {}
   Result<Shape> OutputShape(const Shape& in) const override { return Shape{-1, -1, in.channels}; }
   Motion motion() const override { return Motion::kWarp; }
   Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
@@ -152,24 +154,35 @@ class ScaleJitter final : public Op {
     img = Resized(img, w, h, interp_);
     return Status::OK();
   }
-  // A resize plan: with fixed_size_crop after it, only the window that crop keeps is
-  // decoded (at the DCT scale the output needs) and resampled.
   std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
     const auto [w, h] = Draw(width, height, rng);
     return CropPlan{cv::Rect(0, 0, width, height), w, h, interp_, true};
   }
 
+ protected:
+  // The output (width, height) for a width x height input, drawn from `rng`.
+  virtual std::pair<int, int> Draw(int width, int height, SampleRng& rng) const = 0;
+
  private:
-  std::pair<int, int> Draw(int width, int height, SampleRng& rng) const {
+  const int interp_;
+};
+
+class ScaleJitter final : public DrawnResize {
+ public:
+  ScaleJitter(std::pair<int, int> target_wh, std::pair<double, double> scale, int interp)
+      : DrawnResize(interp), tw_(target_wh.first), th_(target_wh.second), scale_(scale) {}
+
+ protected:
+  std::pair<int, int> Draw(int width, int height, SampleRng& rng) const override {
     const double s = scale_.first + rng.Uniform() * (scale_.second - scale_.first);
     RecordDraw("scale", s);
     const double r = std::min(double(th_) / height, double(tw_) / width) * s;
     return {std::max(1, int(width * r)), std::max(1, int(height * r))};
   }
 
+ private:
   const int tw_, th_;
   const std::pair<double, double> scale_;
-  const int interp_;
 };
 
 class FixedSizeCrop final : public Op {
@@ -215,34 +228,22 @@ class FixedSizeCrop final : public Op {
   const std::array<uint8_t, 3> fill_;
 };
 
-class RandomShortestSize final : public Op {
+class RandomShortestSize final : public DrawnResize {
  public:
   RandomShortestSize(std::vector<int> min_sizes, int max_size, int interp)
-      : min_sizes_(std::move(min_sizes)), max_size_(max_size), interp_(interp) {}
-  Result<Shape> OutputShape(const Shape& in) const override { return Shape{-1, -1, in.channels}; }
-  Motion motion() const override { return Motion::kWarp; }
-  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
-  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
-    const auto [w, h] = Draw(img.cols, img.rows, rng);
-    if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
-    img = Resized(img, w, h, interp_);
-    return Status::OK();
-  }
-  std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
-    const auto [w, h] = Draw(width, height, rng);
-    return CropPlan{cv::Rect(0, 0, width, height), w, h, interp_, true};
-  }
+      : DrawnResize(interp), min_sizes_(std::move(min_sizes)), max_size_(max_size) {}
 
- private:
-  std::pair<int, int> Draw(int width, int height, SampleRng& rng) const {
+ protected:
+  std::pair<int, int> Draw(int width, int height, SampleRng& rng) const override {
     const int m = min_sizes_[rng.Below(min_sizes_.size())];
     RecordDraw("min_size", m);
     const double r = std::min(double(m) / std::min(height, width), double(max_size_) / std::max(height, width));
     return {std::max(1, int(width * r)), std::max(1, int(height * r))};
   }
 
+ private:
   const std::vector<int> min_sizes_;
-  const int max_size_, interp_;
+  const int max_size_;
 };
 
 class Letterbox final : public Op {
