@@ -25,13 +25,16 @@
 // has an image member (jpg jpeg png webp bmp ppm pgm tif tiff; the first one wins)
 // and a `cls` member whose text is a non-negative integer, or no `cls` but a `txt`
 // (a caption) or `json` (metadata) member, up to 1 MiB each (image-text data; its
-// label is 0). Such a dataset has annotations: each sample's caption and JSON are
-// read with it (ReadAnnotations: the batch fields "text" and "meta"). Other groups are
+// label is 0), or a `seg.png` / `mask.png` member (a PNG of class indices, palette or
+// gray: semantic segmentation data). Such a dataset has annotations: each sample's
+// caption, JSON and mask are read with it (ReadAnnotations: the batch fields "text",
+// "meta" and "semantic"; where no source pixel lands the mask holds 255, the
+// "ignore" class of VOC and Cityscapes, as the segmentation folders do). Other groups are
 // ListingIssues "shard.tar:key", which never quote a member's bytes. Order: shard
 // order, then the order in which each key first appears in its shard.
 //
 // Fingerprint: the kind, then per sample its shard's file name (not its folder),
-// its image member's path and its label (and its txt and json members' paths).
+// its image member's path and its label (and its txt, json and mask members' paths).
 //
 // Each shard keeps one fd open for the dataset's lifetime; ReadSample is a pread at
 // the image member's offset, so it is thread-safe.
@@ -66,6 +69,7 @@ constexpr size_t kBlock = 512;
 constexpr uint64_t kMaxNameBytes = uint64_t{1} << 20;  // 'L' and 'x' members
 constexpr uint64_t kMaxClsBytes = 256;
 constexpr uint64_t kMaxTextBytes = uint64_t{1} << 20;  // a caption or a sample's JSON
+constexpr uint8_t kTarMaskFill = 255;                  // a mask's value where no source pixel lands
 
 struct Shard {
   std::string path;
@@ -84,7 +88,7 @@ class TarShardsDataset final : public Dataset {
   TarShardsDataset(std::vector<Shard> shards, internal::StringTable members,
                    std::vector<Location> locations, std::vector<int32_t> labels,
                    std::vector<ListingIssue> issues, uint64_t fingerprint, std::vector<Location> text,
-                   std::vector<Location> json)
+                   std::vector<Location> json, std::vector<Location> mask, internal::StringTable mask_members)
       : shards_(std::move(shards)),
         members_(std::move(members)),
         locations_(std::move(locations)),
@@ -92,10 +96,14 @@ class TarShardsDataset final : public Dataset {
         issues_(std::move(issues)),
         fingerprint_(fingerprint),
         text_(std::move(text)),
-        json_(std::move(json)) {
+        json_(std::move(json)),
+        mask_(std::move(mask)),
+        mask_members_(std::move(mask_members)) {
     FERRY_CHECK(members_.size() == static_cast<int64_t>(locations_.size()));
     FERRY_CHECK(locations_.size() == labels_.size());
     FERRY_CHECK(text_.empty() || (text_.size() == locations_.size() && json_.size() == locations_.size()));
+    FERRY_CHECK(mask_.empty() ||
+                (mask_.size() == locations_.size() && mask_members_.size() == int64_t(locations_.size())));
   }
 
   int64_t size() const override { return members_.size(); }
@@ -124,11 +132,10 @@ class TarShardsDataset final : public Dataset {
   const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
   std::string_view kind() const override { return kTarShardsKind; }
 
-  bool has_annotations() const override { return !text_.empty(); }
+  bool has_annotations() const override { return !text_.empty() || !mask_.empty(); }
   Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
     FERRY_CHECK(index >= 0 && index < size());
     *out = SampleAnnotations();
-    if (text_.empty()) return Status::OK();
     auto read = [&](const Location& loc, std::string* dst) -> Status {
       dst->resize(loc.size);
       if (loc.size == 0) return Status::OK();
@@ -136,6 +143,13 @@ class TarShardsDataset final : public Dataset {
                                             shards_[loc.shard].path);
       return s.ok() ? s : s.WithContext(Path(index));
     };
+    if (!mask_.empty() && mask_[size_t(index)].size > 0) {
+      const Location& m = mask_[size_t(index)];
+      out->semantic_path = shards_[m.shard].path + ":" + std::string(mask_members_.Get(index));
+      out->semantic_fill = kTarMaskFill;
+      FERRY_RETURN_IF_ERROR(read(m, &out->semantic_bytes));
+    }
+    if (text_.empty()) return Status::OK();
     FERRY_RETURN_IF_ERROR(read(text_[size_t(index)], &out->text));
     return read(json_[size_t(index)], &out->meta);
   }
@@ -148,6 +162,8 @@ class TarShardsDataset final : public Dataset {
   const std::vector<ListingIssue> issues_;
   const uint64_t fingerprint_;
   const std::vector<Location> text_, json_;  // empty: no sample has a txt or json member
+  const std::vector<Location> mask_;         // empty: no sample has a mask member
+  const internal::StringTable mask_members_;  // each sample's mask member path ("" for none)
   const std::vector<std::string> no_classes_;
 };
 
@@ -369,7 +385,7 @@ struct Group {
   std::string key;
   std::vector<std::string> extensions;  // seen so far, lower-cased
   std::optional<Member> image;
-  std::optional<Member> txt, json;
+  std::optional<Member> txt, json, mask;
   bool has_cls = false;
   std::optional<int32_t> label;
   std::string cls_problem;  // why the cls member was unusable, if it was
@@ -387,8 +403,9 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   std::vector<TarShardsDataset::Location> locations;
   std::vector<int32_t> labels;
   std::vector<ListingIssue> issues;
-  std::vector<TarShardsDataset::Location> texts, jsons;  // per sample, size 0: none
-  bool any_text = false;
+  std::vector<TarShardsDataset::Location> texts, jsons, masks;  // per sample, size 0: none
+  internal::StringTable mask_members;
+  bool any_text = false, any_mask = false;
   Fingerprinter fp;
   fp.Add(kTarShardsKind);
 
@@ -406,16 +423,19 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
     std::string cls_text;
     auto finish = [&](const Group& g) {
       const std::string where = path + ":" + g.key;
-      const bool text_only = !g.has_cls && (g.txt || g.json);
+      const bool text_only = !g.has_cls && (g.txt || g.json || g.mask);
       if (!g.image) {
         issues.push_back({where, "no image member"});
       } else if (!g.label && !text_only) {
-        issues.push_back({where, g.cls_problem.empty() ? "no cls member (nor txt or json)" : g.cls_problem});
+        issues.push_back({where, g.cls_problem.empty() ? "no cls member (nor txt, json or mask)" : g.cls_problem});
       } else if (g.image->size > internal::kMaxSampleBytes) {
         issues.push_back({path + ":" + g.image->name,
                           "image member too large (" + std::to_string(g.image->size) + " bytes)"});
       } else if ((g.txt && g.txt->size > kMaxTextBytes) || (g.json && g.json->size > kMaxTextBytes)) {
         issues.push_back({where, "txt or json member larger than 1 MiB"});
+      } else if (g.mask && g.mask->size > internal::kMaxSampleBytes) {
+        issues.push_back({path + ":" + g.mask->name,
+                          "mask member too large (" + std::to_string(g.mask->size) + " bytes)"});
       } else {
         members.Append(g.image->name);
         locations.push_back({g.image->offset, static_cast<uint32_t>(g.image->size), s});
@@ -430,7 +450,12 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
                                : TarShardsDataset::Location{0, 0, s});
         if (g.txt) fp.Add(g.txt->name);
         if (g.json) fp.Add(g.json->name);
+        masks.push_back(g.mask ? TarShardsDataset::Location{g.mask->offset, uint32_t(g.mask->size), s}
+                               : TarShardsDataset::Location{0, 0, s});
+        mask_members.Append(g.mask ? std::string_view(g.mask->name) : std::string_view());
+        if (g.mask) fp.Add(g.mask->name);
         any_text = any_text || g.txt || g.json;
+        any_mask = any_mask || g.mask;
       }
     };
     auto on_member = [&](const Member& m) -> Status {
@@ -459,6 +484,12 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
         g.txt = m;
       } else if (ext == "json") {
         g.json = m;
+      } else if (ext == "seg.png" || ext == "mask.png") {
+        if (g.mask) {
+          issues.push_back({path + ":" + m.name, "a second mask member for key; ignored"});
+        } else {
+          g.mask = m;
+        }
       } else if (ext == "cls") {
         g.has_cls = true;
         if (m.size > kMaxClsBytes) {
@@ -500,10 +531,13 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   locations.shrink_to_fit();
   labels.shrink_to_fit();
   if (!any_text) texts.clear(), jsons.clear();
+  if (!any_mask) masks.clear(), mask_members = internal::StringTable();
+  mask_members.ShrinkToFit();
   return std::unique_ptr<Dataset>(new TarShardsDataset(std::move(shards), std::move(members),
                                                        std::move(locations), std::move(labels),
                                                        std::move(issues), fp.Finish(), std::move(texts),
-                                                       std::move(jsons)));
+                                                       std::move(jsons), std::move(masks),
+                                                       std::move(mask_members)));
 }
 
 }  // namespace ferry

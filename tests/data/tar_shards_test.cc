@@ -191,6 +191,44 @@ TEST(TarShardsTest, CaptionsAndJsonMakeImageTextSamples) {
   EXPECT_FALSE(p->has_annotations());
 }
 
+TEST(TarShardsTest, SegPngAndMaskPngMembersMakeSegmentationSamples) {
+  TempDir tmp;
+  const std::string j = EncodeJpeg(16, 12, 3);
+  TarWriter w;
+  w.Add("m/k0.jpg", j);
+  w.Add("m/k0.seg.png", "PNG-A");  // bytes are decoded later, by the pipeline
+  w.Add("m/k1.jpg", j);
+  w.Add("m/k1.mask.png", "PNG-B");
+  w.Add("m/k1.seg.png", "PNG-C");  // a second mask: reported, the first one kept
+  w.Add("m/k2.jpg", j);            // no cls, caption, JSON or mask: not a sample
+  w.Add("m/k3.jpg", j);
+  w.Add("m/k3.cls", "4");          // a labelled sample in the same shard: no mask
+  WriteFile(tmp / "s.tar", w.Finish());
+  auto ds = MustOpen(OpenTarShards({tmp / "s.tar"}));
+  ASSERT_NE(ds, nullptr);
+  ASSERT_EQ(ds->size(), 3);
+  EXPECT_TRUE(ds->has_annotations());
+  EXPECT_EQ(AllLabels(*ds), (std::vector<int32_t>{0, 0, 4}));
+  SampleAnnotations a;
+  ASSERT_TRUE(ds->ReadAnnotations(0, &a).ok());
+  EXPECT_EQ(a.semantic_bytes, "PNG-A");
+  EXPECT_EQ(a.semantic_path, tmp / "s.tar" + ":m/k0.seg.png");
+  EXPECT_EQ(a.semantic_fill, 255);
+  EXPECT_EQ(a.text, "");
+  ASSERT_TRUE(ds->ReadAnnotations(1, &a).ok());
+  EXPECT_EQ(a.semantic_bytes, "PNG-B");
+  ASSERT_TRUE(ds->ReadAnnotations(2, &a).ok());
+  EXPECT_EQ(a.semantic_bytes, "");
+  EXPECT_EQ(a.semantic_path, "");
+  bool second_mask = false, no_member = false;
+  for (const ListingIssue& i : ds->listing_issues()) {
+    second_mask = second_mask || (i.path == tmp / "s.tar" + ":m/k1.seg.png" && i.reason.find("second mask") != std::string::npos);
+    no_member = no_member || (i.path == tmp / "s.tar" + ":m/k2" && i.reason.find("nor txt, json or mask") != std::string::npos);
+  }
+  EXPECT_TRUE(second_mask);
+  EXPECT_TRUE(no_member);
+}
+
 TEST(TarShardsTest, BracePatternsNameShards) {
   Result<std::vector<std::string>> e = ExpandBraces("d/shard-{008..011}.tar");
   ASSERT_TRUE(e.ok()) << e.status().ToString();

@@ -1,12 +1,15 @@
 """Semantic segmentation from a VOC layout (issue 23): JPEGImages + SegmentationClass
-(palette PNGs, VOC's colour map) + an ImageSets list.
+(palette PNGs, VOC's colour map) + an ImageSets list; and the same samples as
+WebDataset shards, `.jpg` + `.seg.png` (palette) or `.mask.png` (gray) members.
 
 Real photographs get filled rectangles of saturated colours, and their masks the
 rectangles' classes. After crops, flips and a letterbox, each class must cover its
 colour's pixels (IoU >= 0.75), and where no source pixel lands the mask holds the
 ignore index (255).
 """
+import io
 import os
+import tarfile
 
 import numpy as np
 from PIL import Image
@@ -60,14 +63,11 @@ def make_voc(sample_data, root, n=6):
             "list": os.path.join(root, "ImageSets/Segmentation/train.txt")}
 
 
-def test_voc_masks_follow_their_images(ferry, sample_data, tmp_path):
-    data = make_voc(sample_data, str(tmp_path))
-    pipeline = {"ops": [{"op": "random_resized_crop", "size": 160, "scale": [0.3, 1.0]}, {"op": "hflip"},
-                        {"op": "random_rotation", "degrees": 10}]}
-    loader = ferry.Loader(data=data, pipeline=pipeline, batch_size=3, epochs=2, threads=2,
-                          targets=("semantic", "image_id"))
+def check_masks_follow(loader, n, epochs):
     checked = 0
-    for images, targets in loader:
+    seen = []
+    batches = [b for _ in range(epochs) for b in loader]  # one epoch per iteration, as DataLoader
+    for images, targets in batches:
         for img, t in zip(images, targets):
             sem = t["semantic"].numpy()
             assert sem.shape == img.shape[:2]
@@ -82,9 +82,52 @@ def test_voc_masks_follow_their_images(ferry, sample_data, tmp_path):
                     continue
                 cls = sem == k + 1
                 iou = (cls & pix).sum() / max(1, (cls | pix).sum())
-                assert iou >= 0.75, "image %d class %d IoU %.3f" % (t["image_id"], k + 1, iou)
+                assert iou >= 0.75, "image %s class %d IoU %.3f" % (t.get("image_id", t.get("meta")), k + 1, iou)
                 checked += 1
-    assert checked >= 2 * 6 * 4 // 3
+            seen.append(t.get("image_id", t.get("meta")))
+    assert len(seen) == n * epochs
+    assert checked >= epochs * n * 4 // 3
+    return seen
+
+
+PIPELINE = {"ops": [{"op": "random_resized_crop", "size": 160, "scale": [0.3, 1.0]}, {"op": "hflip"},
+                    {"op": "random_rotation", "degrees": 10}]}
+
+
+def test_voc_masks_follow_their_images(ferry, sample_data, tmp_path):
+    data = make_voc(sample_data, str(tmp_path))
+    loader = ferry.Loader(data=data, pipeline=PIPELINE, batch_size=3, epochs=2, threads=2,
+                          drop_last=False, targets=("semantic", "image_id"))
+    check_masks_follow(loader, 6, 2)
+
+
+def _add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_masks_follow_their_images(ferry, sample_data, tmp_path):
+    """.jpg + .seg.png (palette) in one shard, .jpg + .mask.png (gray) in the other, each
+    with a .json naming the sample: every mask arrives with its own image, once per epoch."""
+    voc = make_voc(sample_data, str(tmp_path / "voc"), n=8)
+    stems = open(voc["list"]).read().split()
+    for s in range(2):
+        with tarfile.open(str(tmp_path / ("seg-%d.tar" % s)), "w") as tar:
+            for stem in stems[s * 4:(s + 1) * 4]:
+                _add(tar, stem + ".jpg", open(os.path.join(voc["images"], stem + ".jpg"), "rb").read())
+                png = os.path.join(voc["masks"], stem + ".png")
+                if s == 0:
+                    _add(tar, stem + ".seg.png", open(png, "rb").read())
+                else:  # the class indices as a gray PNG
+                    buf = io.BytesIO()
+                    Image.fromarray(np.array(Image.open(png))).save(buf, format="PNG")
+                    _add(tar, stem + ".mask.png", buf.getvalue())
+                _add(tar, stem + ".json", ('"%s"' % stem).encode())
+    loader = ferry.Loader(data=str(tmp_path / "seg-{0..1}.tar"), pipeline=PIPELINE, batch_size=3, epochs=2,
+                          threads=2, drop_last=False, targets=("semantic", "meta"))
+    seen = check_masks_follow(loader, 8, 2)
+    assert sorted(seen) == sorted(stems * 2)
 
 
 def test_where_no_pixel_lands_the_mask_says_ignore(ferry, sample_data, tmp_path):

@@ -97,7 +97,8 @@ class Loader(torch.utils.data.IterableDataset):
     iscrowd, area, masks [B, max_N, H, W] likewise, counts int64 [B], image_id [B],
     semantic [B, H, W]. Semantic segmentation: data={"format": "segmentation",
     "images": ..., "masks": ..., "list": ...} (VOC, ADE20K and Cityscapes layouts) with
-    targets=("semantic",). Image-text data: WebDataset shards (a folder, a list, or a brace
+    targets=("semantic",); or WebDataset shards with .seg.png (palette) or .mask.png (gray)
+    members (255 where no source pixel lands). Image-text data: WebDataset shards (a folder, a list, or a brace
     pattern "shard-{000000..000127}.tar") whose samples have .txt and .json members,
     with targets=("text", "meta"): each row's caption (str) and its JSON (parsed). The tensors view the received batch (no copy).
 
