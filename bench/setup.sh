@@ -20,13 +20,15 @@ readonly BUILD_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
+  libsentencepiece-dev
   python3-dev python3-pybind11 python3-numpy
 )
 # The tests' and benchmarks' own: Clang (fuzz and sanitizer builds), torch and
-# torchvision to compare with, Prometheus, network namespaces.
+# torchvision to compare with, Prometheus, network namespaces, the Python sentencepiece
+# package (the ids the workers' tokenizer must match).
 readonly TEST_PACKAGES=(
   clang libclang-rt-14-dev prometheus iproute2
-  python3-torch python3-torchvision python3-pytest python3-yaml
+  python3-torch python3-torchvision python3-pytest python3-yaml python3-sentencepiece
   python3-pip python3-venv python3-setuptools python3-wheel
 )
 main_only() { [[ "${FERRY_SETUP:-}" == main ]]; }

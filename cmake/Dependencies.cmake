@@ -27,6 +27,30 @@ set_target_properties(ferry_libjpeg PROPERTIES IMPORTED_LOCATION ${JPEG_TURBO_LI
 add_library(ferry_turbojpeg UNKNOWN IMPORTED)
 set_target_properties(ferry_turbojpeg PROPERTIES IMPORTED_LOCATION ${TURBOJPEG_LIB})
 
+# SentencePiece (libsentencepiece-dev), optional: captions tokenized on the worker (the
+# "tokens" target). Without it every other job builds and runs; a job asking for
+# tokens is refused by name. Found by hand (Debian ships no CMake config for it).
+option(FERRY_WITH_SENTENCEPIECE "Tokenize captions with SentencePiece when it is installed" ON)
+if(FERRY_WITH_SENTENCEPIECE)
+  find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+  find_library(SENTENCEPIECE_LIB NAMES sentencepiece)
+  if(SENTENCEPIECE_INCLUDE_DIR AND SENTENCEPIECE_LIB)
+    add_library(ferry_sentencepiece UNKNOWN IMPORTED)
+    set_target_properties(ferry_sentencepiece PROPERTIES IMPORTED_LOCATION ${SENTENCEPIECE_LIB}
+      INTERFACE_INCLUDE_DIRECTORIES ${SENTENCEPIECE_INCLUDE_DIR})
+    message(STATUS "SentencePiece: ${SENTENCEPIECE_LIB} (captions can be tokenized on the worker)")
+    # Its trainer: the tests train a small model (not needed by Ferry itself).
+    find_library(SENTENCEPIECE_TRAIN_LIB NAMES sentencepiece_train)
+    if(SENTENCEPIECE_TRAIN_LIB)
+      add_library(ferry_sentencepiece_train UNKNOWN IMPORTED)
+      set_target_properties(ferry_sentencepiece_train PROPERTIES IMPORTED_LOCATION ${SENTENCEPIECE_TRAIN_LIB}
+        INTERFACE_INCLUDE_DIRECTORIES ${SENTENCEPIECE_INCLUDE_DIR})
+    endif()
+  else()
+    message(STATUS "SentencePiece: not found (apt-get install libsentencepiece-dev): no \"tokens\" target")
+  endif()
+endif()
+
 if(FERRY_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

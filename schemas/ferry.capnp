@@ -117,6 +117,7 @@ struct Job {
   takenEnd @15 :List(Int64);    # of the epoch's order already yielded
   badSamples @16 :BadSamples;   # ferry::BadSamples
   targets @17 :List(Text);      # JobSpec::targets: the batch fields to carry
+  tokenizer @18 :Tokenizer;     # JobSpec::tokenizer (the "tokens" target); absent: none
 }
 
 struct ResumeState {
@@ -154,6 +155,7 @@ enum DType {
   uint8 @0;
   int64 @1;
   float32 @2;
+  int32 @3;
 }
 
 struct Tensor {
@@ -198,6 +200,14 @@ struct Batch {
 # values[offsets[r] .. offsets[r + 1]) along dimension 0, offsets int64 [B + 1] from 0,
 # non-decreasing, ending at values' first dimension. Dense (no offsets): values has
 # one entry per row along dimension 0.
+struct Tokenizer {            # ferry::TokenizerSpec
+  model @0 :Text;             # a SentencePiece .model file on the worker
+  length @1 :Int32;           # ids cut or padded to it
+  addBos @2 :Bool;
+  addEos @3 :Bool;
+  padId @4 :Int32;            # -1: the model's pad id, or 0
+}
+
 struct Field {
   name @0 :Text;
   values @1 :Tensor;

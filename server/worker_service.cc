@@ -81,6 +81,7 @@ class WorkerService::Impl {
     l.serves_job = opts_.serves_job;
     l.serves_consumer = opts_.serves_consumer;
     l.open_dataset = [datasets = datasets_.get()](const std::string& path) { return datasets->Open(path); };
+    l.open_tokenizer = [datasets = datasets_.get()](const JobSpec& job) { return datasets->OpenTokenizer(job); };
     l.allow_synthetic = opts_.allow_synthetic;
     l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
     l.load = [stats = std::move(stats)] { return WorkerLoadOf(*stats); };

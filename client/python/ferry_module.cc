@@ -58,6 +58,7 @@ py::array View(const TensorView& t, const std::shared_ptr<void>& keepalive) {
   std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.begin() + t.rank);
   py::dtype dtype = t.dtype == DType::kUint8     ? py::dtype::of<uint8_t>()
                     : t.dtype == DType::kFloat32 ? py::dtype::of<float>()
+                    : t.dtype == DType::kInt32   ? py::dtype::of<int32_t>()
                                                  : py::dtype::of<int64_t>();
   // Read-write: torch.from_numpy refuses read-only arrays. The buffer is this batch's
   // alone; a trainer that writes into it harms nobody.
@@ -261,7 +262,8 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
 
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs, targets,
 // world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
-// taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known).
+// taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known),
+// tokenizer_model, tokenizer_length, tokenizer_add_bos, tokenizer_add_eos, tokenizer_pad_id.
 JobSpec JobFrom(Options& o) {
   JobSpec job;
   std::string pipeline = "imagenet-train", last_batch = "drop", bad_samples = "skip";
@@ -281,6 +283,11 @@ JobSpec JobFrom(Options& o) {
   o.Get("taken", &job.taken);
   o.Get("num_samples", &job.num_samples);
   o.Get("targets", &job.targets);
+  o.Get("tokenizer_model", &job.tokenizer.model);
+  o.Get("tokenizer_length", &job.tokenizer.length);
+  o.Get("tokenizer_add_bos", &job.tokenizer.add_bos);
+  o.Get("tokenizer_add_eos", &job.tokenizer.add_eos);
+  o.Get("tokenizer_pad_id", &job.tokenizer.pad_id);
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));

@@ -33,6 +33,7 @@
 #define FERRY_JOB_H_
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -102,6 +103,18 @@ int64_t ConsumerRank(const std::string& consumer_id);
 // the pipeline's. The one function every process uses to check that it agrees.
 uint64_t JobFingerprint(uint64_t listing_fingerprint, const PipelineSpec& pipeline);
 
+// A job's caption tokenizer (the "tokens" target): a SentencePiece model file on the
+// worker, and the fixed length L every row's ids are cut or padded to.
+struct TokenizerSpec {
+  std::string model;       // the .model file (a worker checks it against --data-root); "": none
+  int32_t length = 0;      // L, in [1, kMaxLength]
+  bool add_bos = false;    // ids start with the model's bos (as sentencepiece's add_bos=True)
+  bool add_eos = false;    // and end with its eos (cut with the rest past L)
+  int32_t pad_id = -1;     // what pads a row past its length; -1: the model's pad id, or 0
+  static constexpr int32_t kMaxLength = 65536;
+  bool operator==(const TokenizerSpec& other) const = default;
+};
+
 struct JobSpec {
   std::string dataset;  // an ImageFolder root, a .tsv list or .tar shards, as the workers
                         // see it; or "synthetic:..." for benchmarks
@@ -139,15 +152,23 @@ struct JobSpec {
   // "boxes" float32 [N, 4] XYXY output pixels, "labels" int64 [N] (a class per box),
   // "iscrowd" uint8 [N], "area" float32 [N], "masks" uint8 [N, H, W], "semantic"
   // uint8 [B, H, W], "image_id" int64 [B], "text" and "meta" (a caption, the sample's
-  // JSON) uint8 bytes: the batch fields (ferry/batch.h). All but image_id, text and
-  // meta move with the image (geometric_targets()).
+  // JSON) uint8 bytes, "tokens" (the caption's ids by `tokenizer`: the fields "tokens"
+  // int32 [B, L] and "tokens_length" int32 [B]): the batch fields (ferry/batch.h). All
+  // but image_id, text, meta and tokens move with the image (geometric_targets()).
   static constexpr const char* kTargetNames[] = {"boxes",    "labels",   "iscrowd", "area", "masks",
-                                                 "semantic", "image_id", "text",    "meta"};
+                                                 "semantic", "image_id", "text",    "meta", "tokens"};
+  // The most fields a batch carries: every target, "tokens" as two.
+  static constexpr size_t kMaxBatchFields = std::size(kTargetNames) + 1;
+  static bool GeometricTarget(const std::string& t) {
+    return t != "image_id" && t != "text" && t != "meta" && t != "tokens";
+  }
   bool geometric_targets() const {
     for (const std::string& t : targets)
-      if (t != "image_id" && t != "text" && t != "meta") return true;
+      if (GeometricTarget(t)) return true;
     return false;
   }
+  // The "tokens" target's tokenizer (its model is "" unless targets name "tokens").
+  TokenizerSpec tokenizer;
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a

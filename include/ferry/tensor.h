@@ -11,13 +11,14 @@
 
 namespace ferry {
 
-enum class DType : uint8_t { kUint8 = 0, kInt64 = 1, kFloat32 = 2 };
+enum class DType : uint8_t { kUint8 = 0, kInt64 = 1, kFloat32 = 2, kInt32 = 3 };
 
 inline size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kUint8: return 1;
     case DType::kInt64: return 8;
     case DType::kFloat32: return 4;
+    case DType::kInt32: return 4;
   }
   return 0;
 }
@@ -27,6 +28,7 @@ inline std::string_view DTypeName(DType t) {
     case DType::kUint8: return "uint8";
     case DType::kInt64: return "int64";
     case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 #include <opencv2/core.hpp>
 
 #include "core/mutex.h"
+#include "data/data_roots.h"
 #include "data/dataset.h"
 #include "pipeline/batch_pool.h"
 #include "pipeline/producer.h"
@@ -18,9 +19,11 @@ namespace ferry {
 
 class Loader::Impl {
  public:
-  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const Pipeline> pipeline)
+  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const Pipeline> pipeline,
+       std::shared_ptr<const Tokenizer> tokenizer)
       : opts_(WithListing(o, *ds)),
         pipeline_(std::move(pipeline)),
+        tokenizer_(std::move(tokenizer)),
         shard_{o.shard_index, o.num_shards, o.first_epoch},
         dataset_(std::move(ds)),
         fingerprint_(JobFingerprint(dataset_->fingerprint(), opts_.job.pipeline)),
@@ -68,6 +71,7 @@ class Loader::Impl {
         dataset_, pipeline_, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->SetTargets(job.targets);
+    producer_->SetTokenizer(tokenizer_);
     producer_->Start();
   }
 
@@ -128,7 +132,8 @@ class Loader::Impl {
     b.provenance = p.plan.provenance();
     b.keepalive = std::move(p.memory.owner);
     if (!opts_.job.targets.empty()) {
-      PackedFields f = PackFields(opts_.job.targets, p.targets, rows, s.height, s.width);
+      PackedFields f = PackFields(opts_.job.targets, p.targets, rows, s.height, s.width, opts_.job.tokenizer.length,
+                                  tokenizer_ != nullptr ? tokenizer_->pad_id() : 0);
       b.fields = std::move(f.fields);
       b.keepalive = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(b.keepalive),
                                                                                              std::move(f.owner));
@@ -156,6 +161,7 @@ class Loader::Impl {
 
   const LoaderOptions opts_;
   const std::shared_ptr<const Pipeline> pipeline_;
+  const std::shared_ptr<const Tokenizer> tokenizer_;  // the job's, if it asks for tokens
   const Shard shard_;
   const std::shared_ptr<const Dataset> dataset_;
   const uint64_t fingerprint_;
@@ -191,7 +197,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.
   cv::setNumThreads(0);
-  auto impl = std::make_unique<Impl>(options, std::shared_ptr<const Dataset>(std::move(ds)), std::move(pipeline));
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (!options.job.tokenizer.model.empty()) {
+    FERRY_ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(options.job.tokenizer, DataRoots()));
+  }
+  auto impl = std::make_unique<Impl>(options, std::shared_ptr<const Dataset>(std::move(ds)), std::move(pipeline),
+                                     std::move(tokenizer));
   impl->Start();
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

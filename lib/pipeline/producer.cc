@@ -338,7 +338,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));
   const bool with_targets = !targets_.empty();
   bool geometric = false;  // targets that move with the image (not only ids, captions, metadata)
-  for (const std::string& t : targets_) geometric = geometric || (t != "image_id" && t != "text" && t != "meta");
+  for (const std::string& t : targets_) geometric = geometric || JobSpec::GeometricTarget(t);
   const bool masks = std::find(targets_.begin(), targets_.end(), "masks") != targets_.end() ||
                      std::find(targets_.begin(), targets_.end(), "semantic") != targets_.end();
   if (with_targets) b->targets.assign(size_t(std::max<int64_t>(b->plan.rows, n)), SampleTargets());
@@ -376,6 +376,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
         // sample's fault: it is bad, not retried.
         st = TargetsFromAnnotations(annotations, masks, targets);
         if (!st.ok()) st = Status::InvalidArgument("annotations: " + st.message());
+        if (st.ok() && tokenizer_ != nullptr) st = tokenizer_->Encode(targets->text, &targets->tokens);
       } else if (!st.ok()) {
         read_failed[size_t(i)] = 1;
       }

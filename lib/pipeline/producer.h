@@ -42,6 +42,7 @@
 #include "ferry/job.h"
 #include "ops/pipeline.h"
 #include "ops/targets.h"
+#include "text/tokenizer.h"
 #include "pipeline/stats.h"
 
 namespace ferry {
@@ -230,6 +231,8 @@ class BatchProducer {
   // by the pipeline and kept in ProducedBatch::targets. Requires a dataset with
   // annotations and a pipeline that moves targets (the job's check). Before Start().
   void SetTargets(std::vector<std::string> names) { targets_ = std::move(names); }
+  // Tokenizes each sample's caption into SampleTargets::tokens (the "tokens" target).
+  void SetTokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
 
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
@@ -263,6 +266,7 @@ class BatchProducer {
   int64_t synthetic_cost_us_ = 0;
   std::shared_ptr<PipelineStats> stats_;
   std::vector<std::string> targets_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::thread thread_;
 
   Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls

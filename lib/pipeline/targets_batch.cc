@@ -125,7 +125,7 @@ TensorView NewTensor(Buffers* buffers, DType dtype, std::initializer_list<int64_
 }  // namespace
 
 PackedFields PackFields(const std::vector<std::string>& names, const std::vector<SampleTargets>& rows,
-                        int64_t num_rows, int out_h, int out_w) {
+                        int64_t num_rows, int out_h, int out_w, int32_t token_length, int32_t token_pad) {
   auto buffers = std::make_shared<Buffers>();
   buffers->reserve(names.size() * 2);
   PackedFields out;
@@ -160,6 +160,23 @@ PackedFields PackFields(const std::vector<std::string>& names, const std::vector
         const std::string& s = name == "text" ? row(r).text : row(r).meta;
         if (!s.empty()) std::memcpy(f.values.as<uint8_t>() + o[r], s.data(), s.size());
       }
+    } else if (name == "tokens") {
+      const int64_t len = std::max<int32_t>(token_length, 1);
+      f.values = NewTensor(buffers.get(), DType::kInt32, {num_rows, len});
+      BatchField lengths;
+      lengths.name = "tokens_length";
+      lengths.values = NewTensor(buffers.get(), DType::kInt32, {num_rows});
+      for (int64_t r = 0; r < num_rows; ++r) {
+        int32_t* ids = f.values.as<int32_t>() + r * len;
+        const std::vector<int32_t>& t = row(r).tokens;
+        const int64_t n = std::min<int64_t>(int64_t(t.size()), len);
+        if (n > 0) std::memcpy(ids, t.data(), size_t(n) * sizeof(int32_t));
+        std::fill(ids + n, ids + len, token_pad);
+        lengths.values.as<int32_t>()[r] = int32_t(n);
+      }
+      out.fields.push_back(std::move(f));
+      out.fields.push_back(std::move(lengths));
+      continue;
     } else if (name == "semantic") {
       f.values = NewTensor(buffers.get(), DType::kUint8, {num_rows, out_h, out_w});
       for (int64_t r = 0; r < num_rows; ++r) {

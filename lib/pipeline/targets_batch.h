@@ -40,9 +40,10 @@ struct PackedFields {
 // targets; rows past rows.size() are padding), for output images of out_h x out_w.
 // Each tensor is 8-byte aligned and its memory rounded up to 8 bytes (the wire sends
 // whole words). An instance without a mask gets an empty plane; a row without a
-// semantic mask, zeros.
+// semantic mask, zeros. "tokens" gives two fields: "tokens" int32 [B, token_length],
+// each row's ids then `token_pad`, and "tokens_length" int32 [B] (padding rows: 0).
 PackedFields PackFields(const std::vector<std::string>& names, const std::vector<SampleTargets>& rows,
-                        int64_t num_rows, int out_h, int out_w);
+                        int64_t num_rows, int out_h, int out_w, int32_t token_length = 0, int32_t token_pad = 0);
 
 }  // namespace ferry
 

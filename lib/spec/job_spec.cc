@@ -75,6 +75,17 @@ Status JobSpec::Validate() const {
     for (size_t j = 0; j < i; ++j)
       if (targets[j] == targets[i]) return Status::InvalidArgument("targets: \"" + targets[i] + "\" named twice");
   }
+  const bool tokens = std::find(targets.begin(), targets.end(), "tokens") != targets.end();
+  if (tokens != !tokenizer.model.empty())
+    return Status::InvalidArgument(tokens ? "targets: \"tokens\" needs a tokenizer model (a SentencePiece .model file)"
+                                          : "a tokenizer model is given but targets do not name \"tokens\"");
+  if (tokens) {
+    if (tokenizer.length < 1 || tokenizer.length > TokenizerSpec::kMaxLength)
+      return Status::InvalidArgument("tokenizer length must be in [1, " + std::to_string(TokenizerSpec::kMaxLength) +
+                                     "]");
+    if (tokenizer.pad_id < -1) return Status::InvalidArgument("tokenizer pad_id must be >= 0, or -1 (the model's)");
+    if (tokenizer.model.size() > 4096) return Status::InvalidArgument("tokenizer model path is too long");
+  }
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
   if (epochs > 0 && uint64_t(epochs) > kMaxEpoch + 1)
     return Status::InvalidArgument("epochs " + std::to_string(epochs) + " is past the most a job may have, " +
@@ -202,6 +213,11 @@ uint64_t JobSpec::ConfigFingerprint() const {
   }
   // Only when asked for, so that states saved before the field existed restore.
   for (const std::string& t : targets) f.Add(t);
+  if (!tokenizer.model.empty()) {
+    f.Add(tokenizer.model);
+    f.AddU64(uint64_t(uint32_t(tokenizer.length)) | uint64_t(tokenizer.add_bos) << 32 | uint64_t(tokenizer.add_eos) << 33);
+    f.AddU64(uint64_t(int64_t(tokenizer.pad_id)));
+  }
   return f.Finish();
 }
 

@@ -194,7 +194,7 @@ namespace {
 Result<TensorView> ReadTensor(schema::Tensor::Reader t, const char* name, int rank) {
   TensorView v;
   const uint16_t dt = uint16_t(t.getDtype());
-  if (dt > uint16_t(DType::kFloat32)) return Status::InvalidArgument(std::string("Batch: ") + name + ": unknown dtype");
+  if (dt > uint16_t(DType::kInt32)) return Status::InvalidArgument(std::string("Batch: ") + name + ": unknown dtype");
   v.dtype = DType(dt);
   auto shape = t.getShape();
   if (rank < 0 && shape.size() >= 1 && shape.size() <= 4) rank = int(shape.size());
@@ -297,7 +297,7 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped,
     FERRY_ASSIGN_OR_RETURN(b.images, ReadTensor(r.getImages(), "images", 4));
     FERRY_ASSIGN_OR_RETURN(b.labels, ReadTensor(r.getLabels(), "labels", 1));
     FERRY_ASSIGN_OR_RETURN(b.indices, ReadTensor(r.getIndices(), "indices", 1));
-    if (b.images.dtype == DType::kInt64 || b.labels.dtype != DType::kInt64 || b.indices.dtype != DType::kInt64)
+    if ((b.images.dtype != DType::kUint8 && b.images.dtype != DType::kFloat32) || b.labels.dtype != DType::kInt64 || b.indices.dtype != DType::kInt64)
       return Status::InvalidArgument("Batch: wrong tensor dtypes");
     const int64_t rows = b.labels.shape[0];
     if (b.images.shape[0] != rows || b.indices.shape[0] != rows)
@@ -312,7 +312,7 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped,
     // Fields: names unique and short; dense ones a row each; ragged ones with offsets
     // [rows + 1] from 0, non-decreasing, ending at the values' first dimension.
     auto fields = r.getFields();
-    if (fields.size() > std::size(JobSpec::kTargetNames))
+    if (fields.size() > JobSpec::kMaxBatchFields)
       return Status::InvalidArgument("Batch: more fields than a job can name");
     for (auto fr : fields) {
       BatchField f;
@@ -399,6 +399,14 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
     auto t = b.initTargets(unsigned(job.targets.size()));
     for (size_t i = 0; i < job.targets.size(); ++i) t.set(unsigned(i), job.targets[i]);
   }
+  if (!job.tokenizer.model.empty()) {
+    auto t = b.initTokenizer();
+    t.setModel(job.tokenizer.model);
+    t.setLength(job.tokenizer.length);
+    t.setAddBos(job.tokenizer.add_bos);
+    t.setAddEos(job.tokenizer.add_eos);
+    t.setPadId(job.tokenizer.pad_id);
+  }
   if (!job.taken.empty()) {
     auto begin = b.initTakenBegin(unsigned(job.taken.size()));
     auto end = b.initTakenEnd(unsigned(job.taken.size()));
@@ -441,6 +449,14 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   const auto targets = r.getTargets();
   if (targets.size() > std::size(JobSpec::kTargetNames)) return Status::InvalidArgument("job: too many targets");
   for (auto t : targets) job.targets.push_back(Str(t));
+  if (r.hasTokenizer()) {
+    const auto t = r.getTokenizer();
+    job.tokenizer.model = Str(t.getModel());
+    job.tokenizer.length = t.getLength();
+    job.tokenizer.add_bos = t.getAddBos();
+    job.tokenizer.add_eos = t.getAddEos();
+    job.tokenizer.pad_id = t.getPadId();
+  }
   return job;
 }
 

@@ -264,6 +264,15 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
     return job;
   }
   job->status = CheckListing(j.job, **ds);
+  if (job->status.ok() && !j.job.tokenizer.model.empty()) {
+    if (!o_.open_tokenizer) {
+      job->status = Status::Unimplemented("this worker loads no tokenizers");
+    } else if (auto t = o_.open_tokenizer(j.job); t.ok()) {
+      job->tokenizer = std::move(*t);
+    } else {
+      job->status = t.status();
+    }
+  }
   if (job->status.ok()) job->dataset = *ds;
   return job;
 }

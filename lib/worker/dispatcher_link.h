@@ -24,6 +24,7 @@
 #include "ferry/job.h"
 #include "net/control_channel.h"
 #include "pipeline/split_plan.h"
+#include "text/tokenizer.h"
 #include "net/tls.h"
 #include "wire/control.h"
 #include "worker/job_source.h"
@@ -39,6 +40,9 @@ struct LinkOptions {
   // Hybrid: a trainer's own worker, leasing only this consumer's splits of this job.
   std::string serves_job, serves_consumer;
   std::function<Result<std::shared_ptr<const Dataset>>(const std::string&)> open_dataset;
+  // The job's tokenizer (null: it asks for none). Unset: a job with a tokenizer is
+  // refused.
+  std::function<Result<std::shared_ptr<const Tokenizer>>(const JobSpec&)> open_tokenizer;
   // Whether jobs of "synthetic:" datasets are served (benchmarks); else such a job is
   // refused like a dataset that cannot be opened.
   bool allow_synthetic = false;

@@ -13,6 +13,7 @@
 #include "ferry/job.h"
 #include "ferry/status.h"
 #include "pipeline/split_plan.h"
+#include "text/tokenizer.h"
 
 namespace ferry {
 
@@ -21,6 +22,7 @@ struct WorkerJob {
   std::string name;
   JobSpec spec;
   std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<const Tokenizer> tokenizer;  // the job's "tokens" target's, or null
   Status status;  // not OK: this worker cannot serve the job (and says why)
   std::chrono::steady_clock::time_point opened;  // a failed open is retried after a while
 };

@@ -32,11 +32,13 @@ void WorkerStream::Open(wire::OpenStreamMsg m, int64_t now_ns) {
   // Listing can take a second on ImageNet-sized trees: off the io thread.
   std::weak_ptr<WorkerStream> weak = weak_from_this();
   WorkerCore* core = core_;
-  std::string path = msg_.job.dataset;
-  core_->env().run_blocking([weak, core, path = std::move(path)] {
-    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(core->datasets().Open(path));
-    core->env().post([weak, ds] {
-      if (auto self = weak.lock()) self->StartInline(std::move(*ds));
+  core_->env().run_blocking([weak, core, job = msg_.job] {
+    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(core->datasets().Open(job.dataset));
+    // A model to load too (off the io thread as well), once the dataset opened.
+    auto tok = std::make_shared<Result<std::shared_ptr<const Tokenizer>>>(std::shared_ptr<const Tokenizer>());
+    if (ds->ok()) *tok = core->datasets().OpenTokenizer(job);
+    core->env().post([weak, ds, tok] {
+      if (auto self = weak.lock()) self->StartInline(std::move(*ds), std::move(*tok));
     });
   });
 }
@@ -50,11 +52,14 @@ void WorkerStream::OnTimer(int64_t now_ns) {
   if (state_ == State::kOpening && msg_.by_name) WaitForJob(now_ns);
 }
 
-void WorkerStream::StartInline(Result<std::shared_ptr<const Dataset>> ds) {
+void WorkerStream::StartInline(Result<std::shared_ptr<const Dataset>> ds,
+                               Result<std::shared_ptr<const Tokenizer>> tokenizer) {
   if (state_ != State::kOpening) return;
   if (!ds.ok()) return Refuse(ds.status());
+  if (!tokenizer.ok()) return Refuse(tokenizer.status());
   Result<StreamSource> source = InlineStream(msg_, std::move(*ds));
   if (!source.ok()) return Refuse(source.status());
+  source->tokenizer = std::move(*tokenizer);
   StartProducer(std::move(*source));
 }
 
@@ -95,6 +100,10 @@ void WorkerStream::StartProducer(StreamSource source) {
   pipeline_ = std::move(*compiled);
   if (Status st = CheckTargetSource(source.job.targets, *source.dataset); !st.ok()) return Refuse(st);
   targets_ = source.job.targets;
+  token_length_ = source.job.tokenizer.length;
+  token_pad_ = source.tokenizer != nullptr ? source.tokenizer->pad_id() : 0;
+  if (!source.job.tokenizer.model.empty() && source.tokenizer == nullptr)
+    return Refuse(Status::Internal("the job's tokenizer was not loaded"));
   if (!source.splits) {  // point to point: each batch says what this worker lists
     listing_ = source.job.fingerprint;
     listed_samples_ = source.job.num_samples;
@@ -125,6 +134,7 @@ void WorkerStream::StartProducer(StreamSource source) {
       });
   producer_->SetSyntheticBatchCost(core_->options().synthetic_cost_us);
   producer_->SetTargets(targets_);
+  producer_->SetTokenizer(std::move(source.tokenizer));
   producer_->SetStats(core_->pipeline_stats());
   state_ = State::kStreaming;
   ++core_->counters().streams;
@@ -150,7 +160,7 @@ void WorkerStream::OnBatch(ProducedBatch&& b) {
   in.skipped = std::move(b.skipped);
   in.owner = std::move(b.memory.owner);
   if (!targets_.empty()) {
-    PackedFields f = PackFields(targets_, b.targets, b.rows, shape.height, shape.width);
+    PackedFields f = PackFields(targets_, b.targets, b.rows, shape.height, shape.width, token_length_, token_pad_);
     in.fields = std::move(f.fields);
     in.owner = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(in.owner),
                                                                                         std::move(f.owner));

@@ -76,7 +76,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
  private:
   enum class State { kNew, kOpening, kStreaming, kEnding, kClosed };
 
-  void StartInline(Result<std::shared_ptr<const Dataset>> ds);
+  void StartInline(Result<std::shared_ptr<const Dataset>> ds, Result<std::shared_ptr<const Tokenizer>> tokenizer);
   void WaitForJob(int64_t now_ns);
   void StartProducer(StreamSource source);
   void StartSynthetic();
@@ -92,6 +92,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
   wire::OpenStreamMsg msg_;
   std::shared_ptr<const Pipeline> pipeline_;
   std::vector<std::string> targets_;  // the job's (JobSpec::targets)
+  int32_t token_length_ = 0, token_pad_ = 0;  // the "tokens" field's row length and padding
   std::unique_ptr<BatchProducer> producer_;
   std::unique_ptr<SyntheticSource> synthetic_;
   std::shared_ptr<SplitFeed> feed_;  // named streams

@@ -39,6 +39,7 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
 StreamSource NamedStream(const WorkerJob& job, const std::shared_ptr<SplitFeed>& feed, const std::string& worker_id) {
   StreamSource s;
   s.dataset = job.dataset;
+  s.tokenizer = job.tokenizer;
   s.job = job.spec;
   if (job.spec.mode == ProcessingMode::kParallelEpochs) {
     // Every epoch, by itself: its order and augmentation drawn from the job's seed

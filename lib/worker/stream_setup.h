@@ -27,6 +27,7 @@ namespace ferry {
 
 struct StreamSource {
   std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<const Tokenizer> tokenizer;  // the job's "tokens" target's, or null
   JobSpec job;      // batch size, pipeline; `seed` is the augmentation's seed
   std::unique_ptr<PlanSource> plan;
   int64_t last_epoch = -1;  // the last epoch the stream yields; -1: forever

@@ -23,6 +23,11 @@ Result<std::shared_ptr<const Dataset>> DatasetCache::Open(const std::string& pat
   return shared;
 }
 
+Result<std::shared_ptr<const Tokenizer>> DatasetCache::OpenTokenizer(const JobSpec& job) {
+  if (job.tokenizer.model.empty()) return std::shared_ptr<const Tokenizer>();
+  return tokenizers_.Open(job.tokenizer, roots_);
+}
+
 WorkerCore::WorkerCore(WorkerCoreOptions o, WorkerEnv env, DatasetCache* datasets, JobSource* jobs)
     : o_(o), env_(std::move(env)), datasets_(datasets), jobs_(jobs) {}
 

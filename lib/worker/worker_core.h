@@ -33,6 +33,7 @@
 #include "data/dataset.h"
 #include "ferry/status.h"
 #include "pipeline/stats.h"
+#include "text/tokenizer.h"
 #include "wire/codec.h"
 #include "worker/job_source.h"
 #include "worker/worker_metrics.h"
@@ -47,9 +48,13 @@ class DatasetCache {
   // The open dataset at `path` (confined to the roots), listing it only if no stream
   // or job holds it now.
   Result<std::shared_ptr<const Dataset>> Open(const std::string& path) LOCKS_EXCLUDED(mu_);
+  // The job's tokenizer (its model confined to the roots, loaded once while in use);
+  // null when the job asks for no tokens.
+  Result<std::shared_ptr<const Tokenizer>> OpenTokenizer(const JobSpec& job);
 
  private:
   const DataRoots roots_;
+  TokenizerCache tokenizers_;
   Mutex mu_;
   std::map<std::string, std::weak_ptr<const Dataset>> open_ GUARDED_BY(mu_);
 };

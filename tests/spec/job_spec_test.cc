@@ -89,6 +89,29 @@ TEST(JobSpecTest, Validate) {
   EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "the pipeline's form is checked too";
 }
 
+TEST(JobSpecTest, TokensAndATokenizerGoTogether) {
+  JobSpec j = Job(10, 2, 1, LastBatch::kKeep);
+  j.targets = {"text", "tokens"};
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "tokens with no model";
+  j.tokenizer.model = "/models/spm.model";
+  j.tokenizer.length = 32;
+  EXPECT_TRUE(j.Validate().ok());
+  EXPECT_FALSE(j.geometric_targets()) << "ids do not move with the image";
+  const uint64_t with = j.ConfigFingerprint();
+  j.tokenizer.add_eos = true;
+  EXPECT_NE(j.ConfigFingerprint(), with) << "other ids: another job";
+  for (int32_t bad : {0, -3, TokenizerSpec::kMaxLength + 1}) {
+    j.tokenizer.length = bad;
+    EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  j.tokenizer.length = 8;
+  j.tokenizer.pad_id = -2;
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument);
+  j.tokenizer.pad_id = -1;
+  j.targets = {"text"};
+  EXPECT_EQ(j.Validate().code(), StatusCode::kInvalidArgument) << "a model without the tokens target";
+}
+
 TEST(JobSpecTest, SameJobIgnoresOnlyTheListingFacts) {
   JobSpec a = Job(10, 2, 1, LastBatch::kKeep);
   JobSpec b = a;

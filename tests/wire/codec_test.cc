@@ -110,6 +110,21 @@ TEST(WireCodecTest, OpenStreamRoundTripsInline) {
   }
 }
 
+TEST(WireCodecTest, JobsWithTargetsAndATokenizerRoundTrip) {
+  JobSpec j;
+  j.dataset = "/data/shard-{0..3}.tar";
+  j.targets = {"text", "tokens", "image_id"};
+  j.tokenizer = {"/models/spm.model", 77, true, true, 5};
+  Result<JobSpec> d = DecodeJobBytes(EncodeJobBytes(j));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, j);
+  j.tokenizer = TokenizerSpec();
+  j.targets = {"boxes"};
+  d = DecodeJobBytes(EncodeJobBytes(j));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokenizer, TokenizerSpec()) << "no tokenizer: none decoded";
+}
+
 TEST(WireCodecTest, OpenStreamRoundTripsByName) {
   OpenStreamMsg m;
   m.by_name = true;

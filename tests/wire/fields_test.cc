@@ -131,12 +131,18 @@ void Ragged(schema::Field::Builder f, const char* name, int64_t n, size_t bytes,
   std::memcpy(d.begin(), offs.data(), offs.size() * 8);
 }
 
-void Dense(schema::Field::Builder f, const char* name, int64_t rows) {
+// One dense field: int64 [rows], or of `dtype` (the wire's number) [rows, cols] with
+// `bytes` of data (default: what the shape takes, taking 4-byte elements past int64).
+void Dense(schema::Field::Builder f, const char* name, int64_t rows, uint16_t dtype = 1, int64_t cols = 0,
+           int64_t bytes = -1) {
   f.setName(name);
   auto v = f.initValues();
-  v.setDtype(schema::DType::INT64);
-  v.initShape(1).set(0, rows);
-  v.initData(unsigned(rows * 8));
+  v.setDtype(schema::DType(dtype));
+  auto s = v.initShape(cols > 0 ? 2 : 1);
+  s.set(0, rows);
+  if (cols > 0) s.set(1, cols);
+  const int64_t elem = dtype == 1 ? 8 : dtype == 0 ? 1 : 4;
+  v.initData(unsigned(bytes >= 0 ? bytes : rows * std::max<int64_t>(cols, 1) * elem));
 }
 
 Status Decode(const InFrame& f) {
@@ -148,6 +154,7 @@ TEST(WireFieldsTest, HostileFieldsAreRefused) {
   // The baseline decodes.
   ASSERT_TRUE(Decode(HandMade([](auto l) { Ragged(l[0], "boxes", 3, 48, {0, 1, 3}); }, 1)).ok());
   ASSERT_TRUE(Decode(HandMade([](auto l) { Dense(l[0], "image_id", 2); }, 1)).ok());
+  ASSERT_TRUE(Decode(HandMade([](auto l) { Dense(l[0], "tokens", 2, 3, 5); }, 1)).ok()) << "int32 [B, L]";
   struct Case {
     const char* what;
     std::function<void(capnp::List<schema::Field>::Builder)> make;
@@ -171,6 +178,8 @@ TEST(WireFieldsTest, HostileFieldsAreRefused) {
          for (unsigned i = 0; i < l.size(); ++i) Dense(l[i], ("f" + std::to_string(i)).c_str(), 2);
        },
        12},
+      {"an unknown dtype", [](auto l) { Dense(l[0], "tokens", 2, 4); }, 1},
+      {"int32 values of the wrong size", [](auto l) { Dense(l[0], "tokens", 2, 3, 5, 36); }, 1},
       {"values of rank 0", [](auto l) { l[0].setName("x"); l[0].initValues().setDtype(schema::DType::UINT8); }, 1},
   };
   for (const Case& c : cases) {

@@ -100,7 +100,13 @@ class Loader(torch.utils.data.IterableDataset):
     targets=("semantic",); or WebDataset shards with .seg.png (palette) or .mask.png (gray)
     members (255 where no source pixel lands). Image-text data: WebDataset shards (a folder, a list, or a brace
     pattern "shard-{000000..000127}.tar") whose samples have .txt and .json members,
-    with targets=("text", "meta"): each row's caption (str) and its JSON (parsed). The tensors view the received batch (no copy).
+    with targets=("text", "meta"): each row's caption (str) and its JSON (parsed). With
+    targets=("tokens",) and tokenizer={"model": "spm.model", "length": 64} (options
+    add_bos, add_eos, pad_id: -1 for the model's pad id, or 0), the workers tokenize
+    each caption with SentencePiece: "tokens" int32 [L] per row (padded form: [B, L])
+    and "tokens_length" (ids before the padding), the ids of the Python
+    sentencepiece package's encode(text, add_bos=..., add_eos=...)[:L]. The tensors
+    view the received batch (no copy).
 
     Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
     `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
@@ -110,7 +116,7 @@ class Loader(torch.utils.data.IterableDataset):
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
-                 targets=None, targets_format="list"):
+                 targets=None, targets_format="list", tokenizer=None):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
         if isinstance(data, dict):
@@ -118,7 +124,7 @@ class Loader(torch.utils.data.IterableDataset):
             # string, so that every process names the same job by it.
             data = json.dumps(data, sort_keys=True, separators=(",", ":"))
         self.targets = tuple(targets or ())
-        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id", "text", "meta")
+        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id", "text", "meta", "tokens")
         for t in self.targets:
             if t not in known:
                 raise ValueError("targets: unknown field %r (known: %s)" % (t, ", ".join(known)))
@@ -127,6 +133,15 @@ class Loader(torch.utils.data.IterableDataset):
         if targets_format not in ("list", "padded"):
             raise ValueError("targets_format must be 'list' or 'padded', not %r" % (targets_format,))
         self.targets_format = targets_format
+        self.tokenizer = dict(tokenizer or {})
+        if ("tokens" in self.targets) != bool(self.tokenizer):
+            raise ValueError("targets=(\"tokens\",) and tokenizer={\"model\": ..., \"length\": L} go together")
+        if self.tokenizer:
+            unknown = set(self.tokenizer) - {"model", "length", "add_bos", "add_eos", "pad_id"}
+            if unknown or "model" not in self.tokenizer or "length" not in self.tokenizer:
+                raise ValueError("tokenizer: give model and length (and add_bos, add_eos, pad_id); got %s"
+                                 % sorted(self.tokenizer))
+            self.tokenizer["model"] = os.fspath(self.tokenizer["model"])
         if dispatcher and workers:
             raise ValueError("give either dispatcher (with job_name) or workers, not both")
         if dispatcher and not job_name:
@@ -308,6 +323,8 @@ class Loader(torch.utils.data.IterableDataset):
              "deterministic": self.deterministic, "bad_samples": self.bad_samples}
         if self.targets:
             o["targets"] = list(self.targets)
+        for k, v in self.tokenizer.items():
+            o["tokenizer_" + k] = v
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
         if self._taken:
@@ -411,6 +428,10 @@ class Loader(torch.utils.data.IterableDataset):
         strings = {}
         for name in self.targets:
             values, offsets = fields[name]
+            if name == "tokens":
+                out[name] = (torch.from_numpy(values), None)
+                out["tokens_length"] = (torch.from_numpy(fields["tokens_length"][0]), None)
+                continue
             if name in ("text", "meta"):
                 # Bytes: the caption as str; the JSON parsed (as its str if it is not JSON).
                 o = offsets.tolist()
@@ -430,7 +451,7 @@ class Loader(torch.utils.data.IterableDataset):
             for r in range(rows):
                 d = {}
                 for name, (values, offsets) in out.items():
-                    if name == "image_id":
+                    if name in ("image_id", "tokens_length"):
                         d[name] = int(values[r])
                     elif offsets is None:
                         d[name] = values[r]
