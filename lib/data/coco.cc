@@ -311,13 +311,20 @@ class CocoDataset final : public Dataset {
     for (size_t i = 0; i < images_list.size(); ++i) image_at[images_list[i].id] = i;
     std::vector<Annotation> kept;
     kept.reserve(anns.size());
+    // Images a skipped crowd annotation makes usable: the reference decides which images
+    // to keep before ConvertCocoPolysToMask drops the crowd (an image with only crowd
+    // boxes stays, with no box).
+    std::vector<uint8_t> crowd_usable(options.skip_crowd ? images_list.size() : 0, 0);
     for (Annotation& a : anns) {
       const auto at = image_at.find(a.image_id);
       if (at == image_at.end()) {
         issue("annotations", a.order, "image_id names no image");
         continue;
       }
-      if (options.skip_crowd && a.iscrowd) continue;
+      if (options.skip_crowd && a.iscrowd) {
+        if (a.box[2] - a.box[0] > 1 && a.box[3] - a.box[1] > 1) crowd_usable[at->second] = 1;
+        continue;
+      }
       if (options.contiguous_labels) {
         const auto l = label_of.find(a.category);
         if (l == label_of.end()) {
@@ -339,7 +346,7 @@ class CocoDataset final : public Dataset {
       const size_t first = a;
       while (a < kept.size() && kept[a].image_id == images_list[i].id) ++a;
       if (options.remove_images_without_annotations) {
-        bool usable = false;
+        bool usable = !crowd_usable.empty() && crowd_usable[i];
         for (size_t k = first; k < a && !usable; ++k)
           usable = kept[k].box[2] - kept[k].box[0] > 1 && kept[k].box[3] - kept[k].box[1] > 1;
         if (!usable) continue;

@@ -168,11 +168,18 @@ TEST(CocoTest, OptionsFollowTheDetectionReference) {
   o.contiguous_labels = true;                  // 3 -> 1, 18 -> 2
   Result<std::unique_ptr<Dataset>> ds = OpenCoco(dir.path() + "/instances.json", dir.path(), o);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  ASSERT_EQ((*ds)->size(), 1);
+  // The reference keeps an image by all its annotations, crowds included, and only then
+  // (ConvertCocoPolysToMask) drops the crowds: images 5 and 9 stay, with no box.
+  ASSERT_EQ((*ds)->size(), 3);
   SampleAnnotations a;
   ASSERT_TRUE((*ds)->ReadAnnotations(0, &a).ok());
   EXPECT_EQ(a.image_id, 2);
   EXPECT_EQ(a.labels, (std::vector<int64_t>{2, 1}));
+  for (int64_t i : {1, 2}) {
+    ASSERT_TRUE((*ds)->ReadAnnotations(i, &a).ok());
+    EXPECT_EQ(a.image_id, i == 1 ? 5 : 9);
+    EXPECT_TRUE(a.boxes.empty());
+  }
   Result<std::unique_ptr<Dataset>> plain = OpenCoco(dir.path() + "/instances.json", dir.path());
   ASSERT_TRUE(plain.ok());
   EXPECT_NE((*ds)->fingerprint(), (*plain)->fingerprint());

@@ -225,6 +225,7 @@ void WriteSeeds(const std::string& dir) {
   alignas(64) static float boxes[3 * 4] = {0, 0, 2, 2, 1, 1, 3, 3, 0.5f, 0, 4, 1};
   alignas(64) static int64_t box_labels[3] = {18, 3, 1}, offsets[4] = {0, 2, 2, 3}, ids[3] = {42, 7, -1};
   alignas(64) static uint8_t masks[3 * 2 * 2] = {1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0};
+  alignas(64) static int32_t tokens[3 * 4] = {1, 17, 2, 3, 1, 40, 41, 42, 1, 2, 3, 3}, token_lengths[4] = {3, 4, 2, 0};
   auto view = [](void* p, DType t, std::initializer_list<int64_t> shape) {
     TensorView v;
     v.data = p;
@@ -238,7 +239,9 @@ void WriteSeeds(const std::string& dir) {
   in.fields = {{"boxes", view(boxes, DType::kFloat32, {3, 4}), off},
                {"labels", view(box_labels, DType::kInt64, {3}), off},
                {"masks", view(masks, DType::kUint8, {3, 2, 2}), off},
-               {"image_id", view(ids, DType::kInt64, {3}), {}}};
+               {"image_id", view(ids, DType::kInt64, {3}), {}},
+               {"tokens", view(tokens, DType::kInt32, {3, 4}), {}},
+               {"tokens_length", view(token_lengths, DType::kInt32, {3}), {}}};
   WriteSeed(dir, "batch_fields", Flatten(EncodeBatch(in)));
   in.fields.clear();
 
@@ -254,6 +257,10 @@ void WriteSeeds(const std::string& dir) {
   WriteSeed(dir, "heartbeat_ok", Flatten(EncodeHeartbeatOk(hb)));
   WriteSeed(dir, "get_or_create_job", Flatten(EncodeGetOrCreateJob({job, "trainer"})));
   WriteSeed(dir, "job_info", Flatten(EncodeJobInfo(job)));
+  NamedJob captions = job;
+  captions.job.targets = {"text", "tokens"};
+  captions.job.tokenizer = {"/models/spm.model", 16, true, true, -1};
+  WriteSeed(dir, "job_info_tokens", Flatten(EncodeJobInfo(captions)));
   WriteSeed(dir, "get_workers", Flatten(EncodeGetWorkers()));
   WriteSeed(dir, "worker_list", Flatten(EncodeWorkerList({"127.0.0.1:7000", "127.0.0.1:7001"})));
   WriteSeed(dir, "ack_splits", Flatten(EncodeAckSplits({"job", "trainer", {{0, 1}, {0, 2}}})));

@@ -8,11 +8,11 @@ import warnings
 import torch
 
 from . import _ferry
-from .datasets import dataset_listing
+from .datasets import dataset_listing, detection_listing
 from .distributed import broadcast_seed, default_threads, resolve_rank
 from .loader import Loader
 from .mixing import TrainerCollate, mix_op
-from .transforms import translate
+from .transforms import translate, translate_detection
 
 
 class DataLoader(Loader):
@@ -51,6 +51,20 @@ class DataLoader(Loader):
     seed: None = torch.initial_seed() (rank 0's, broadcast over torch.distributed).
     epochs: None (no limit): each pass is one epoch, as a DataLoader's.
     persistent_workers, prefetch_factor (batches prefetched), pin_memory: accepted.
+
+    Detection: `dataset` may be a torchvision.datasets.CocoDetection (or a subclass, as
+    the detection reference's coco_utils.CocoDetection), or the Subset the reference's
+    _coco_remove_images_without_annotations makes of one, whose transforms start with
+    the reference's ConvertCocoPolysToMask. Its presets translate ("hflip", "lsj",
+    "ssdlite"; RandomPhotometricDistort, the "ssd" preset's, is refused by name), and
+    each batch is handed, as a list of (image, target) samples, to collate_fn: the
+    reference's `lambda batch: tuple(zip(*batch))` gives (images, targets) as its
+    DataLoader does, each image float32 [3, H, W] at its own size and each target the
+    dict ConvertCocoPolysToMask makes (boxes, labels, masks, image_id, area, iscrowd).
+    With no collate_fn: (images [B, ...], list of target dicts). `annotations=` names the
+    annotations file when the dataset does not keep its path (torchvision's does not:
+    the loaded JSON is then written once to FERRY_LIST_DIR); `targets=` narrows the
+    fields (masks cost the most).
     Remote modes take dispatcher=/job_name= or workers= as in Loader; with neither,
     FERRY_DISPATCHER and FERRY_JOB_NAME in the environment name a dispatcher job (each
     loader of the script its own: FERRY_JOB_NAME.<digest of what it reads>).
@@ -96,17 +110,38 @@ class DataLoader(Loader):
                              % type(sampler).__name__)
         if generator is not None and seed is None:
             seed = generator.initial_seed()
-        if isinstance(dataset, (str, os.PathLike)):
+        annotations = kwargs.pop("annotations", None)
+        detection = None if isinstance(dataset, (str, os.PathLike)) else detection_listing(dataset, annotations)
+        self._detection = detection is not None
+        self._sizes = None  # {image_id: (h, w)}: images padded to a canvas, cut back to their size
+        self._chw = False
+        if self._detection:
+            data, joint, sizes, canvas = detection
+            if pipeline is None:
+                if joint is None:
+                    raise ValueError("the detection dataset has no transforms: give it the reference's "
+                                     "(ConvertCocoPolysToMask, then a preset), or pipeline=")
+                pipeline, self._chw, padded = translate_detection(joint, canvas)
+                self._sizes = sizes if padded else None
+            kwargs.setdefault("targets", ("boxes", "labels", "masks", "image_id", "area", "iscrowd"))
+            # Padded rows are cut back by their image's id: it travels even when not asked for.
+            self._hide_image_id = self._sizes is not None and "image_id" not in kwargs["targets"]
+            if self._hide_image_id:
+                kwargs["targets"] = tuple(kwargs["targets"]) + ("image_id",)
+            self._collate, self.collate_note = None, None
+            self._det_collate = collate_fn
+        elif isinstance(dataset, (str, os.PathLike)):
             data, transform = os.fspath(dataset), None
         else:
             data, transform = dataset_listing(dataset)
-        self._chw = False
-        if pipeline is None:
-            if transform is None:
-                raise ValueError("the dataset has no transform: ferry would batch images of different sizes. Give "
-                                 "the dataset a transform (with RandomResizedCrop or CenterCrop) or pipeline=")
-            pipeline, self._chw = translate(transform)
-        pipeline, self._collate, self.collate_note = _with_collate(pipeline, collate_fn)
+        if not self._detection:
+            if pipeline is None:
+                if transform is None:
+                    raise ValueError("the dataset has no transform: ferry would batch images of different sizes. "
+                                     "Give the dataset a transform (with RandomResizedCrop or CenterCrop) or "
+                                     "pipeline=")
+                pipeline, self._chw = translate(transform)
+            pipeline, self._collate, self.collate_note = _with_collate(pipeline, collate_fn)
         self.dataset = dataset
         rank, world_size = resolve_rank(rank, world_size) if not kwargs.get("consumer_id") else (rank, world_size)
         if seed is None:
@@ -172,6 +207,8 @@ class DataLoader(Loader):
             self._sampler_epoch = epoch
             self.set_epoch(epoch)
         batches = super().__iter__()
+        if self._detection:
+            return self._detection_batches(batches)
         if not self.trim_padding and self._collate is None:
             return batches
         return self._finish_batches(batches)
@@ -195,7 +232,37 @@ class DataLoader(Loader):
             else:
                 yield images, labels
 
+    def _detection_batches(self, batches):
+        """Each batch as the reference's DataLoader gives it: its real rows as (image,
+        target) samples, through collate_fn."""
+        for images, targets in batches:
+            rows = int(self._last["valid"]) if self.trim_padding else images.shape[0]
+            if rows == 0 and not self.shuffle:
+                continue
+            samples = []
+            for r in range(rows):
+                image, t = images[r], dict(targets[r])
+                if self._sizes is not None and t.get("image_id") in self._sizes:
+                    h, w = self._sizes[t["image_id"]]
+                    image = image[:, :h, :w]  # a translated transform's rows are CHW
+                    if "masks" in t:
+                        t["masks"] = t["masks"][:, :h, :w]
+                if self._hide_image_id:
+                    del t["image_id"]
+                elif "image_id" in t:
+                    t["image_id"] = torch.tensor([t["image_id"]])
+                if "iscrowd" in t:
+                    t["iscrowd"] = t["iscrowd"].to(torch.int64)
+                samples.append((image, t))
+            if self._det_collate is not None:
+                yield self._det_collate(samples)
+            else:
+                yield images[:rows], [t for _, t in samples]
+
     def _to_torch(self, b):
+        if self._detection:
+            images, targets = super()._to_torch(b)
+            return (images.permute(0, 3, 1, 2) if self._chw else images), targets
         images, labels = super()._to_torch(b)
         if self._chw:
             images = images.permute(0, 3, 1, 2)  # PILToTensor's CHW, a view of the NHWC rows

@@ -65,3 +65,66 @@ def write_list(samples):
             f.write(body)
         os.replace(tmp, path)
     return path
+
+
+def _usable(anns):
+    """The detection reference's rule for training images: some box larger than 1 x 1."""
+    return any(all(float(o) > 1 for o in a["bbox"][2:]) for a in anns)
+
+
+def detection_listing(dataset, annotations=None):
+    """For torchvision.datasets.CocoDetection (or a subclass of it, as the detection
+    reference's), possibly under a Subset: (data spec dict, joint transforms, sizes
+    {image_id: (h, w)}, canvas (max h, max w)). None for any other dataset.
+
+    Ferry reads the annotations file itself (`annotations=`, the dataset's `ann_file`
+    or `annFile`, or else the loaded JSON written once to FERRY_LIST_DIR, named by its
+    content, where remote workers must see it). The samples are the dataset's: every
+    image in id order, or the Subset the reference's
+    _coco_remove_images_without_annotations makes (anything else raises)."""
+    indices = None
+    inner = dataset
+    while isinstance(inner, torch.utils.data.Subset):
+        indices = [int(i) for i in inner.indices] if indices is None else [int(inner.indices[i]) for i in indices]
+        inner = inner.dataset
+    coco = getattr(inner, "coco", None)
+    if coco is None or not hasattr(inner, "ids") or not isinstance(getattr(coco, "dataset", None), dict):
+        return None
+    ids = [int(i) for i in inner.ids]
+    if ids != sorted(int(i) for i in coco.imgs.keys()):
+        raise ValueError("ferry reads every image of the annotations file in id order, as CocoDetection lists "
+                         "them; this dataset's ids differ")
+    spec = {"format": "coco", "images": os.path.abspath(os.fspath(inner.root)), "skip_crowd": True}
+    if indices is not None:
+        by_image = {}
+        for a in coco.dataset.get("annotations", []):
+            by_image.setdefault(int(a["image_id"]), []).append(a)
+        if indices != [i for i, image_id in enumerate(ids) if _usable(by_image.get(image_id, []))]:
+            raise ValueError("ferry reads a Subset of a CocoDetection only as the reference's "
+                             "_coco_remove_images_without_annotations makes it (images with a box larger than 1 x 1)")
+        spec["remove_images_without_annotations"] = True
+    ann = annotations or getattr(inner, "ann_file", None) or getattr(inner, "annFile", None)
+    spec["annotations"] = os.path.abspath(os.fspath(ann)) if ann else _write_json(coco.dataset)
+    transforms = getattr(inner, "_transforms", None) or getattr(inner, "transforms", None)
+    if transforms is not None and type(transforms).__name__ == "StandardTransform":
+        if getattr(transforms, "target_transform", None) is not None:
+            raise ValueError("ferry cannot run the dataset's target_transform")
+        transforms = transforms.transform
+    sizes = {int(im["id"]): (int(im["height"]), int(im["width"])) for im in coco.dataset.get("images", [])}
+    canvas = (max((h for h, _ in sizes.values()), default=1), max((w for _, w in sizes.values()), default=1))
+    return spec, transforms, sizes, canvas
+
+
+def _write_json(obj):
+    """`obj` as JSON in FERRY_LIST_DIR, named by its content (written once, atomically)."""
+    import json
+    body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    d = os.environ.get("FERRY_LIST_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ferry", "lists")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, hashlib.sha1(body.encode()).hexdigest()[:20] + ".json")
+    if not os.path.exists(path):
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(body)
+        os.replace(tmp, path)
+    return path

@@ -20,7 +20,7 @@ import numbers
 
 import torch
 
-__all__ = ["pipeline_from_transform", "translate"]
+__all__ = ["pipeline_from_transform", "translate", "translate_detection"]
 
 # Interpolation names Ferry runs (torchvision's InterpolationMode values; PIL's ints).
 _INTERP = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", 0: "nearest", 2: "bilinear",
@@ -102,6 +102,7 @@ class _State:
         self.normalized = False
         self.ops = []        # image ops
         self.tensor_ops = []  # after the float conversion (normalize first)
+        self.coco_targets = False  # the detection reference's ConvertCocoPolysToMask was seen
 
 
 def _image_op(state, op, what):
@@ -375,6 +376,60 @@ def _lambda(t, s):
                      "it with Ferry's ops (pipeline=) or drop it" % getattr(t.lambd, "__name__", "lambda"))
 
 
+# -- detection (the reference scripts' transforms.py, and transforms.v2 of the same names) --
+# Each takes (image, target) and moves the boxes and masks; Ferry's ops of the same
+# names do both.
+
+def _convert_coco(t, s):
+    """The detection reference's ConvertCocoPolysToMask: COCO's annotations as the
+    target dict (boxes XYXY, labels, masks, image_id, area, iscrowd; crowd left out),
+    which is what Ferry's COCO source yields."""
+    if s.ops or s.stage != "pil":
+        raise ValueError("ferry runs ConvertCocoPolysToMask first, as the reference scripts do")
+    s.coco_targets = True
+
+
+def _scale_jitter(t, s):
+    _image_op(s, {"op": "scale_jitter", "target_size": [int(x) for x in t.target_size],
+                  "scale_range": [float(x) for x in t.scale_range],
+                  "interpolation": _interp(getattr(t, "interpolation", 2), "ScaleJitter")}, "ScaleJitter")
+
+
+def _fixed_size_crop(t, s):
+    if getattr(t, "padding_mode", "constant") != "constant":
+        raise ValueError("ferry runs FixedSizeCrop with padding_mode='constant' only")
+    _image_op(s, {"op": "fixed_size_crop", "size": [int(t.crop_height), int(t.crop_width)],
+                  "fill": _fill(getattr(t, "fill", 0), "FixedSizeCrop")}, "FixedSizeCrop")
+
+
+def _iou_crop(t, s):
+    _image_op(s, {"op": "random_iou_crop", "min_scale": float(t.min_scale), "max_scale": float(t.max_scale),
+                  "min_aspect_ratio": float(t.min_aspect_ratio), "max_aspect_ratio": float(t.max_aspect_ratio),
+                  "sampler_options": [float(x) for x in t.options], "trials": int(t.trials)}, "RandomIoUCrop")
+
+
+def _zoom_out(t, s):
+    _image_op(s, {"op": "random_zoom_out", "fill": _fill(getattr(t, "fill", 0), "RandomZoomOut"),
+                  "side_range": [float(x) for x in t.side_range], "p": float(t.p)}, "RandomZoomOut")
+
+
+def _shortest_size(t, s):
+    _image_op(s, {"op": "random_shortest_size", "min_size": [int(x) for x in t.min_size],
+                  "max_size": int(t.max_size),
+                  "interpolation": _interp(getattr(t, "interpolation", 2), "RandomShortestSize")},
+              "RandomShortestSize")
+
+
+def _sanitize(t, s):
+    _image_op(s, {"op": "sanitize_boxes", "min_size": float(getattr(t, "min_size", 1.0)),
+                  "min_area": float(getattr(t, "min_area", 1.0))}, "SanitizeBoundingBoxes")
+
+
+def _photometric(t, s):
+    raise ValueError("ferry cannot run RandomPhotometricDistort yet (the 'ssd' preset): use the 'ssdlite', 'lsj' "
+                     "or 'hflip' preset, or give pipeline=")
+
+
 _TORCHVISION = {
     "RandomResizedCrop": _rrc, "Resize": _resize, "CenterCrop": _center_crop, "RandomCrop": _random_crop,
     "Pad": _pad, "RandomHorizontalFlip": _flip("hflip"), "RandomVerticalFlip": _flip("vflip"),
@@ -393,6 +448,9 @@ _TORCHVISION = {
     "ToTensor": _to_tensor, "PILToTensor": _pil_to_tensor, "ToImage": _pil_to_tensor,
     "ToImageTensor": _pil_to_tensor, "ConvertImageDtype": _to_float, "ToDtype": _to_float,
     "Normalize": _normalize, "RandomErasing": _random_erasing, "Identity": _identity, "Lambda": _lambda,
+    "ConvertCocoPolysToMask": _convert_coco, "ScaleJitter": _scale_jitter, "FixedSizeCrop": _fixed_size_crop,
+    "RandomIoUCrop": _iou_crop, "RandomZoomOut": _zoom_out, "RandomShortestSize": _shortest_size,
+    "SanitizeBoundingBoxes": _sanitize, "RandomPhotometricDistort": _photometric,
 }
 
 
@@ -489,6 +547,60 @@ def translate(transform):
                        [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
         return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False
     return {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
+
+
+# Ops after which every image has one size, and ops that leave sizes that vary.
+_FIXED = {"fixed_size_crop", "letterbox", "center_crop", "random_resized_crop", "random_crop"}
+_VARYING = {"scale_jitter", "random_shortest_size", "random_iou_crop", "random_zoom_out", "resize_shorter", "pad",
+            "random_rotation", "random_affine", "affine"}
+
+
+_CLASS_OF = {"scale_jitter": "ScaleJitter", "random_shortest_size": "RandomShortestSize",
+             "random_iou_crop": "RandomIoUCrop", "random_zoom_out": "RandomZoomOut", "resize": "Resize",
+             "resize_shorter": "Resize", "pad": "Pad", "random_rotation": "RandomRotation",
+             "random_affine": "RandomAffine", "affine": "RandomAffine"}
+
+
+def translate_detection(transform, canvas):
+    """A detection dataset's joint transforms (the reference's presets: ConvertCocoPolysToMask
+    first) -> (spec dict, chw_uint8, padded): `padded` True when the transform keeps
+    each image's size (the "hflip" preset): the images are then padded, right and
+    below, to `canvas` (h, w: the dataset's largest), and the caller cuts each back to
+    its own size. A transform whose sizes vary (RandomShortestSize, ScaleJitter without
+    FixedSizeCrop) raises ValueError: a batch holds one size."""
+    s = _State()
+    _translate_one(transform, s)
+    if not s.coco_targets:
+        raise ValueError("ferry.DataLoader yields detection targets as the reference's ConvertCocoPolysToMask "
+                         "makes them (boxes, labels, masks, image_id, area, iscrowd): the dataset's transforms "
+                         "must start with it")
+    if s.stage == "pil":
+        raise ValueError("the transform must end in PILToTensor (and ConvertImageDtype) or ToImage: ferry yields "
+                         "tensors")
+    def kind(op):
+        if op["op"] == "resize":
+            return "fixed" if isinstance(op.get("size"), list) else "varying"
+        return "fixed" if op["op"] in _FIXED else "varying" if op["op"] in _VARYING else None
+
+    size_ops = [(op["op"], kind(op)) for op in s.ops if kind(op) is not None]
+    padded = False
+    ops = list(s.ops)
+    if not size_ops:
+        padded = True
+        ops.append({"op": "fixed_size_crop", "size": [int(canvas[0]), int(canvas[1])], "fill": 0})
+    elif size_ops[-1][1] != "fixed":
+        raise ValueError("ferry batches images of one size, and this transform leaves sizes that vary (%s last): "
+                         "end it with FixedSizeCrop (the 'lsj' preset), or give pipeline= (a letterbox, say)"
+                         % _CLASS_OF.get(size_ops[-1][0], size_ops[-1][0]))
+    # The reference keeps every box of positive width and height (ConvertCocoPolysToMask,
+    # FixedSizeCrop); v2's SanitizeBoundingBoxes, when the transform has one, says more.
+    if not any(op["op"] == "sanitize_boxes" for op in ops):
+        ops.append({"op": "sanitize_boxes", "min_size": 1e-4, "min_area": 0.0})
+    if s.stage == "float":
+        ops += s.tensor_ops if s.normalized else \
+            [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops
+        return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False, padded
+    return {"decode": "rgb", "ops": ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True, padded
 
 
 def pipeline_from_transform(transform):
