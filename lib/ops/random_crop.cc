@@ -1,7 +1,10 @@
 // random_crop: torchvision.transforms.RandomCrop(size, padding, pad_if_needed, fill,
 // padding_mode). Without padding it is a crop plan (the window alone is decoded).
 // An image smaller than the crop, without pad_if_needed, is an error for that sample
-// (torchvision raises), reported like a bad file.
+// (torchvision raises), reported like a bad file. pad_if_smaller: the segmentation
+// reference's RandomCrop, which pads a short side on the right or below (its
+// pad_if_smaller; the masks there hold 255, "no source pixel") rather than on both.
+#include <algorithm>
 #include <string>
 
 #include "ops/geometry.h"
@@ -12,9 +15,15 @@ namespace {
 
 class RandomCrop final : public Op {
  public:
-  RandomCrop(std::pair<int, int> size, std::array<int, 4> padding, bool pad_if_needed, std::array<uint8_t, 3> fill,
-             PadMode mode)
-      : h_(size.first), w_(size.second), padding_(padding), pad_if_needed_(pad_if_needed), fill_(fill), mode_(mode) {}
+  RandomCrop(std::pair<int, int> size, std::array<int, 4> padding, bool pad_if_needed, bool pad_if_smaller,
+             std::array<uint8_t, 3> fill, PadMode mode)
+      : h_(size.first),
+        w_(size.second),
+        padding_(padding),
+        pad_if_needed_(pad_if_needed),
+        pad_if_smaller_(pad_if_smaller),
+        fill_(fill),
+        mode_(mode) {}
 
   Result<Shape> OutputShape(const Shape& in) const override { return Shape{h_, w_, in.channels}; }
 
@@ -40,6 +49,8 @@ class RandomCrop final : public Op {
       dy += h_ - img.rows;
       img = Pad(img, {0, h_ - img.rows, 0, h_ - img.rows}, fill_, mode_);
     }
+    if (pad_if_smaller_ && (img.cols < w_ || img.rows < h_))  // right and below: the points stay
+      img = Pad(img, {0, 0, std::max(0, w_ - img.cols), std::max(0, h_ - img.rows)}, fill_, PadMode::kConstant);
     if (img.cols < w_ || img.rows < h_)
       return Status::InvalidArgument("random_crop: the image (" + std::to_string(img.cols) + "x" +
                                      std::to_string(img.rows) + ") is smaller than the crop (" + std::to_string(w_) +
@@ -64,7 +75,7 @@ class RandomCrop final : public Op {
 
   const int h_, w_;
   const std::array<int, 4> padding_;
-  const bool pad_if_needed_;
+  const bool pad_if_needed_, pad_if_smaller_;
   const std::array<uint8_t, 3> fill_;
   const PadMode mode_;
 };
@@ -76,9 +87,11 @@ void RegisterRandomCrop() {
     const auto size = a.Size("size", {224, 224});
     const auto padding = PaddingArg(a, "padding");
     const bool pad_if_needed = a.Bool("pad_if_needed", false);
+    const bool pad_if_smaller = a.Bool("pad_if_smaller", false);
     const auto fill = a.Fill("fill", 0);
     const PadMode mode = PadModeArg(a, "padding_mode");
-    return std::unique_ptr<Op>(new RandomCrop(size, padding, pad_if_needed, fill, mode));
+    a.Require(!(pad_if_needed && pad_if_smaller), "pad_if_smaller", "and pad_if_needed pad differently: give one");
+    return std::unique_ptr<Op>(new RandomCrop(size, padding, pad_if_needed, pad_if_smaller, fill, mode));
   });
 }
 

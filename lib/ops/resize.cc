@@ -4,6 +4,12 @@
 // that keeps its output size, and a Resize followed by CenterCrop or RandomCrop
 // decodes only the window they keep. (Also registered as resize_shorter, its name in
 // the original fixed pipeline.)
+//
+// random_resize: the segmentation reference's RandomResize(min_size, max_size): the
+// shorter side drawn uniformly from the integers [min_size, max_size], then Resize(n).
+// The masks follow with nearest neighbour, as the reference resizes its target.
+#include <algorithm>
+
 #include "ops/geometry.h"
 #include "ops/op.h"
 
@@ -46,6 +52,52 @@ class Resize final : public Op {
   const bool antialias_;
 };
 
+class RandomResize final : public Op {
+ public:
+  RandomResize(int min_size, int max_size, int interp, bool antialias)
+      : min_(min_size), max_(max_size), interp_(interp), antialias_(antialias) {}
+
+  Result<Shape> OutputShape(const Shape& in) const override { return Shape{-1, -1, in.channels}; }
+
+  std::optional<CropPlan> PlanCrop(int width, int height, SampleRng& rng) const override {
+    const auto [h, w] = ResizedSize(height, width, {Draw(rng), 0}, true, 0);
+    return CropPlan{cv::Rect(0, 0, width, height), w, h, interp_, antialias_};
+  }
+
+  Motion motion() const override { return Motion::kWarp; }
+  Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
+  Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
+    const auto [h, w] = ResizedSize(img.rows, img.cols, {Draw(rng), 0}, true, 0);
+    if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
+    if (h == img.rows && w == img.cols) return Status::OK();
+    cv::Mat out(h, w, img.type());
+    Resample(img, out, interp_);
+    img = out;
+    return Status::OK();
+  }
+
+ private:
+  int Draw(SampleRng& rng) const {
+    const int n = min_ + int(rng.Below(uint64_t(max_ - min_ + 1)));
+    RecordDraw("size", n);
+    return n;
+  }
+  const int min_, max_, interp_;
+  const bool antialias_;
+};
+
+Result<std::unique_ptr<Op>> MakeRandomResize(OpArgs& a) {
+  a.Require(a.Has("min_size"), "min_size", "is required");
+  const int min_size = a.Int("min_size", 1);
+  const int max_size = a.Int("max_size", min_size);
+  const int interp = a.Interpolation("interpolation", "bilinear");
+  const bool antialias = a.Bool("antialias", true);
+  a.Require(min_size >= 1 && min_size <= 16384, "min_size", "must be in [1, 16384]");
+  a.Require(max_size >= min_size && max_size <= 16384, "max_size", "must be in [min_size, 16384]");
+  return std::unique_ptr<Op>(new RandomResize(min_size, std::max(min_size, std::min(max_size, 16384)), interp,
+                                              antialias));
+}
+
 Result<std::unique_ptr<Op>> MakeResize(OpArgs& a) {
   const nlohmann::json* raw = a.Raw("size");
   const bool shorter = raw == nullptr || raw->is_number() || (raw->is_array() && raw->size() == 1);
@@ -65,6 +117,7 @@ Result<std::unique_ptr<Op>> MakeResize(OpArgs& a) {
 void RegisterResize() {
   RegisterOp("resize", MakeResize);
   RegisterOp("resize_shorter", MakeResize);
+  RegisterOp("random_resize", MakeRandomResize);
 }
 
 }  // namespace ferry

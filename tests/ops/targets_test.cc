@@ -78,6 +78,12 @@ const Case kCases[] = {
      R"([{"op": "random_shortest_size", "min_size": [200, 240, 280], "max_size": 400}, {"op": "hflip"},
          {"op": "letterbox", "size": 256}])",
      true},
+    // torchvision's segmentation preset (references/segmentation/presets.py), its crop
+    // at times larger than the resized image (padded right and below).
+    {"segmentation: random_resize+hflip+random_crop(pad_if_smaller)",
+     R"([{"op": "random_resize", "min_size": 160, "max_size": 400}, {"op": "hflip"},
+         {"op": "random_crop", "size": 224, "pad_if_smaller": true}])",
+     true},
 };
 
 class TargetsFollowTest : public ::testing::TestWithParam<std::tuple<size_t, bool>> {};

@@ -8,11 +8,11 @@ import warnings
 import torch
 
 from . import _ferry
-from .datasets import dataset_listing, detection_listing
+from .datasets import dataset_listing, detection_listing, segmentation_listing
 from .distributed import broadcast_seed, default_threads, resolve_rank
 from .loader import Loader
 from .mixing import TrainerCollate, mix_op
-from .transforms import translate, translate_detection
+from .transforms import translate, translate_detection, translate_segmentation
 
 
 class DataLoader(Loader):
@@ -65,6 +65,12 @@ class DataLoader(Loader):
     annotations file when the dataset does not keep its path (torchvision's does not:
     the loaded JSON is then written once to FERRY_LIST_DIR); `targets=` narrows the
     fields (masks cost the most).
+
+    Segmentation: a torchvision.datasets.VOCSegmentation with the segmentation
+    reference's joint transforms (RandomResize, RandomHorizontalFlip, RandomCrop, then
+    PILToTensor, ConvertImageDtype, Normalize) gives (image float32 [3, H, W], target
+    int64 [H, W], 255 where padding added pixels) samples to collate_fn, as the
+    reference's DataLoader does.
     Remote modes take dispatcher=/job_name= or workers= as in Loader; with neither,
     FERRY_DISPATCHER and FERRY_JOB_NAME in the environment name a dispatcher job (each
     loader of the script its own: FERRY_JOB_NAME.<digest of what it reads>).
@@ -112,10 +118,23 @@ class DataLoader(Loader):
             seed = generator.initial_seed()
         annotations = kwargs.pop("annotations", None)
         detection = None if isinstance(dataset, (str, os.PathLike)) else detection_listing(dataset, annotations)
-        self._detection = detection is not None
+        segmentation = None if detection is not None or isinstance(dataset, (str, os.PathLike)) \
+            else segmentation_listing(dataset)
+        self._detection = detection is not None or segmentation is not None
+        self._hide_image_id = False
         self._sizes = None  # {image_id: (h, w)}: images padded to a canvas, cut back to their size
         self._chw = False
-        if self._detection:
+        if segmentation is not None:
+            data, joint = segmentation
+            if pipeline is None:
+                if joint is None:
+                    raise ValueError("the segmentation dataset has no transforms: give it the reference's, or "
+                                     "pipeline=")
+                pipeline, self._chw = translate_segmentation(joint)
+            kwargs.setdefault("targets", ("semantic",))
+            self._collate, self.collate_note = None, None
+            self._det_collate = collate_fn
+        elif self._detection:
             data, joint, sizes, canvas = detection
             if pipeline is None:
                 if joint is None:
@@ -253,6 +272,8 @@ class DataLoader(Loader):
                     t["image_id"] = torch.tensor([t["image_id"]])
                 if "iscrowd" in t:
                     t["iscrowd"] = t["iscrowd"].to(torch.int64)
+                if set(t) == {"semantic"}:
+                    t = t["semantic"].to(torch.int64)  # the reference's target: the class mask alone
                 samples.append((image, t))
             if self._det_collate is not None:
                 yield self._det_collate(samples)

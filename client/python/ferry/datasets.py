@@ -128,3 +128,33 @@ def _write_json(obj):
             f.write(body)
         os.replace(tmp, path)
     return path
+
+
+def segmentation_listing(dataset):
+    """For torchvision.datasets.VOCSegmentation (its `images` and `masks` lists): (data
+    spec dict, joint transforms). None for any other dataset. Ferry pairs the VOC
+    layout's JPEGImages and SegmentationClass by the ImageSets list, the dataset's own
+    order (checked)."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        if segmentation_listing(dataset.dataset) is not None:
+            raise ValueError("ferry.DataLoader reads a VOCSegmentation whole, not a Subset of one")
+        return None
+    images, masks = getattr(dataset, "images", None), getattr(dataset, "masks", None)
+    if not isinstance(images, list) or not isinstance(masks, list) or not images or len(images) != len(masks) or \
+            getattr(dataset, "image_set", None) is None:
+        return None
+    images_dir, masks_dir = os.path.dirname(os.path.abspath(images[0])), os.path.dirname(os.path.abspath(masks[0]))
+    split = os.path.join(os.path.dirname(images_dir), "ImageSets", "Segmentation", dataset.image_set + ".txt")
+    stems = [os.path.splitext(os.path.basename(p))[0] for p in images]
+    with open(split) as f:
+        listed = [line.strip() for line in f if line.strip()]
+    if listed != stems or any(os.path.dirname(os.path.abspath(p)) != images_dir for p in images) or \
+            [os.path.splitext(os.path.basename(m))[0] for m in masks] != stems:
+        raise ValueError("ferry reads a VOCSegmentation as its ImageSets list names it (%s); this dataset's images "
+                         "differ" % split)
+    transforms = getattr(dataset, "transforms", None)
+    if transforms is not None and type(transforms).__name__ == "StandardTransform":
+        raise ValueError("ferry runs a segmentation dataset's joint transforms (transforms=, as the reference "
+                         "scripts give them), not a transform and a target_transform")
+    spec = {"format": "segmentation", "images": images_dir, "masks": masks_dir, "list": split}
+    return spec, transforms

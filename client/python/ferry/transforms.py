@@ -20,7 +20,7 @@ import numbers
 
 import torch
 
-__all__ = ["pipeline_from_transform", "translate", "translate_detection"]
+__all__ = ["pipeline_from_transform", "translate", "translate_detection", "translate_segmentation"]
 
 # Interpolation names Ferry runs (torchvision's InterpolationMode values; PIL's ints).
 _INTERP = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", 0: "nearest", 2: "bilinear",
@@ -103,6 +103,7 @@ class _State:
         self.ops = []        # image ops
         self.tensor_ops = []  # after the float conversion (normalize first)
         self.coco_targets = False  # the detection reference's ConvertCocoPolysToMask was seen
+        self.overrides = {}  # handlers by class name that win over the table (a reference's own classes)
 
 
 def _image_op(state, op, what):
@@ -145,7 +146,7 @@ def _translate_one(t, state):
         for inner in _children(t) or []:
             _translate_one(inner, state)
         return
-    handler = _TORCHVISION.get(name)
+    handler = state.overrides.get(name) or _TORCHVISION.get(name)
     if handler is None:
         raise ValueError(
             "ferry cannot run %s (%s): it is not a transform Ferry knows, nor an object whose .transforms or "
@@ -601,6 +602,49 @@ def translate_detection(transform, canvas):
             [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops
         return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False, padded
     return {"decode": "rgb", "ops": ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True, padded
+
+
+# -- segmentation (the reference scripts' references/segmentation/transforms.py) ---------
+
+def _seg_resize(t, s):
+    _image_op(s, {"op": "random_resize", "min_size": int(t.min_size), "max_size": int(t.max_size)}, "RandomResize")
+
+
+def _seg_flip(t, s):
+    _flip("hflip")(type("Flip", (), {"p": float(getattr(t, "flip_prob", getattr(t, "p", 0.5)))})(), s)
+
+
+def _seg_crop(t, s):
+    if hasattr(t, "padding") or hasattr(t, "pad_if_needed"):
+        return _random_crop(t, s)  # torchvision's own RandomCrop
+    _image_op(s, {"op": "random_crop", "size": _size(t.size, "RandomCrop"), "pad_if_smaller": True}, "RandomCrop")
+
+
+_SEGMENTATION = {"RandomResize": _seg_resize, "RandomHorizontalFlip": _seg_flip, "RandomCrop": _seg_crop}
+
+
+def translate_segmentation(transform):
+    """A segmentation dataset's joint transforms (the reference's presets: RandomResize,
+    RandomHorizontalFlip(flip_prob), RandomCrop(size) padding right and below, then
+    PILToTensor, ConvertImageDtype, Normalize) -> (spec dict, chw_uint8). The images
+    must end at one size (a crop): ValueError otherwise."""
+    s = _State()
+    s.overrides = _SEGMENTATION
+    _translate_one(transform, s)
+    if s.stage == "pil":
+        raise ValueError("the transform must end in PILToTensor (and ConvertImageDtype) or ToImage: ferry yields "
+                         "tensors")
+    fixed = [op for op in s.ops if op["op"] in _FIXED or (op["op"] == "resize" and isinstance(op.get("size"), list))]
+    last_varying = max((i for i, op in enumerate(s.ops) if op["op"] in _VARYING or op["op"] == "random_resize" or
+                        (op["op"] == "resize" and not isinstance(op.get("size"), list))), default=-1)
+    if not fixed or s.ops.index(fixed[-1]) < last_varying:
+        raise ValueError("ferry batches images of one size: the segmentation transform must end its geometry with a "
+                         "crop (RandomCrop, as the reference's training preset), or give pipeline=")
+    if s.stage == "float":
+        ops = s.ops + (s.tensor_ops if s.normalized else
+                       [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
+        return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False
+    return {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
 
 
 def pipeline_from_transform(transform):
