@@ -61,6 +61,9 @@ struct PipelineArgs {
   uint64_t seed = 0;
   int prefetch = 2;
   bool progress = false;
+  std::vector<std::string> targets;  // JobSpec::targets
+  std::string tokenizer;             // the "tokens" target's SentencePiece model
+  int token_length = 64;
 };
 
 void DrawProgress(double done_frac, double rate, int64_t samples) {
@@ -92,6 +95,8 @@ int RunPipeline(const PipelineArgs& a) {
   }
   o.job.last_batch = *last_batch;
   o.job.bad_samples = *ParseBadSamples(a.bad_samples);  // CLI checked it
+  o.job.targets = a.targets;
+  if (!a.tokenizer.empty()) o.job.tokenizer = {a.tokenizer, a.token_length};
   const bool timed = a.epochs <= 0;
   o.job.epochs = timed ? 0 : a.epochs;  // 0 = forever, until the timed window ends
   auto loader_or = Loader::Open(o);
@@ -113,7 +118,7 @@ int RunPipeline(const PipelineArgs& a) {
   const int64_t total = timed ? 0 : loader.batches_per_epoch() * a.epochs;
   double t_start = WallSeconds(), cpu_start = ProcessCpuSeconds();
   bool measuring = !timed || a.warmup <= 0;
-  int64_t samples = 0, batches = 0, skipped = 0;
+  int64_t samples = 0, batches = 0, skipped = 0, boxes = 0;
   double last_draw = 0;
   for (;;) {
     Result<Batch> b = loader.Next();
@@ -137,6 +142,7 @@ int RunPipeline(const PipelineArgs& a) {
     }
     samples += b->valid_rows();
     ++batches;
+    if (const BatchField* f = b->field("boxes"); f != nullptr) boxes += f->values.shape[0];
     const double elapsed = now - t_start;
     if (show && now - last_draw > 0.2) {
       last_draw = now;
@@ -162,6 +168,7 @@ int RunPipeline(const PipelineArgs& a) {
                 static_cast<long long>(a.epochs), static_cast<long long>(batches), samples / wall,
                 samples / cpu, st.wait_seconds);
     std::printf("samples=%lld skipped=%lld\n", static_cast<long long>(samples), static_cast<long long>(skipped));
+    if (!a.targets.empty()) std::printf("boxes=%lld\n", static_cast<long long>(boxes));
   }
   return 0;
 }
@@ -236,7 +243,7 @@ int main(int argc, char** argv) {
 
   PipelineArgs p;
   auto* pipeline = app.add_subcommand("pipeline", "run the in-process loader and report throughput");
-  pipeline->add_option("--data", p.data, "dataset: ImageFolder root, .tsv list or .tar shards")->required();
+  pipeline->add_option("--data", p.data, "dataset: ImageFolder root, .tsv list, .tar shards, or a JSON spec ({\"format\": \"coco\", ...})")->required();
   pipeline->add_option("--pipeline", p.pipeline, "imagenet-train, imagenet-eval, JSON, or a .json file");
   pipeline->add_option("--threads", p.threads, "decode threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   pipeline->add_option("--seconds", p.seconds, "length of the timed window")->check(CLI::PositiveNumber);
@@ -250,6 +257,14 @@ int main(int argc, char** argv) {
   pipeline->add_option("--seed", p.seed, "seed of the epoch order and the augmentation");
   pipeline->add_option("--prefetch", p.prefetch, "batches in flight")->check(CLI::PositiveNumber);
   pipeline->add_flag("--progress", p.progress, "draw a progress bar on stderr even when it is not a terminal");
+  pipeline->add_option("--targets", p.targets,
+                       "fields to carry besides the images (comma-separated: boxes, labels, masks, semantic, "
+                       "image_id, text, meta, tokens, ...); --data then names a source with annotations, e.g. "
+                       "'{\"format\": \"coco\", \"annotations\": ..., \"images\": ...}'")
+      ->delimiter(',');
+  pipeline->add_option("--tokenizer", p.tokenizer, "a SentencePiece .model file (the \"tokens\" target)");
+  pipeline->add_option("--token-length", p.token_length, "ids per caption, cut or padded (with --tokenizer)")
+      ->check(CLI::Range(1, ferry::TokenizerSpec::kMaxLength));
 
   std::string decode_data;
   double decode_seconds = 10;

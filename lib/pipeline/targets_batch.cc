@@ -103,7 +103,8 @@ Status CheckTargetSource(const std::vector<std::string>& targets, const Dataset&
   if (targets.empty() || dataset.has_annotations()) return Status::OK();
   return Status::InvalidArgument("the job asks for targets (" + targets.front() + (targets.size() > 1 ? ", ..." : "") +
                                  ") but its dataset (" + std::string(dataset.kind()) +
-                                 ") has no annotations: targets come from a COCO source");
+                                 ") has no annotations: targets come from a COCO file, segmentation folders, or WebDataset shards with "
+                                 "txt, json or mask members");
 }
 
 namespace {
