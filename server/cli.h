@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "core/log.h"
 
@@ -36,6 +37,15 @@ inline void AddLogFlag(CLI::App& app) {
          },
          "text (the default) or json (one object per line: ts, program, level, msg); else $FERRY_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}));
+}
+
+// --plugin PATH (repeatable; FERRY_PLUGIN: ':'-separated paths): op plugins
+// (include/ferry/plugin.h) to load at start, on the dispatcher (it checks pipelines)
+// and every worker alike.
+inline CLI::Option* AddPluginFlag(CLI::App& app, std::vector<std::string>* paths) {
+  return app.add_option("--plugin", *paths,
+                        "an op plugin (a shared library, include/ferry/plugin.h) to load: its ops may then be named "
+                        "in pipelines (repeatable; give the same to the dispatcher and every worker)");
 }
 
 // --tls-cert/--tls-key/--tls-ca, the same on both daemons (see lib/net/tls.h).

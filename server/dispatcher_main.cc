@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "net/auth.h"
+#include "ops/plugin.h"
 #include "server/cli.h"
 #include "server/metrics_http.h"
 #include "server/dispatcher_service.h"
@@ -55,7 +56,13 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   app.add_option("--metrics", metrics_listen,
                  "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
+  std::vector<std::string> plugins;
+  ferry::AddPluginFlag(app, &plugins);
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  if (ferry::Status s = ferry::LoadPlugins(plugins); !s.ok()) {
+    std::fprintf(stderr, "ferry-dispatcher: --plugin: %s\n", s.ToString().c_str());
+    return 2;
+  }
   auto token = ferry::net::LoadToken(token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "ferry-dispatcher: %s\n", token.status().ToString().c_str());

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> data_roots;
   app.add_option("--data-root", data_roots,
                  "a folder jobs may read (repeatable): passed to the dispatcher and every worker (see SECURITY.md)");
+  std::vector<std::string> plugins;
+  ferry::AddPluginFlag(app, &plugins);
   app.add_option("command", command, "a command to run against the cluster (after --)");
   app.positionals_at_end();
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
@@ -41,6 +43,12 @@ int main(int argc, char** argv) {
     for (auto* args : {&o.dispatcher_args, &o.worker_args}) {
       args->push_back("--data-root");
       args->push_back(root);
+    }
+  }
+  for (const std::string& plugin : plugins) {
+    for (auto* args : {&o.dispatcher_args, &o.worker_args}) {
+      args->push_back("--plugin");
+      args->push_back(plugin);
     }
   }
   ferry::BlockTerminationSignals();

@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "net/auth.h"
+#include "ops/plugin.h"
 #include "server/cli.h"
 #include "server/metrics_http.h"
 #include "server/worker_service.h"
@@ -67,7 +68,13 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   app.add_option("--metrics", metrics_listen,
                  "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
+  std::vector<std::string> plugins;
+  ferry::AddPluginFlag(app, &plugins);
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  if (ferry::Status s = ferry::LoadPlugins(plugins); !s.ok()) {
+    std::fprintf(stderr, "ferry-worker: --plugin: %s\n", s.ToString().c_str());
+    return 2;
+  }
 
   if (exit_when_idle && o.dispatcher.empty()) {
     std::fprintf(stderr, "ferry-worker: --exit-when-idle needs --dispatcher\n\n%s", app.help().c_str());

@@ -582,6 +582,9 @@ PYBIND11_MODULE(_ferry, m) {
       .def("batches_sent", &PyLocalWorker::BatchesSent)
       .def("close", &PyLocalWorker::Close);
   m.def("pipeline_json", &PipelineJson, py::arg("pipeline"), "a pipeline in its canonical JSON form");
+  m.def(
+      "load_plugin", [](const std::string& path) { if (Status s = LoadPlugin(path); !s.ok()) Raise(s); }, py::arg("path"),
+      "loads an op plugin (include/ferry/plugin.h) into this process");
   py::class_<PyPipeline>(m, "Pipeline")
       .def(py::init<const std::string&>(), py::arg("pipeline"))
       .def_property_readonly("canonical_json", &PyPipeline::Canonical)

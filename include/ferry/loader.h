@@ -64,6 +64,10 @@ class Loader : public BatchIterator {
   std::unique_ptr<Impl> impl_;
 };
 
+// Loads an op plugin (include/ferry/plugin.h) into this process, once: its ops may
+// then be named in pipelines. InvalidArgument naming the file when it is no plugin.
+Status LoadPlugin(const std::string& path);
+
 }  // namespace ferry
 
 #endif  // FERRY_LOADER_H_

@@ -34,6 +34,13 @@ class OpArgs {
   const std::string& op() const { return op_; }
 
   bool Has(const char* key) const { return params_.contains(key); }
+  // Every parameter given, in order (a plugin op takes them all as they are).
+  std::vector<std::string> Keys() const {
+    std::vector<std::string> keys;
+    if (params_.is_object())
+      for (auto it = params_.begin(); it != params_.end(); ++it) keys.push_back(it.key());
+    return keys;
+  }
   double Number(const char* key, double def);
   int Int(const char* key, int def);
   bool Bool(const char* key, bool def);

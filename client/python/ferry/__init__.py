@@ -27,6 +27,8 @@ Modules: loader (ferry.Loader), dataloader (the drop-in ferry.DataLoader), trans
 (torchvision/timm transforms -> Ferry ops), mixing (MixUp/CutMix collate functions),
 datasets (what a torchvision dataset names), distributed (ranks, seeds, CPUs).
 """
+import os
+
 from . import _ferry
 from .dataloader import DataLoader
 from .datasets import list_dataset
@@ -35,7 +37,19 @@ from .loader import FerryError, Loader
 from .transforms import pipeline_from_transform
 
 __all__ = ["Loader", "DataLoader", "FerryError", "list_dataset", "pipeline_from_transform", "available_cpus",
-           "default_threads", "registered_ops"]
+           "default_threads", "registered_ops", "load_plugin"]
+
+
+def load_plugin(path):
+    """Loads an op plugin (a shared library, include/ferry/plugin.h) into this process:
+    its ops may then be named in pipelines, in process; remote workers and the
+    dispatcher load it with --plugin. $FERRY_PLUGIN (':'-separated paths) is loaded at
+    import."""
+    _ferry.load_plugin(os.fspath(path))
+
+
+for _path in filter(None, os.environ.get("FERRY_PLUGIN", "").split(":")):
+    load_plugin(_path)
 
 
 def registered_ops():
