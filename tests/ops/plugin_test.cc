@@ -23,7 +23,7 @@ using testing::Painted;
 using testing::PaintPhoto;
 using testing::Photos;
 
-std::shared_ptr<const Pipeline> Compile(const std::string& ops) {
+std::shared_ptr<const Pipeline> CompileWithPlugins(const std::string& ops) {
   Result<PipelineSpec> spec = PipelineSpec::FromJson(R"({"ops": )" + ops + "}");
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   if (!spec.ok()) return nullptr;
@@ -41,7 +41,7 @@ TEST_F(PluginTest, OpsRegisterAndRunDeterministically) {
   const std::vector<std::string> ops = RegisteredOps();
   EXPECT_NE(std::find(ops.begin(), ops.end(), "example_noise"), ops.end());
   EXPECT_TRUE(LoadPlugin(FERRY_EXAMPLE_PLUGIN).ok()) << "a second load is a no-op";
-  auto p = Compile(R"([{"op": "resize", "size": [96, 96]}, {"op": "example_noise", "amount": 0.3},
+  auto p = CompileWithPlugins(R"([{"op": "resize", "size": [96, 96]}, {"op": "example_noise", "amount": 0.3},
                        {"op": "example_shift", "max_shift": 20}])");
   ASSERT_NE(p, nullptr);
   const Painted photo = PaintPhoto(Photos(1)[0], 1, false);
@@ -52,7 +52,7 @@ TEST_F(PluginTest, OpsRegisterAndRunDeterministically) {
     return out;
   };
   const cv::Mat a = run(5, 3), b = run(5, 3), c = run(5, 4), plain = [&] {
-    auto q = Compile(R"([{"op": "resize", "size": [96, 96]}])");
+    auto q = CompileWithPlugins(R"([{"op": "resize", "size": [96, 96]}])");
     cv::Mat out(96, 96, CV_8UC3);
     EXPECT_TRUE(q->Process(photo.bytes, 5, 0, 3, out.data, nullptr, nullptr, nullptr).ok());
     return out;
@@ -60,7 +60,7 @@ TEST_F(PluginTest, OpsRegisterAndRunDeterministically) {
   EXPECT_EQ(cv::norm(a, b, cv::NORM_INF), 0) << "the same sample: the same pixels";
   EXPECT_GT(cv::norm(a, c, cv::NORM_L1), 0) << "another sample: other draws";
   // About 30 % of the pixels are salt or pepper: against the image without the noise.
-  auto noise_only = Compile(R"([{"op": "resize", "size": [96, 96]}, {"op": "example_noise", "amount": 0.3}])");
+  auto noise_only = CompileWithPlugins(R"([{"op": "resize", "size": [96, 96]}, {"op": "example_noise", "amount": 0.3}])");
   cv::Mat noisy(96, 96, CV_8UC3);
   ASSERT_TRUE(noise_only->Process(photo.bytes, 5, 0, 3, noisy.data, nullptr, nullptr, nullptr).ok());
   cv::Mat diff;
@@ -74,7 +74,7 @@ TEST_F(PluginTest, OpsRegisterAndRunDeterministically) {
 }
 
 TEST_F(PluginTest, BoxesAndMasksFollowAPluginsWarp) {
-  auto p = Compile(R"([{"op": "resize", "size": [160, 160]}, {"op": "example_shift", "max_shift": 40},
+  auto p = CompileWithPlugins(R"([{"op": "resize", "size": [160, 160]}, {"op": "example_shift", "max_shift": 40},
                        {"op": "hflip"}])");
   ASSERT_NE(p, nullptr);
   ASSERT_TRUE(p->CheckTargets().ok());
@@ -92,7 +92,7 @@ TEST_F(PluginTest, BoxesAndMasksFollowAPluginsWarp) {
   }
   EXPECT_GE(visible, 3 * 6 * kShapes / 2);
   // The noise moves no point; an op that cannot say is refused in a job with targets.
-  auto noisy = Compile(R"([{"op": "resize", "size": [64, 64]}, {"op": "example_noise"}])");
+  auto noisy = CompileWithPlugins(R"([{"op": "resize", "size": [64, 64]}, {"op": "example_noise"}])");
   ASSERT_NE(noisy, nullptr);
   EXPECT_TRUE(noisy->CheckTargets().ok());
 }
