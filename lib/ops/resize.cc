@@ -16,6 +16,15 @@
 namespace ferry {
 namespace {
 
+// Resamples `img` to h x w (the whole image), and says where its points went.
+void ResizeWhole(cv::Mat& img, int h, int w, int interp, Warp* warp) {
+  if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
+  if (h == img.rows && w == img.cols) return;
+  cv::Mat out(h, w, img.type());
+  Resample(img, out, interp);
+  img = out;
+}
+
 class Resize final : public Op {
  public:
   Resize(std::pair<int, int> size, bool shorter, int max_size, int interp, bool antialias)
@@ -37,11 +46,7 @@ class Resize final : public Op {
   Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
   Status ApplyWarp(cv::Mat& img, SampleRng&, Warp* warp) const override {
     const auto [h, w] = ResizedSize(img.rows, img.cols, size_, shorter_, max_size_);
-    if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
-    if (h == img.rows && w == img.cols) return Status::OK();
-    cv::Mat out(h, w, img.type());
-    Resample(img, out, interp_);
-    img = out;
+    ResizeWhole(img, h, w, interp_, warp);
     return Status::OK();
   }
 
@@ -68,11 +73,7 @@ class RandomResize final : public Op {
   Status Apply(cv::Mat& img, SampleRng& rng) const override { return ApplyWarp(img, rng, nullptr); }
   Status ApplyWarp(cv::Mat& img, SampleRng& rng, Warp* warp) const override {
     const auto [h, w] = ResizedSize(img.rows, img.cols, {Draw(rng), 0}, true, 0);
-    if (warp != nullptr) *warp = CropResizeWarp(0, 0, img.cols, img.rows, w, h);
-    if (h == img.rows && w == img.cols) return Status::OK();
-    cv::Mat out(h, w, img.type());
-    Resample(img, out, interp_);
-    img = out;
+    ResizeWhole(img, h, w, interp_, warp);
     return Status::OK();
   }
 

@@ -56,9 +56,15 @@ def write_list(samples):
     body = "".join("%s\t%d\n" % (os.path.abspath(p), int(l)) for p, l in samples)
     if any("\n" in p or "\t" in p for p, _ in samples):
         raise ValueError("a sample path holds a tab or a newline; ferry's file lists cannot name it")
+    return _write_once(body, ".tsv")
+
+
+def _write_once(body, ext):
+    """`body` in FERRY_LIST_DIR (default ~/.cache/ferry/lists), named by its content:
+    written once, atomically; the path."""
     d = os.environ.get("FERRY_LIST_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ferry", "lists")
     os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, hashlib.sha1(body.encode()).hexdigest()[:20] + ".tsv")
+    path = os.path.join(d, hashlib.sha1(body.encode()).hexdigest()[:20] + ext)
     if not os.path.exists(path):
         tmp = "%s.%d.tmp" % (path, os.getpid())
         with open(tmp, "w") as f:
@@ -118,16 +124,7 @@ def detection_listing(dataset, annotations=None):
 def _write_json(obj):
     """`obj` as JSON in FERRY_LIST_DIR, named by its content (written once, atomically)."""
     import json
-    body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    d = os.environ.get("FERRY_LIST_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ferry", "lists")
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, hashlib.sha1(body.encode()).hexdigest()[:20] + ".json")
-    if not os.path.exists(path):
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "w") as f:
-            f.write(body)
-        os.replace(tmp, path)
-    return path
+    return _write_once(json.dumps(obj, sort_keys=True, separators=(",", ":")), ".json")
 
 
 def segmentation_listing(dataset):

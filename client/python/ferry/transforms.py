@@ -542,18 +542,30 @@ def translate(transform):
     if not s.ops:
         raise ValueError("ferry needs a crop or a fixed-size resize in the transform (RandomResizedCrop, "
                          "CenterCrop, RandomCrop, Resize((h, w))): a batch holds images of one size")
+    return _spec(s, s.ops)
+
+
+def _spec(s, ops):
+    """(spec, chw_uint8) of image ops `ops` then the state's float conversion."""
     if s.stage == "float":
         # Without Normalize, ToTensor's x / 255 is the normalize op with mean 0 and std 1.
-        ops = s.ops + (s.tensor_ops if s.normalized else
-                       [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
+        ops = ops + (s.tensor_ops if s.normalized else
+                     [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
         return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False
-    return {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
+    return {"decode": "rgb", "ops": ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
 
 
 # Ops after which every image has one size, and ops that leave sizes that vary.
 _FIXED = {"fixed_size_crop", "letterbox", "center_crop", "random_resized_crop", "random_crop"}
 _VARYING = {"scale_jitter", "random_shortest_size", "random_iou_crop", "random_zoom_out", "resize_shorter", "pad",
-            "random_rotation", "random_affine", "affine"}
+            "random_rotation", "random_affine", "affine", "random_resize"}
+
+
+def _size_kind(op):
+    """"fixed" (every image leaves at one size), "varying", or None (sizes kept)."""
+    if op["op"] == "resize":
+        return "fixed" if isinstance(op.get("size"), list) else "varying"
+    return "fixed" if op["op"] in _FIXED else "varying" if op["op"] in _VARYING else None
 
 
 _CLASS_OF = {"scale_jitter": "ScaleJitter", "random_shortest_size": "RandomShortestSize",
@@ -578,12 +590,7 @@ def translate_detection(transform, canvas):
     if s.stage == "pil":
         raise ValueError("the transform must end in PILToTensor (and ConvertImageDtype) or ToImage: ferry yields "
                          "tensors")
-    def kind(op):
-        if op["op"] == "resize":
-            return "fixed" if isinstance(op.get("size"), list) else "varying"
-        return "fixed" if op["op"] in _FIXED else "varying" if op["op"] in _VARYING else None
-
-    size_ops = [(op["op"], kind(op)) for op in s.ops if kind(op) is not None]
+    size_ops = [(op["op"], _size_kind(op)) for op in s.ops if _size_kind(op) is not None]
     padded = False
     ops = list(s.ops)
     if not size_ops:
@@ -597,11 +604,7 @@ def translate_detection(transform, canvas):
     # FixedSizeCrop); v2's SanitizeBoundingBoxes, when the transform has one, says more.
     if not any(op["op"] == "sanitize_boxes" for op in ops):
         ops.append({"op": "sanitize_boxes", "min_size": 1e-4, "min_area": 0.0})
-    if s.stage == "float":
-        ops += s.tensor_ops if s.normalized else \
-            [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops
-        return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False, padded
-    return {"decode": "rgb", "ops": ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True, padded
+    return _spec(s, ops) + (padded,)
 
 
 # -- segmentation (the reference scripts' references/segmentation/transforms.py) ---------
@@ -634,17 +637,11 @@ def translate_segmentation(transform):
     if s.stage == "pil":
         raise ValueError("the transform must end in PILToTensor (and ConvertImageDtype) or ToImage: ferry yields "
                          "tensors")
-    fixed = [op for op in s.ops if op["op"] in _FIXED or (op["op"] == "resize" and isinstance(op.get("size"), list))]
-    last_varying = max((i for i, op in enumerate(s.ops) if op["op"] in _VARYING or op["op"] == "random_resize" or
-                        (op["op"] == "resize" and not isinstance(op.get("size"), list))), default=-1)
-    if not fixed or s.ops.index(fixed[-1]) < last_varying:
+    kinds = [_size_kind(op) for op in s.ops if _size_kind(op) is not None]
+    if not kinds or kinds[-1] != "fixed":
         raise ValueError("ferry batches images of one size: the segmentation transform must end its geometry with a "
                          "crop (RandomCrop, as the reference's training preset), or give pipeline=")
-    if s.stage == "float":
-        ops = s.ops + (s.tensor_ops if s.normalized else
-                       [{"op": "normalize", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}] + s.tensor_ops)
-        return {"decode": "rgb", "ops": ops, "output": {"dtype": "float32", "layout": "NCHW"}}, False
-    return {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}, True
+    return _spec(s, s.ops)
 
 
 def pipeline_from_transform(transform):
