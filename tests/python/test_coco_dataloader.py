@@ -128,8 +128,8 @@ class ConvertImageDtype(torch.nn.Module):
 
 
 class _Named(torch.nn.Module):
-    """The reference's ScaleJitter / FixedSizeCrop / RandomShortestSize /
-    RandomPhotometricDistort, by their attributes: Ferry runs its own ops for them."""
+    """The reference's ScaleJitter / FixedSizeCrop / RandomShortestSize / RandomIoUCrop,
+    by their attributes: Ferry runs its own ops for them."""
 
     def forward(self, image, target):
         raise NotImplementedError("run by Ferry only in these tests")
@@ -154,8 +154,11 @@ class RandomShortestSize(_Named):
         self.min_size, self.max_size, self.interpolation = list(min_size), max_size, 2
 
 
-class RandomPhotometricDistort(_Named):
-    pass
+class RandomIoUCrop(_Named):
+    def __init__(self):
+        super().__init__()
+        self.min_scale, self.max_scale, self.min_aspect_ratio, self.max_aspect_ratio = 0.3, 1.0, 0.5, 2.0
+        self.options, self.trials = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0], 40
 
 
 class DetectionPresetTrain:
@@ -279,8 +282,8 @@ def test_what_ferry_cannot_batch_is_refused_by_name(ferry, sample_data, tmp_path
     tail = [PILToTensor(), ConvertImageDtype(torch.float)]
     with pytest.raises(ValueError, match="RandomShortestSize"):
         ferry.DataLoader(dataset([RandomShortestSize((480, 512), 1333)] + tail), batch_size=2)
-    with pytest.raises(ValueError, match="RandomPhotometricDistort"):
-        ferry.DataLoader(dataset([RandomPhotometricDistort()] + tail), batch_size=2)
+    with pytest.raises(ValueError, match="RandomIoUCrop"):  # the "ssdlite" preset: sizes that vary
+        ferry.DataLoader(dataset([RandomIoUCrop(), RandomHorizontalFlip(0.5)] + tail), batch_size=2)
     with pytest.raises(ValueError, match="ConvertCocoPolysToMask"):
         ferry.DataLoader(dataset([RandomHorizontalFlip(0.5)] + tail, convert=False), batch_size=2)
     odd = torch.utils.data.Subset(dataset(tail), [1])

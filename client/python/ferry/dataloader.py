@@ -55,8 +55,9 @@ class DataLoader(Loader):
     Detection: `dataset` may be a torchvision.datasets.CocoDetection (or a subclass, as
     the detection reference's coco_utils.CocoDetection), or the Subset the reference's
     _coco_remove_images_without_annotations makes of one, whose transforms start with
-    the reference's ConvertCocoPolysToMask. Its presets translate ("hflip", "lsj",
-    "ssdlite"; RandomPhotometricDistort, the "ssd" preset's, is refused by name), and
+    the reference's ConvertCocoPolysToMask. Its presets translate when the images leave
+    at one size or at their own ("hflip", "lsj"; "ssd", "ssdlite" and "multiscale"
+    leave sizes that vary and are refused, naming the transform: give pipeline=), and
     each batch is handed, as a list of (image, target) samples, to collate_fn: the
     reference's `lambda batch: tuple(zip(*batch))` gives (images, targets) as its
     DataLoader does, each image float32 [3, H, W] at its own size and each target the

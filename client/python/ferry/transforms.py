@@ -427,8 +427,16 @@ def _sanitize(t, s):
 
 
 def _photometric(t, s):
-    raise ValueError("ferry cannot run RandomPhotometricDistort yet (the 'ssd' preset): use the 'ssdlite', 'lsj' "
-                     "or 'hflip' preset, or give pipeline=")
+    """The reference's RandomPhotometricDistort (ColorJitters in _brightness, ...) or
+    transforms.v2's (brightness, ... as ranges)."""
+    op = {"op": "random_photometric_distort", "p": float(t.p)}
+    for name in ("brightness", "contrast", "saturation", "hue"):
+        inner = getattr(t, "_" + name, None)
+        value = getattr(inner, name, None) if inner is not None else getattr(t, name, None)
+        if value is None:
+            raise ValueError("ferry cannot read RandomPhotometricDistort's %s range" % name)
+        op[name] = [float(v) for v in value]
+    _image_op(s, op, "RandomPhotometricDistort")
 
 
 _TORCHVISION = {
