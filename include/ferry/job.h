@@ -153,14 +153,16 @@ struct JobSpec {
   // "iscrowd" uint8 [N], "area" float32 [N], "masks" uint8 [N, H, W], "semantic"
   // uint8 [B, H, W], "image_id" int64 [B], "text" and "meta" (a caption, the sample's
   // JSON) uint8 bytes, "tokens" (the caption's ids by `tokenizer`: the fields "tokens"
-  // int32 [B, L] and "tokens_length" int32 [B]): the batch fields (ferry/batch.h). All
-  // but image_id, text, meta and tokens move with the image (geometric_targets()).
-  static constexpr const char* kTargetNames[] = {"boxes",    "labels",   "iscrowd", "area", "masks",
-                                                 "semantic", "image_id", "text",    "meta", "tokens"};
+  // int32 [B, L] and "tokens_length" int32 [B]), "key" (the sample's key,
+  // Dataset::Key: WebDataset's for shards; uint8 bytes): the batch fields
+  // (ferry/batch.h). All but image_id, text, meta, tokens and key move with the image
+  // (geometric_targets()). "key" alone needs no annotations: any dataset has keys.
+  static constexpr const char* kTargetNames[] = {"boxes",    "labels",   "iscrowd", "area", "masks", "semantic",
+                                                 "image_id", "text",     "meta",    "tokens", "key"};
   // The most fields a batch carries: every target, "tokens" as two.
   static constexpr size_t kMaxBatchFields = std::size(kTargetNames) + 1;
   static bool GeometricTarget(const std::string& t) {
-    return t != "image_id" && t != "text" && t != "meta" && t != "tokens";
+    return t != "image_id" && t != "text" && t != "meta" && t != "tokens" && t != "key";
   }
   bool geometric_targets() const {
     for (const std::string& t : targets)

@@ -34,6 +34,7 @@ class ConfinedDataset final : public Dataset {
   int64_t size() const override { return inner_->size(); }
   int32_t Label(int64_t index) const override { return inner_->Label(index); }
   std::string Path(int64_t index) const override { return inner_->Path(index); }
+  std::string Key(int64_t index) const override { return inner_->Key(index); }
   Status ReadSample(int64_t index, std::string* out) const override {
     FERRY_RETURN_IF_ERROR(roots_.Check(inner_->Path(index), "sample"));
     return inner_->ReadSample(index, out);

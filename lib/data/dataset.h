@@ -49,6 +49,16 @@ class Dataset {
   virtual int32_t Label(int64_t index) const = 0;
   // A human-readable location for messages: a file path, or "shard.tar:member".
   virtual std::string Path(int64_t index) const = 0;
+  // The sample's key (the "key" target): WebDataset's for shard members (the member
+  // path up to the first '.' of its basename); for a file, its path without its
+  // extension.
+  virtual std::string Key(int64_t index) const {
+    std::string p = Path(index);
+    const size_t slash = p.rfind('/');
+    const size_t dot = p.rfind('.');
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash + 1)) p.resize(dot);
+    return p;
+  }
   // Reads the encoded bytes of sample `index` into *out (resized to fit; its capacity
   // is reused across calls, which is why this is an output parameter).
   // Errors: NotFound / PermissionDenied / DataLoss / InvalidArgument, with the reason.

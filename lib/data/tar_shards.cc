@@ -76,6 +76,9 @@ struct Shard {
   internal::ScopedFd fd;
 };
 
+// Splits a member path into WebDataset's key and extension (see "Grouping" above).
+bool SplitKey(std::string_view path, std::string_view* key, std::string_view* ext);
+
 class TarShardsDataset final : public Dataset {
  public:
   // Per-sample location; members of one shard. INVARIANT: size <= kMaxSampleBytes.
@@ -117,6 +120,12 @@ class TarShardsDataset final : public Dataset {
     p += ':';
     p += members_.Get(index);
     return p;
+  }
+  std::string Key(int64_t index) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    std::string_view key, ext;
+    const std::string_view member = members_.Get(index);
+    return SplitKey(member, &key, &ext) ? std::string(key) : std::string(member);
   }
   Status ReadSample(int64_t index, std::string* out) const override {
     FERRY_CHECK(index >= 0 && index < size());

@@ -81,6 +81,7 @@ struct SampleTargets {
   int64_t image_id = -1;                    // the source's id for the image, carried as is
   std::string text, meta;                   // a caption and the sample's JSON, carried as they are
   std::vector<int32_t> tokens;              // the caption's ids (a job with a tokenizer), at most L
+  std::string key;                          // the sample's key (Dataset::Key)
 
   // Out only: the instance masks as one CV_8UC1 Mat of (N * H) x W rows, values 0/1
   // (N = boxes.size() after sanitizing), when `masks` was given.

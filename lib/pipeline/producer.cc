@@ -341,6 +341,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   for (const std::string& t : targets_) geometric = geometric || JobSpec::GeometricTarget(t);
   const bool masks = std::find(targets_.begin(), targets_.end(), "masks") != targets_.end() ||
                      std::find(targets_.begin(), targets_.end(), "semantic") != targets_.end();
+  const bool annotated = with_targets && dataset_->has_annotations();
+  const bool keys = std::find(targets_.begin(), targets_.end(), "key") != targets_.end();
   if (with_targets) b->targets.assign(size_t(std::max<int64_t>(b->plan.rows, n)), SampleTargets());
   // libtbb forks the chunks after this point and joins them before parallel_for
   // returns; TSan sees neither edge by itself (core/tsan.h).
@@ -360,7 +362,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       SampleAnnotations annotations;
       auto read = [&] {
         Status s = dataset_->ReadSample(idx, &bytes);
-        if (s.ok() && with_targets) s = dataset_->ReadAnnotations(idx, &annotations);
+        if (s.ok() && with_targets && annotated) s = dataset_->ReadAnnotations(idx, &annotations);
         return s;
       };
       Status st = read();
@@ -377,6 +379,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
         st = TargetsFromAnnotations(annotations, masks, targets);
         if (!st.ok()) st = Status::InvalidArgument("annotations: " + st.message());
         if (st.ok() && tokenizer_ != nullptr) st = tokenizer_->Encode(targets->text, &targets->tokens);
+        if (st.ok() && keys) targets->key = dataset_->Key(idx);
       } else if (!st.ok()) {
         read_failed[size_t(i)] = 1;
       }

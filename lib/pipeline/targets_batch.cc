@@ -1,5 +1,6 @@
 #include "pipeline/targets_batch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -100,7 +101,10 @@ Status TargetsFromAnnotations(const SampleAnnotations& a, bool masks, SampleTarg
 }
 
 Status CheckTargetSource(const std::vector<std::string>& targets, const Dataset& dataset) {
-  if (targets.empty() || dataset.has_annotations()) return Status::OK();
+  if (dataset.has_annotations() || std::all_of(targets.begin(), targets.end(), [](const std::string& t) {
+        return t == "key";
+      }))
+    return Status::OK();
   return Status::InvalidArgument("the job asks for targets (" + targets.front() + (targets.size() > 1 ? ", ..." : "") +
                                  ") but its dataset (" + std::string(dataset.kind()) +
                                  ") has no annotations: targets come from a COCO file, segmentation folders, or WebDataset shards with "
@@ -149,16 +153,18 @@ PackedFields PackFields(const std::vector<std::string>& names, const std::vector
     if (name == "image_id") {
       f.values = NewTensor(buffers.get(), DType::kInt64, {num_rows});
       for (int64_t r = 0; r < num_rows; ++r) f.values.as<int64_t>()[r] = size_t(r) < rows.size() ? row(r).image_id : -1;
-    } else if (name == "text" || name == "meta") {
+    } else if (name == "text" || name == "meta" || name == "key") {
       // Bytes, ragged: row r's are values[offsets[r] .. offsets[r + 1]).
+      auto bytes = [&](int64_t r) -> const std::string& {
+        return name == "text" ? row(r).text : name == "meta" ? row(r).meta : row(r).key;
+      };
       f.offsets = NewTensor(buffers.get(), DType::kInt64, {num_rows + 1});
       int64_t* o = f.offsets.as<int64_t>();
       o[0] = 0;
-      for (int64_t r = 0; r < num_rows; ++r)
-        o[r + 1] = o[r] + int64_t((name == "text" ? row(r).text : row(r).meta).size());
+      for (int64_t r = 0; r < num_rows; ++r) o[r + 1] = o[r] + int64_t(bytes(r).size());
       f.values = NewTensor(buffers.get(), DType::kUint8, {o[num_rows]});
       for (int64_t r = 0; r < num_rows; ++r) {
-        const std::string& s = name == "text" ? row(r).text : row(r).meta;
+        const std::string& s = bytes(r);
         if (!s.empty()) std::memcpy(f.values.as<uint8_t>() + o[r], s.data(), s.size());
       }
     } else if (name == "tokens") {

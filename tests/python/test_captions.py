@@ -73,13 +73,15 @@ def check(images, targets, seen):
         n = read_code(img)
         assert t["text"] == "sample %d, a photograph" % n, (n, t["text"])
         assert t["meta"]["i"] == n, (n, t["meta"])
+        if "key" in t:
+            assert t["key"] == "s%05d" % n, (n, t["key"])  # WebDataset's key of the sample
         seen.append(n)
 
 
 def test_captions_arrive_with_their_images_in_process(ferry, sample_data, tmp_path):
     total = make_shards(sample_data, str(tmp_path))
     loader = ferry.Loader(data=str(tmp_path / "shard-{000..002}.tar"), pipeline=PIPELINE, batch_size=5, epochs=2,
-                          threads=2, drop_last=False, targets=("text", "meta"))
+                          threads=2, drop_last=False, targets=("text", "meta", "key"))
     for epoch in range(2):
         seen = []
         for images, targets in loader:
@@ -101,6 +103,17 @@ def test_captions_through_a_dispatcher_with_a_worker_killed_mid_epoch(ferry, sam
             if epoch == 0 and k == 2:
                 daemons.kill_worker(0)
         assert sorted(seen) == list(range(total)), "epoch %d: %s" % (epoch, sorted(seen))
+
+
+def test_any_dataset_gives_its_keys(ferry, small_tree):
+    """targets=("key",) needs no annotations: an ImageFolder's keys are its files' paths
+    without their extensions, each row its own."""
+    import os
+    paths = [p for p, _ in zip(*ferry.list_dataset(small_tree)[:2])]
+    loader = ferry.Loader(data=small_tree, pipeline=PIPELINE, batch_size=7, epochs=1, shuffle=False, drop_last=False,
+                          targets=("key",))
+    keys = [t["key"] for _, targets in loader for t in targets]
+    assert keys == [os.path.splitext(p)[0] for p in paths]
 
 
 def test_a_caption_job_may_use_any_pipeline(ferry, sample_data, tmp_path):

@@ -177,7 +177,7 @@ TEST(WireFieldsTest, HostileFieldsAreRefused) {
        [](auto l) {
          for (unsigned i = 0; i < l.size(); ++i) Dense(l[i], ("f" + std::to_string(i)).c_str(), 2);
        },
-       12},
+       unsigned(JobSpec::kMaxBatchFields + 1)},
       {"an unknown dtype", [](auto l) { Dense(l[0], "tokens", 2, 4); }, 1},
       {"int32 values of the wrong size", [](auto l) { Dense(l[0], "tokens", 2, 3, 5, 36); }, 1},
       {"values of rank 0", [](auto l) { l[0].setName("x"); l[0].initValues().setDtype(schema::DType::UINT8); }, 1},

@@ -106,7 +106,9 @@ class Loader(torch.utils.data.IterableDataset):
     each caption with SentencePiece: "tokens" int32 [L] per row (padded form: [B, L])
     and "tokens_length" (ids before the padding), the ids of the Python
     sentencepiece package's encode(text, add_bos=..., add_eos=...)[:L]. The tensors
-    view the received batch (no copy).
+    view the received batch (no copy). targets=("key",) (any dataset, alone or with the
+    others) gives each row's key: WebDataset's for shards, the file's path without its
+    extension otherwise.
 
     Batches are torch tensors, so they export DLPack (`images.__dlpack__()`,
     `numpy.from_dlpack(images)`): uint8 batches without copying the receive buffer.
@@ -124,7 +126,8 @@ class Loader(torch.utils.data.IterableDataset):
             # string, so that every process names the same job by it.
             data = json.dumps(data, sort_keys=True, separators=(",", ":"))
         self.targets = tuple(targets or ())
-        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id", "text", "meta", "tokens")
+        known = ("boxes", "labels", "iscrowd", "area", "masks", "semantic", "image_id", "text", "meta", "tokens",
+                 "key")
         for t in self.targets:
             if t not in known:
                 raise ValueError("targets: unknown field %r (known: %s)" % (t, ", ".join(known)))
@@ -432,7 +435,7 @@ class Loader(torch.utils.data.IterableDataset):
                 out[name] = (torch.from_numpy(values), None)
                 out["tokens_length"] = (torch.from_numpy(fields["tokens_length"][0]), None)
                 continue
-            if name in ("text", "meta"):
+            if name in ("text", "meta", "key"):
                 # Bytes: the caption as str; the JSON parsed (as its str if it is not JSON).
                 o = offsets.tolist()
                 raw = values.tobytes()
