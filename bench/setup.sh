@@ -25,10 +25,12 @@ readonly BUILD_PACKAGES=(
 )
 # The tests' and benchmarks' own: Clang (fuzz and sanitizer builds), torch and
 # torchvision to compare with, Prometheus, network namespaces, the Python sentencepiece
-# package (the ids the workers' tokenizer must match).
+# package (the ids the workers' tokenizer must match), cloudpickle (user code shipped
+# to workers).
 readonly TEST_PACKAGES=(
   clang libclang-rt-14-dev prometheus iproute2
   python3-torch python3-torchvision python3-pytest python3-yaml python3-sentencepiece
+  python3-cloudpickle
   python3-pip python3-venv python3-setuptools python3-wheel
 )
 main_only() { [[ "${FERRY_SETUP:-}" == main ]]; }

@@ -118,6 +118,7 @@ struct Job {
   badSamples @16 :BadSamples;   # ferry::BadSamples
   targets @17 :List(Text);      # JobSpec::targets: the batch fields to carry
   tokenizer @18 :Tokenizer;     # JobSpec::tokenizer (the "tokens" target); absent: none
+  userCode @19 :UserCode;       # JobSpec::user_code (a "python:" dataset); absent: none
 }
 
 struct ResumeState {
@@ -194,12 +195,22 @@ struct Batch {
   targets @15 :Tensor;
   # The job's per-sample fields (JobSpec::targets), in its order: see Field.
   fields @16 :List(Field);
+  # User code (a "python:" job): the batch its collate made, as one block of bytes
+  # (every array of it, 64-byte aligned) and the JSON that says how to rebuild the
+  # nested batch from it (ferry/_user_worker.py).
+  structure @17 :Text;
+  userData @18 :Data;
 }
 
 # A named per-sample field. Ragged (offsets present): row r's values are
 # values[offsets[r] .. offsets[r + 1]) along dimension 0, offsets int64 [B + 1] from 0,
 # non-decreasing, ending at values' first dimension. Dense (no offsets): values has
 # one entry per row along dimension 0.
+struct UserCode {             # ferry::UserCodeSpec
+  payload @0 :Data;           # cloudpickle bytes of (dataset, transform, collate_fn)
+  versions @1 :Text;          # the trainer's Python and package versions, JSON
+}
+
 struct Tokenizer {            # ferry::TokenizerSpec
   model @0 :Text;             # a SentencePiece .model file on the worker
   length @1 :Int32;           # ids cut or padded to it

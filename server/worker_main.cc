@@ -51,6 +51,17 @@ int main(int argc, char** argv) {
   app.add_flag("--exit-when-idle", exit_when_idle, "exit (draining first) once the dispatcher has no unfinished job");
   app.add_flag("--allow-synthetic", o.allow_synthetic,
                "serve synthetic: datasets (benchmarks); without it they are refused");
+  app.add_flag("--allow-user-code", o.allow_user_code,
+               "run jobs' user code (a trainer's pickled Dataset, transform and collate function) in Python "
+               "processes: remote code execution by design, for trusted trainers only (see SECURITY.md)");
+  app.add_option("--python", o.python.python, "the Python interpreter user code runs in (default /usr/bin/python3)");
+  app.add_option("--python-processes", o.python.processes, "Python processes for user code (default 1)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--sample-timeout", o.python.sample_timeout_s,
+                 "seconds one sample's user code may run before it is skipped and reported (default: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--user-code-user", o.python.user,
+                 "run the Python processes as this user (and its group), not as the worker's");
   app.add_option("--data-root", o.data_roots,
                  "a folder jobs may read (repeatable): every path a job names must resolve, after symlinks, inside "
                  "one; without any, every path this process can read is served (see SECURITY.md)");
@@ -115,6 +126,9 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
+  if (o.allow_user_code)
+    ferry::Log("user code allowed (--allow-user-code): up to %d Python processes of %s%s%s", o.python.processes,
+               o.python.python.c_str(), o.python.user.empty() ? "" : " as user ", o.python.user.c_str());
   ferry::Log("serving on %s (%s, %s)", (*service)->address().c_str(), o.token.empty() ? "no token" : "token required",
              !o.tls.enabled() ? "no TLS" : o.tls.ca.empty() ? "TLS" : "mutual TLS");
   // Every job finished: stop as if told to (the signal is blocked in every thread, so

@@ -50,7 +50,8 @@ class WorkerService::Impl {
     env.post = [io = &io_](std::function<void()> fn) { asio::post(*io, std::move(fn)); };
     env.run_blocking = [pool = &blocking_](std::function<void()> fn) { asio::post(*pool, std::move(fn)); };
     env.retire = [this](std::unique_ptr<BatchProducer> p) { Retire(std::move(p)); };
-    if (!opts_.dispatcher.empty()) link_ = std::make_unique<DispatcherLink>(LinkOptionsFor(env.stats));
+    if (opts_.allow_user_code) env.python = std::make_shared<PythonPool>(opts_.python);
+    if (!opts_.dispatcher.empty()) link_ = std::make_unique<DispatcherLink>(LinkOptionsFor(env.stats, env.python));
     WorkerCoreOptions c;
     c.buffered_batches = opts_.buffered_batches;
     c.memory_budget_bytes = opts_.max_memory_bytes != 0 ? opts_.max_memory_bytes : MemoryLimitBytes() / 4 * 3;
@@ -65,7 +66,7 @@ class WorkerService::Impl {
   }
 
   // Dispatcher mode: the link registers this worker under the address clients use.
-  LinkOptions LinkOptionsFor(std::shared_ptr<PipelineStats> stats) {
+  LinkOptions LinkOptionsFor(std::shared_ptr<PipelineStats> stats, std::shared_ptr<PythonPool> python) {
     LinkOptions l;
     l.dispatcher = opts_.dispatcher;
     l.token = opts_.token;
@@ -83,6 +84,8 @@ class WorkerService::Impl {
     l.open_dataset = [datasets = datasets_.get()](const std::string& path) { return datasets->Open(path); };
     l.open_tokenizer = [datasets = datasets_.get()](const JobSpec& job) { return datasets->OpenTokenizer(job); };
     l.allow_synthetic = opts_.allow_synthetic;
+    if (python != nullptr)
+      l.open_user_code = [python](const JobSpec& job) { return OpenUserCode(python.get(), job); };
     l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
     l.load = [stats = std::move(stats)] { return WorkerLoadOf(*stats); };
     return l;

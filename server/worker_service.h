@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "net/tls.h"
+#include "pyrt/python_pool.h"
 #include "worker/dispatcher_link.h"
 #include "wire/frame.h"
 #include "ferry/status.h"
@@ -62,6 +63,9 @@ struct WorkerOptions {
   std::string serves_job, serves_consumer;
   int64_t synthetic_cost_us = 0;   // per batch of a "synthetic:" job (benchmarks)
   bool allow_synthetic = false;    // serve "synthetic:" jobs (benchmarks); else refused
+  // Run jobs' user code (a trainer's pickled Dataset) in Python processes; else refused.
+  bool allow_user_code = false;
+  PythonPoolOptions python;        // --python, --python-processes, --sample-timeout, --user-code-user
   // Folders whose contents jobs may read (data/data_roots.h); empty: any readable path.
   std::vector<std::string> data_roots = {};
   // A job it serves is forgotten this long after the dispatcher last named it (once no

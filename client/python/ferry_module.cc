@@ -116,6 +116,11 @@ class PyIterator {
                                                  f.ragged() ? py::object(View(f.offsets, b->keepalive)) : py::none());
       d["fields"] = fields;
     }
+    if (!b->structure.empty()) {
+      // User code: the collated batch's bytes (a view) and how to rebuild it.
+      d["structure"] = py::str(b->structure);
+      d["user_data"] = View(b->user_data, b->keepalive);
+    }
     d["valid"] = b->valid;
     d["epoch"] = b->provenance.epoch;
     d["batch_in_epoch"] = b->provenance.batch_in_epoch;
@@ -288,6 +293,8 @@ JobSpec JobFrom(Options& o) {
   o.Get("tokenizer_add_bos", &job.tokenizer.add_bos);
   o.Get("tokenizer_add_eos", &job.tokenizer.add_eos);
   o.Get("tokenizer_pad_id", &job.tokenizer.pad_id);
+  o.Get("user_code", &job.user_code.payload);  // bytes: cloudpickle of (dataset, transform, collate_fn)
+  o.Get("user_versions", &job.user_code.versions);
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));
@@ -306,6 +313,9 @@ std::unique_ptr<PyIterator> OpenLocal(const py::dict& options) {
   in.Get("prefetch", &o.prefetch);
   in.Get("first_epoch", &o.first_epoch);
   in.Get("resume_batches", &o.resume_batches);
+  in.Get("python", &o.python.python);
+  in.Get("python_processes", &o.python.processes);
+  in.Get("sample_timeout", &o.python.sample_timeout_s);
   in.CheckAllUsed();
   std::unique_ptr<Loader> l;
   {

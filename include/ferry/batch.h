@@ -69,6 +69,12 @@ class Batch {
       if (f.name == name) return &f;
     return nullptr;
   }
+  // A user-code job's batch (JobSpec::user_code): what its collate function made, as
+  // bytes (uint8 [n]) and the JSON that says how to rebuild it (the Python client
+  // does: ferry/_user_worker.py); "" and rank 0 otherwise. `images` then has no pixels
+  // (shape [B, 0, 0, 0]).
+  std::string structure;
+  TensorView user_data;
   BatchProvenance provenance;
   int64_t valid = 0;   // rows that are real samples (they come first)
   int64_t skipped = 0; // samples of this batch that were bad files and left out

@@ -115,6 +115,19 @@ struct TokenizerSpec {
   bool operator==(const TokenizerSpec& other) const = default;
 };
 
+// A job's user code: a map-style Dataset (with an optional transform and collate
+// function) pickled on the trainer with cloudpickle, which workers started with
+// --allow-user-code run in Python processes of their own (lib/pyrt/python_pool.h).
+// The pipeline of such a job is not run; num_samples is the dataset's len(), given by
+// the trainer (nobody else can list it).
+struct UserCodeSpec {
+  std::string payload;   // cloudpickle bytes; "": no user code
+  std::string versions;  // the trainer's {"python": "3.11.2", "torch": "1.13.0", ...} as JSON
+  // A job is a control message and a journal record: its code must fit in one.
+  static constexpr size_t kMaxPayloadBytes = size_t(4) << 20;
+  bool operator==(const UserCodeSpec& other) const = default;
+};
+
 struct JobSpec {
   std::string dataset;  // an ImageFolder root, a .tsv list or .tar shards, as the workers
                         // see it; or "synthetic:..." for benchmarks
@@ -171,6 +184,9 @@ struct JobSpec {
   }
   // The "tokens" target's tokenizer (its model is "" unless targets name "tokens").
   TokenizerSpec tokenizer;
+  // User code (dataset "python:<name>"): the trainer's Dataset, transform and collate
+  // function, run by workers started with --allow-user-code (UserCodeSpec).
+  UserCodeSpec user_code;
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a
@@ -200,6 +216,8 @@ struct JobSpec {
   bool operator==(const JobSpec& other) const = default;
 
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
+  // Samples made by the trainer's own Python code (UserCodeSpec), not read from files.
+  bool user_code_job() const { return dataset.rfind("python:", 0) == 0; }
   // A dispatcher job's epochs are [first_epoch, end_epoch()); end_epoch() is 0 for a
   // job with no end. PastEnd: `epoch` is not one of them (never, with no end).
   uint64_t end_epoch() const { return epochs > 0 ? first_epoch + uint64_t(epochs) : 0; }

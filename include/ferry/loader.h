@@ -16,6 +16,7 @@
 
 #include "ferry/iterator.h"
 #include "ferry/job.h"
+#include "pyrt/python_pool.h"  // lib/: this header is not installed
 
 namespace ferry {
 
@@ -39,6 +40,8 @@ struct LoaderOptions {
   // Exact resume: the first `resume_batches` batches of `first_epoch` (by their
   // batch_in_epoch) were yielded before; start after them.
   int64_t resume_batches = 0;
+  // User code (job.user_code): the Python processes that make its batches here.
+  PythonPoolOptions python;
 };
 
 class Loader : public BatchIterator {

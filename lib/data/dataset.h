@@ -132,6 +132,10 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec, const Data
 // benchmarks of everything but decoding. A BatchProducer fills their rows itself.
 std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n);
 
+// A user-code job's `n` samples (kind() "python"): indices with nothing to read; a
+// BatchProducer with SetUserCode has its Python code make them.
+std::unique_ptr<Dataset> MakeUserCodeDataset(int64_t n, uint64_t fingerprint);
+
 }  // namespace ferry
 
 #endif  // FERRY_DATA_DATASET_H_

@@ -220,6 +220,36 @@ std::unique_ptr<Dataset> MakeSyntheticDataset(int64_t n) { return std::make_uniq
 
 namespace {
 
+// A user-code job's samples: indices only; the job's Python code makes them.
+class UserCodeDataset : public Dataset {
+ public:
+  UserCodeDataset(int64_t n, uint64_t fingerprint) : n_(n), fingerprint_(fingerprint) {}
+  int64_t size() const override { return n_; }
+  int32_t Label(int64_t) const override { return 0; }
+  std::string Path(int64_t index) const override { return "python:" + std::to_string(index); }
+  Status ReadSample(int64_t, std::string*) const override {
+    return Status::Unimplemented("a user-code dataset's samples are made by its Python code");
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
+  std::string_view kind() const override { return "python"; }
+
+ private:
+  const int64_t n_;
+  const uint64_t fingerprint_;
+  const std::vector<std::string> classes_;
+  const std::vector<ListingIssue> issues_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> MakeUserCodeDataset(int64_t n, uint64_t fingerprint) {
+  return std::make_unique<UserCodeDataset>(n, fingerprint);
+}
+
+namespace {
+
 // A JSON source description: {"format": ..., ...}. Unknown keys are refused by name
 // (a misspelt option would otherwise be ignored in silence).
 Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const DataRoots& roots) {

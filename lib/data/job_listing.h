@@ -20,6 +20,12 @@ namespace ferry {
 // is bounded.
 inline constexpr int64_t kMaxSyntheticSamples = int64_t(1) << 26;
 
+// And of a user-code job (its len(), given by the trainer).
+inline constexpr int64_t kMaxUserCodeSamples = int64_t(1) << 31;
+
+// A user-code job's listing fingerprint: its pickled code and sample count.
+uint64_t UserCodeFingerprint(const JobSpec& job);
+
 // `job` with num_samples and fingerprint filled in from its dataset's listing, read
 // only inside `roots` (--data-root). A synthetic dataset keeps the num_samples it was
 // given (checked against the bound).

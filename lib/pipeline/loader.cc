@@ -10,6 +10,7 @@
 #include "core/mutex.h"
 #include "data/data_roots.h"
 #include "data/dataset.h"
+#include "data/job_listing.h"
 #include "pipeline/batch_pool.h"
 #include "pipeline/producer.h"
 #include "pipeline/split_plan.h"
@@ -20,8 +21,9 @@ namespace ferry {
 class Loader::Impl {
  public:
   Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const Pipeline> pipeline,
-       std::shared_ptr<const Tokenizer> tokenizer)
+       std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<PythonPool> python)
       : opts_(WithListing(o, *ds)),
+        python_(std::move(python)),
         pipeline_(std::move(pipeline)),
         tokenizer_(std::move(tokenizer)),
         shard_{o.shard_index, o.num_shards, o.first_epoch},
@@ -65,13 +67,18 @@ class Loader::Impl {
 
   void Start() {
     const JobSpec& job = opts_.job;
-    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, pipeline_->sample_bytes(), opts_.prefetch + 2,
-                                                        pipeline_->num_classes());
+    const bool user = python_ != nullptr;
+    // User code: a batch in flight per Python process (and the prefetch after them).
+    const int in_flight = user ? std::max(opts_.prefetch, opts_.python.processes) : opts_.prefetch;
+    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, user ? 0 : pipeline_->sample_bytes(),
+                                                        in_flight + 2, user ? 0 : pipeline_->num_classes());
     producer_ = std::make_unique<BatchProducer>(
-        dataset_, pipeline_, job.seed, Plan(), allocator_, MakeDecodeArena(opts_.threads), opts_.prefetch,
+        dataset_, user ? nullptr : pipeline_, job.seed, Plan(), allocator_,
+        MakeDecodeArena(user ? std::max(opts_.python.processes, 1) : opts_.threads), in_flight,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->SetTargets(job.targets);
     producer_->SetTokenizer(tokenizer_);
+    if (user) producer_->SetUserCode(python_, job);
     producer_->Start();
   }
 
@@ -140,6 +147,14 @@ class Loader::Impl {
     }
     b.buffer = p.memory.images;
     b.buffer_size = p.memory.size;
+    if (python_ != nullptr) {
+      b.images.dtype = DType::kUint8;
+      b.images.shape = {rows, 0, 0, 0};
+      b.structure = std::move(p.user.structure);
+      b.user_data = {const_cast<void*>(p.user.data), DType::kUint8, 1, {int64_t(p.user.bytes), 0, 0, 0}};
+      b.keepalive = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(b.keepalive),
+                                                                                             std::move(p.user.owner));
+    }
     MutexLock lock(&mu_);
     total_skipped_ += int64_t(p.skipped.size());
     for (auto& s : p.skipped) skipped_.push_back(std::move(s));
@@ -160,6 +175,7 @@ class Loader::Impl {
   }
 
   const LoaderOptions opts_;
+  const std::shared_ptr<PythonPool> python_;  // user code's processes, or null
   const std::shared_ptr<const Pipeline> pipeline_;
   const std::shared_ptr<const Tokenizer> tokenizer_;  // the job's, if it asks for tokens
   const Shard shard_;
@@ -191,7 +207,17 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     if (options.num_shards != 1)
       return Status::InvalidArgument("give ranks (job.num_consumers, rank) or shards, not both");
   }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(options.job.dataset));
+  std::shared_ptr<PythonPool> python;
+  std::shared_ptr<const Dataset> ds;
+  if (options.job.user_code_job()) {
+    // The trainer's own code, in Python processes of this machine (like DataLoader's
+    // workers, but seeded per sample: the same batches as remote workers make).
+    FERRY_ASSIGN_OR_RETURN(JobSpec listed, ListJob(options.job));
+    python = std::make_shared<PythonPool>(options.python);
+    FERRY_ASSIGN_OR_RETURN(ds, OpenUserCode(python.get(), listed));
+  } else {
+    FERRY_ASSIGN_OR_RETURN(ds, OpenDataset(options.job.dataset));
+  }
   FERRY_RETURN_IF_ERROR(CheckTargetSource(options.job.targets, *ds));
   FERRY_RETURN_IF_ERROR(Impl::WithListing(options, *ds).job.CheckListed());
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
@@ -201,8 +227,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (!options.job.tokenizer.model.empty()) {
     FERRY_ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(options.job.tokenizer, DataRoots()));
   }
-  auto impl = std::make_unique<Impl>(options, std::shared_ptr<const Dataset>(std::move(ds)), std::move(pipeline),
-                                     std::move(tokenizer));
+  auto impl = std::make_unique<Impl>(options, std::move(ds), std::move(pipeline), std::move(tokenizer),
+                                     std::move(python));
   impl->Start();
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

@@ -212,7 +212,7 @@ BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, std::shared
     : dataset_(std::move(dataset)),
       pipeline_(std::move(pipeline)),
       seed_(seed),
-      sample_bytes_(pipeline_->sample_bytes()),
+      sample_bytes_(pipeline_ != nullptr ? pipeline_->sample_bytes() : 0),
       plans_(std::move(plans)),
       allocator_(std::move(allocator)),
       arena_(std::move(arena)),
@@ -225,6 +225,7 @@ BatchProducer::~BatchProducer() { Stop(); }
 void BatchProducer::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void BatchProducer::Stop() {
+  cancel_user_code_.store(true);
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -333,6 +334,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   const std::vector<int64_t>& samples = b->plan.samples;
   const int n = int(samples.size());
   if (dataset_->kind() == "synthetic") return FillSynthetic(b, memory_wait_ns);
+  if (user_code_ != nullptr) return FillUserCode(b, memory_wait_ns);
   PipelineStats* stats = stats_.get();
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));
@@ -451,6 +453,39 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   }
 }
 
+// User code: the pool's Python process makes the whole batch (its samples, then its
+// collate); here only its rows' indices are written, and its memory kept with it.
+void BatchProducer::FillUserCode(ProducedBatch* b, int64_t memory_wait_ns) {
+  const int64_t t0 = MonoNs();
+  Result<UserBatch> made = user_code_->MakeBatch(user_job_, b->plan.epoch, b->plan.samples,
+                                                 b->plan.pad ? b->plan.rows : 0, &cancel_user_code_);
+  if (!made.ok()) {
+    b->failure = made.status();
+    return;
+  }
+  const BatchMemory& m = b->memory;
+  const int64_t valid = int64_t(made->kept.size());
+  for (int64_t i = 0; i < valid; ++i) {
+    m.labels[i] = 0;
+    m.indices[i] = made->kept[size_t(i)];
+  }
+  b->valid = valid;
+  b->rows = b->plan.pad ? b->plan.rows : valid;
+  for (int64_t i = valid; i < b->rows; ++i) m.labels[i] = m.indices[i] = -1;
+  b->skipped = std::move(made->skipped);
+  b->user.structure = std::move(made->structure);
+  b->user.data = made->data;
+  b->user.bytes = made->bytes;
+  b->user.owner = std::move(made->owner);
+  if (stats_ != nullptr) {
+    stats_->samples.fetch_add(valid, std::memory_order_relaxed);
+    for (size_t i = 0; i < b->skipped.size(); ++i)
+      stats_->skipped[PipelineStats::kOther].fetch_add(1, std::memory_order_relaxed);
+    stats_->augment.ObserveNs(MonoNs() - t0);
+    stats_->assemble.ObserveNs(memory_wait_ns);
+  }
+}
+
 void BatchProducer::FillSynthetic(ProducedBatch* b, int64_t memory_wait_ns) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(synthetic_cost_us_);
   const BatchMemory& m = b->memory;
@@ -497,7 +532,7 @@ void BatchProducer::Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch) {
       for (auto& b : ready) Refill(std::move(b), &final);
       for (auto& b : final) {
         if (b->plan.discard) continue;
-        if (pipeline_->has_batch_ops() && b->memory.owner != nullptr && b->rows > 0) {
+        if (pipeline_ != nullptr && pipeline_->has_batch_ops() && b->memory.owner != nullptr && b->rows > 0) {
           // The batch op (MixUp/CutMix) sees the batch's final rows, keyed by its
           // position and first sample: the same on any worker and on the trainer.
           BatchView v;

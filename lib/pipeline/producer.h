@@ -25,6 +25,7 @@
 #ifndef FERRY_PIPELINE_PRODUCER_H_
 #define FERRY_PIPELINE_PRODUCER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -42,6 +43,7 @@
 #include "ferry/job.h"
 #include "ops/pipeline.h"
 #include "ops/targets.h"
+#include "pyrt/python_pool.h"
 #include "text/tokenizer.h"
 #include "pipeline/stats.h"
 
@@ -190,8 +192,17 @@ class PooledBatchAllocator : public BatchAllocator {
   const std::shared_ptr<BatchPool> pool_;
 };
 
+// A user-code batch (BatchProducer::SetUserCode): what the Python process collated.
+struct UserCodeBatch {
+  std::string structure;  // "": not user code
+  const void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<void> owner;
+};
+
 struct ProducedBatch {
   BatchPlan plan;
+  UserCodeBatch user;
   BatchMemory memory;
   int64_t rows = 0;   // rows in the tensors after compaction/padding
   int64_t valid = 0;  // leading rows that are real samples
@@ -233,6 +244,12 @@ class BatchProducer {
   void SetTargets(std::vector<std::string> names) { targets_ = std::move(names); }
   // Tokenizes each sample's caption into SampleTargets::tokens (the "tokens" target).
   void SetTokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
+  // User code (JobSpec::user_code): `pool` makes each batch, the pipeline none (it may
+  // be null). Before Start().
+  void SetUserCode(std::shared_ptr<PythonPool> pool, JobSpec job) {
+    user_code_ = std::move(pool);
+    user_job_ = std::move(job);
+  }
 
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
@@ -245,6 +262,7 @@ class BatchProducer {
   void Run();
   void Fill(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
+  void FillUserCode(ProducedBatch* batch, int64_t memory_wait_ns);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
   // whose rows are final (see producer.cc).
@@ -267,6 +285,9 @@ class BatchProducer {
   std::shared_ptr<PipelineStats> stats_;
   std::vector<std::string> targets_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<PythonPool> user_code_;
+  JobSpec user_job_;
+  std::atomic<bool> cancel_user_code_{false};  // Stop(): a batch waiting on Python returns
   std::thread thread_;
 
   Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls

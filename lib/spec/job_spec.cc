@@ -86,6 +86,19 @@ Status JobSpec::Validate() const {
     if (tokenizer.pad_id < -1) return Status::InvalidArgument("tokenizer pad_id must be >= 0, or -1 (the model's)");
     if (tokenizer.model.size() > 4096) return Status::InvalidArgument("tokenizer model path is too long");
   }
+  if (user_code_job() != !user_code.payload.empty())
+    return Status::InvalidArgument(user_code_job() ? "a python: dataset needs its user code (a pickled Dataset)"
+                                                   : "user code is given but the dataset is not python:<name>");
+  if (user_code_job()) {
+    if (user_code.payload.size() > UserCodeSpec::kMaxPayloadBytes)
+      return Status::InvalidArgument("user code: the pickled dataset is " + std::to_string(user_code.payload.size()) +
+                                     " bytes, past the " + std::to_string(UserCodeSpec::kMaxPayloadBytes) +
+                                     " a job carries: keep large state in files the workers read");
+    if (user_code.versions.size() > 65536) return Status::InvalidArgument("user code: versions is too long");
+    if (!targets.empty()) return Status::InvalidArgument("user code makes its own fields: a job with it names no targets");
+    if (bad_samples != BadSamples::kSkip)
+      return Status::InvalidArgument("user code: bad_samples must be skip (a sample whose code raises is left out)");
+  }
   if (num_consumers < 0 || num_consumers > 65536) return Status::InvalidArgument("num_consumers must be in [0, 65536]");
   if (epochs > 0 && uint64_t(epochs) > kMaxEpoch + 1)
     return Status::InvalidArgument("epochs " + std::to_string(epochs) + " is past the most a job may have, " +
@@ -218,6 +231,7 @@ uint64_t JobSpec::ConfigFingerprint() const {
     f.AddU64(uint64_t(uint32_t(tokenizer.length)) | uint64_t(tokenizer.add_bos) << 32 | uint64_t(tokenizer.add_eos) << 33);
     f.AddU64(uint64_t(int64_t(tokenizer.pad_id)));
   }
+  if (!user_code.payload.empty()) f.Add(user_code.payload);  // the code decides the samples
   return f.Finish();
 }
 

@@ -282,6 +282,13 @@ OutFrame EncodeBatch(const BatchFrameInput& in) {
         tensor(fields[i].initOffsets(), DType::kInt64, {f.offsets.shape[0]}, f.offsets.data, f.offsets.num_bytes());
     }
   }
+  if (!in.structure.empty()) {
+    r.setStructure(in.structure);
+    if (in.user_bytes > 0) {
+      r.adoptUserData(orphanage.referenceExternalData(
+          capnp::Data::Reader(static_cast<const kj::byte*>(in.user_data), in.user_bytes)));
+    }
+  }
   auto sk = r.initSkipped(unsigned(in.skipped.size()));
   for (unsigned i = 0; i < in.skipped.size(); ++i) {
     sk[i].setIndex(in.skipped[i].index);
@@ -336,6 +343,14 @@ Result<Batch> DecodeBatch(const InFrame& f, std::vector<SkippedSample>* skipped,
         return Status::InvalidArgument("Batch: " + what + ": a dense field has one entry per row");
       }
       b.fields.push_back(std::move(f));
+    }
+    if (r.hasStructure()) {
+      b.structure = Str(r.getStructure());
+      auto u = r.getUserData();
+      b.user_data.data = const_cast<kj::byte*>(u.begin());
+      b.user_data.dtype = DType::kUint8;
+      b.user_data.rank = 1;
+      b.user_data.shape[0] = int64_t(u.size());
     }
     b.provenance.epoch = r.getEpoch();
     b.provenance.split = r.getSplit();
@@ -407,6 +422,12 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
     t.setAddEos(job.tokenizer.add_eos);
     t.setPadId(job.tokenizer.pad_id);
   }
+  if (!job.user_code.payload.empty()) {
+    auto u = b.initUserCode();
+    u.setPayload(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(job.user_code.payload.data()),
+                                     job.user_code.payload.size()));
+    u.setVersions(job.user_code.versions);
+  }
   if (!job.taken.empty()) {
     auto begin = b.initTakenBegin(unsigned(job.taken.size()));
     auto end = b.initTakenEnd(unsigned(job.taken.size()));
@@ -456,6 +477,13 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
     job.tokenizer.add_bos = t.getAddBos();
     job.tokenizer.add_eos = t.getAddEos();
     job.tokenizer.pad_id = t.getPadId();
+  }
+  if (r.hasUserCode()) {
+    const auto u = r.getUserCode();
+    const auto payload = u.getPayload();
+    if (payload.size() > UserCodeSpec::kMaxPayloadBytes) return Status::InvalidArgument("job: user code too large");
+    job.user_code.payload.assign(reinterpret_cast<const char*>(payload.begin()), payload.size());
+    job.user_code.versions = Str(u.getVersions());
   }
   return job;
 }

@@ -110,6 +110,11 @@ struct BatchFrameInput {
   // of 8 bytes, kept alive by `owner`).
   std::vector<BatchField> fields;
   std::shared_ptr<void> owner;
+  // User code: the JSON that rebuilds the batch from `user_data` (8-byte aligned,
+  // readable to a multiple of 8 bytes, kept alive by `owner`). "": not user code.
+  std::string structure;
+  const void* user_data = nullptr;
+  size_t user_bytes = 0;
   uint64_t listing = 0;        // point to point: the worker's listing (see schemas/ferry.capnp)
   int64_t listed_samples = 0;
 };

@@ -7,6 +7,7 @@
 #include "data/job_listing.h"
 #include "net/backoff.h"
 #include "worker/synthetic_source.h"
+#include "worker/worker_core.h"
 
 namespace ferry {
 
@@ -256,6 +257,12 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
       return job;
     }
     job->dataset = std::shared_ptr<const Dataset>(MakeSyntheticDataset(j.job.num_samples));
+    return job;
+  }
+  if (j.job.user_code_job()) {
+    auto ds = o_.open_user_code ? o_.open_user_code(j.job) : Result<std::shared_ptr<const Dataset>>(UserCodeRefused());
+    if (ds.ok()) job->dataset = *ds;
+    else job->status = ds.status();
     return job;
   }
   auto ds = o_.open_dataset(j.job.dataset);

@@ -46,6 +46,9 @@ struct LinkOptions {
   // Whether jobs of "synthetic:" datasets are served (benchmarks); else such a job is
   // refused like a dataset that cannot be opened.
   bool allow_synthetic = false;
+  // A user-code job's dataset, once its code loaded (OpenUserCode); unset: such jobs
+  // are refused (no --allow-user-code).
+  std::function<Result<std::shared_ptr<const Dataset>>(const JobSpec&)> open_user_code;
   // The worker's production figures, sent with each heartbeat (the dispatcher's
   // advice); may be empty.
   std::function<wire::WorkerLoad()> load;

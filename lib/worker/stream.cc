@@ -33,7 +33,10 @@ void WorkerStream::Open(wire::OpenStreamMsg m, int64_t now_ns) {
   std::weak_ptr<WorkerStream> weak = weak_from_this();
   WorkerCore* core = core_;
   core_->env().run_blocking([weak, core, job = msg_.job] {
-    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(core->datasets().Open(job.dataset));
+    // User code: its "listing" is loading it in a Python process (an import error
+    // refuses the stream at once, naming the module).
+    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(
+        job.user_code_job() ? OpenUserCode(core->env().python.get(), job) : core->datasets().Open(job.dataset));
     // A model to load too (off the io thread as well), once the dataset opened.
     auto tok = std::make_shared<Result<std::shared_ptr<const Tokenizer>>>(std::shared_ptr<const Tokenizer>());
     if (ds->ok()) *tok = core->datasets().OpenTokenizer(job);
@@ -95,6 +98,8 @@ void WorkerStream::WaitForJob(int64_t now_ns) {
 
 void WorkerStream::StartProducer(StreamSource source) {
   if (Status st = CheckJob(source.job); !st.ok()) return Refuse(st);  // a dispatcher's job, too
+  user_code_ = source.job.user_code_job();
+  if (user_code_ && core_->env().python == nullptr) return Refuse(UserCodeRefused());
   Result<std::shared_ptr<const Pipeline>> compiled = Pipeline::Compile(source.job.pipeline);
   if (!compiled.ok()) return Refuse(compiled.status());
   pipeline_ = std::move(*compiled);
@@ -109,8 +114,10 @@ void WorkerStream::StartProducer(StreamSource source) {
     listed_samples_ = source.job.num_samples;
   }
   const int buffers = core_->buffers();
-  auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, pipeline_->sample_bytes(), buffers,
-                                                          pipeline_->num_classes());
+  // User code: the pixels are the Python processes' memory; these buffers hold the
+  // rows' indices (and bound the batches in flight).
+  auto allocator = std::make_shared<PooledBatchAllocator>(
+      source.job.batch_size, user_code_ ? 0 : pipeline_->sample_bytes(), buffers, user_code_ ? 0 : pipeline_->num_classes());
   if (Status st = Reserve(uint64_t(buffers) * allocator->buffer_bytes()); !st.ok()) return Refuse(st);
   outbox_.SetSource(source.splits, source.last_epoch);
   std::weak_ptr<WorkerStream> weak = weak_from_this();
@@ -118,9 +125,11 @@ void WorkerStream::StartProducer(StreamSource source) {
   // only the post function (the service's, which outlives every producer) and a weak
   // reference.
   auto post = core_->env().post;
+  // User code: a batch in flight per Python process (each waits on its process).
+  const int in_flight = user_code_ ? std::max(2, core_->env().python->options().processes) : 2;
   producer_ = std::make_unique<BatchProducer>(
-      std::move(source.dataset), pipeline_, source.job.seed, std::move(source.plan), std::move(allocator),
-      core_->arena(), /*max_in_flight=*/2,
+      std::move(source.dataset), user_code_ ? nullptr : pipeline_, source.job.seed, std::move(source.plan),
+      std::move(allocator), core_->arena(), in_flight,
       [weak, post](ProducedBatch&& b) {
         auto shared = std::make_shared<ProducedBatch>(std::move(b));
         post([weak, shared] {
@@ -136,6 +145,7 @@ void WorkerStream::StartProducer(StreamSource source) {
   producer_->SetTargets(targets_);
   producer_->SetTokenizer(std::move(source.tokenizer));
   producer_->SetStats(core_->pipeline_stats());
+  if (user_code_) producer_->SetUserCode(core_->env().python, source.job);
   state_ = State::kStreaming;
   ++core_->counters().streams;
   producer_->Start();
@@ -150,15 +160,27 @@ void WorkerStream::OnBatch(ProducedBatch&& b) {
   in.valid = b.valid;
   const Shape shape = pipeline_->output_shape();
   in.image_dtype = pipeline_->dtype();
-  if (in.image_dtype == DType::kUint8) in.image_dims = {shape.height, shape.width, shape.channels};
-  else in.image_dims = {shape.channels, shape.height, shape.width};
+  if (user_code_) {
+    in.image_dtype = DType::kUint8;
+    in.image_dims = {0, 0, 0};  // no pixels: the batch is the user's, in user_data
+    in.structure = std::move(b.user.structure);
+    in.user_data = b.user.data;
+    in.user_bytes = b.user.bytes;
+  } else if (in.image_dtype == DType::kUint8) {
+    in.image_dims = {shape.height, shape.width, shape.channels};
+  } else {
+    in.image_dims = {shape.channels, shape.height, shape.width};
+  }
   in.targets = b.memory.targets;
-  in.num_classes = b.memory.targets != nullptr ? pipeline_->num_classes() : 0;
+  in.num_classes = b.memory.targets != nullptr && !user_code_ ? pipeline_->num_classes() : 0;
   in.images = b.memory.images;
   in.labels = b.memory.labels;
   in.indices = b.memory.indices;
   in.skipped = std::move(b.skipped);
   in.owner = std::move(b.memory.owner);
+  if (b.user.owner != nullptr)
+    in.owner = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(in.owner),
+                                                                                        std::move(b.user.owner));
   if (!targets_.empty()) {
     PackedFields f = PackFields(targets_, b.targets, b.rows, shape.height, shape.width, token_length_, token_pad_);
     in.fields = std::move(f.fields);

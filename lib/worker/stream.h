@@ -92,6 +92,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
   wire::OpenStreamMsg msg_;
   std::shared_ptr<const Pipeline> pipeline_;
   std::vector<std::string> targets_;  // the job's (JobSpec::targets)
+  bool user_code_ = false;            // the job's batches are its Python code's
   int32_t token_length_ = 0, token_pad_ = 0;  // the "tokens" field's row length and padding
   std::unique_ptr<BatchProducer> producer_;
   std::unique_ptr<SyntheticSource> synthetic_;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "core/names.h"
+#include "data/job_listing.h"
 #include "worker/stream_setup.h"
 #include "worker/synthetic_source.h"
 
@@ -42,8 +44,10 @@ Status WorkerCore::Admit(const wire::OpenStreamMsg& m) const {
   }
   FERRY_RETURN_IF_ERROR(CheckInlineStream(m));
   if (m.job.synthetic() && !o_.allow_synthetic) return SyntheticRefused();
+  if (m.job.user_code_job() && env_.python == nullptr) return UserCodeRefused();
   return Status::OK();
 }
+
 
 Status WorkerCore::Reserve(uint64_t bytes) {
   const uint64_t budget = o_.memory_budget_bytes;

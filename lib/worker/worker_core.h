@@ -33,6 +33,7 @@
 #include "data/dataset.h"
 #include "ferry/status.h"
 #include "pipeline/stats.h"
+#include "pyrt/python_pool.h"
 #include "text/tokenizer.h"
 #include "wire/codec.h"
 #include "worker/job_source.h"
@@ -79,7 +80,12 @@ struct WorkerEnv {
   std::function<void(std::function<void()>)> run_blocking;
   // Stops and destroys a producer off the io thread (Stop waits for its tasks).
   std::function<void(std::unique_ptr<BatchProducer>)> retire;
+  // The Python processes that run jobs' user code (--allow-user-code); null: this
+  // worker refuses user code.
+  std::shared_ptr<PythonPool> python;
 };
+
+
 
 class WorkerCore {
  public:

@@ -62,7 +62,7 @@ def ferry_local():
 class Daemons:
     """ferry-dispatcher and ferry-worker processes on loopback."""
 
-    def __init__(self, bindir, tmp, workers=2):
+    def __init__(self, bindir, tmp, workers=2, worker_args=()):
         self.procs = []
         self.logs = []  # each daemon's stderr, a file: shown when a test fails
         self.tmp = tmp
@@ -70,8 +70,14 @@ class Daemons:
         self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
                                        "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
                                        "--heartbeat-timeout-ms", "1000", "--log-level", "debug"])
-        self.workers = [self._start([os.path.join(bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads",
-                                     "1", "--dispatcher", self.dispatcher]) for _ in range(workers)]
+        self.bindir = bindir
+        self.worker_args = list(worker_args)
+        self.workers = [self.start_worker() for _ in range(workers)]
+
+    def start_worker(self, args=None):
+        """Another ferry-worker of the dispatcher (its index: len(self.workers) - 1 after)."""
+        return self._start([os.path.join(self.bindir, "ferry-worker"), "--listen", "127.0.0.1:0", "--threads", "1",
+                            "--dispatcher", self.dispatcher] + (self.worker_args if args is None else list(args)))
 
     def _start(self, argv):
         log = os.path.join(str(self.tmp), "%s-%d.log" % (os.path.basename(argv[0]), len(self.procs)))

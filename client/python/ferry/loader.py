@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from . import _ferry
+from . import _user_worker
 from .distributed import resolve_rank
 
 FerryError = RuntimeError
@@ -28,6 +29,21 @@ def _pipeline_string(pipeline):
     if isinstance(pipeline, dict):
         return json.dumps(pipeline)
     return str(pipeline)
+
+
+def user_code_payload(dataset, transform=None, collate_fn=None):
+    """(payload, versions): the user's code as the job carries it. cloudpickle pickles
+    what the trainer's __main__ defines by value and what installed packages define by
+    reference (the workers import those: the same image as the trainer's)."""
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise TypeError("dataset must be map-style (with __len__ and __getitem__), not %s" % type(dataset).__name__)
+    try:
+        import cloudpickle
+    except ImportError:
+        raise ImportError("a dataset of your own is shipped to the workers with cloudpickle: "
+                          "apt-get install python3-cloudpickle (or pip install cloudpickle)") from None
+    payload = cloudpickle.dumps((dataset, transform, collate_fn))
+    return payload, json.dumps(_user_worker._versions(), sort_keys=True)
 
 
 class Loader(torch.utils.data.IterableDataset):
@@ -118,9 +134,29 @@ class Loader(torch.utils.data.IterableDataset):
                  epochs=1, threads=0, dispatcher=None, job_name=None, workers=None, prefetch=2, pin_memory=False,
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
-                 targets=None, targets_format="list", tokenizer=None):
+                 targets=None, targets_format="list", tokenizer=None, dataset=None, transform=None, collate_fn=None,
+                 python_processes=1, sample_timeout=None, python=None):
+        self._user_code = None
+        if dataset is not None:
+            if data is not None:
+                raise ValueError("give data (files Ferry reads) or dataset (your own Dataset), not both")
+            if targets:
+                raise ValueError("a dataset of your own makes its own fields: targets are for data Ferry reads")
+            self._user_code = user_code_payload(dataset, transform, collate_fn)
+            self._user_len = len(dataset)
+            data = "python:" + type(dataset).__name__
+            pipeline = "imagenet-train"  # not run: the dataset's own code makes the samples
+            trainer_normalize = False
+        elif transform is not None or collate_fn is not None:
+            raise ValueError("transform and collate_fn go with dataset= (a Dataset of your own)")
+        if python_processes < 1:
+            raise ValueError("python_processes must be >= 1")
+        self.python_processes = int(python_processes)
+        self.sample_timeout = float(sample_timeout or 0)
+        self.python = python or "/usr/bin/python3"
         if data is None:
-            raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards")
+            raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards (or dataset=, a "
+                             "Dataset of your own)")
         if isinstance(data, dict):
             # A source described by its fields ({"format": "coco", ...}): one canonical
             # string, so that every process names the same job by it.
@@ -222,6 +258,8 @@ class Loader(torch.utils.data.IterableDataset):
         self._started = None
         self._len = None
         self._last = None
+        if self._user_code is not None:
+            self._num_samples = self._user_len
 
     @property
     def epoch(self):
@@ -330,6 +368,8 @@ class Loader(torch.utils.data.IterableDataset):
             o["tokenizer_" + k] = v
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
+        if self._user_code is not None:
+            o.update(user_code=self._user_code[0], user_versions=self._user_code[1], num_samples=self._user_len)
         if self._taken:
             o["taken"] = [tuple(t) for t in self._taken]
         return o
@@ -343,6 +383,9 @@ class Loader(torch.utils.data.IterableDataset):
             del o["deterministic"]  # batches_per_split stays: refill's groups
             o.update(epochs=1 if self._taken else remaining, first_epoch=self._epoch,
                      resume_batches=self._batches_done, threads=self.threads, prefetch=self.prefetch)
+            if self._user_code is not None:
+                o.update(python=self.python, python_processes=self.python_processes,
+                         sample_timeout=self.sample_timeout)
             self._it = _ferry.open_local(o)
             self._num_samples = self._it.dataset_size()
         elif self.mode == "dispatcher":
@@ -481,7 +524,10 @@ class Loader(torch.utils.data.IterableDataset):
 
     def _to_torch(self, b):
         """(images, labels), or (images, soft targets) when the pipeline has a batch op,
-        or (images, targets) for a job with targets."""
+        or (images, targets) for a job with targets; with a dataset of the user's own,
+        what its collate_fn made (default_collate's batch when none)."""
+        if self._user_code is not None:
+            return _user_worker.decode(b["structure"], b["user_data"])
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         if self._post is not None:

@@ -1,0 +1,431 @@
+"""Ferry's Python runtime for user code: a worker process's main loop, and the batch
+encoding the client decodes.
+
+A ferry-worker started with --allow-user-code (and ferry.Loader in local mode) runs
+this file, by itself, in processes of its own (lib/pyrt/python_pool.cc embeds it and
+starts `python3 -c <this file> FD`): it must not import ferry, whose C extension the
+worker's interpreter may not have. It talks to its parent over the socket FD:
+
+  frame:  magic "FPY1", kind u32, json_len u32, blob_len u32, json (UTF-8), blob
+  parent -> here   LOAD   {"key"}, blob = cloudpickle of (dataset, transform, collate_fn)
+                   BATCH  {"key", "samples", "seeds", "rows", "timeout"}
+                   EXIT
+  here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module"}
+                   STEP   {"pos"}: sample `pos` of the request starts (the parent's
+                          watchdog knows which sample a hung or dead process was on)
+                   BATCH  {"kept", "skipped", "structure", "bytes"}, and the batch's
+                          memory as a memfd passed with SCM_RIGHTS (no copy, no pickle)
+                   FAILED {"error"}: the batch as a whole failed (its collate raised)
+
+A batch is `collate_fn([transform(dataset[i]) for i in samples])`; before each sample
+`random`, `numpy.random` and `torch` are seeded with the seed the parent sends for it
+(Philox of the job's seed, the epoch and the sample index), so a random transform gives
+the same values whatever the process, worker or rank count. A sample whose code raises,
+or runs past the timeout, is left out and reported with the exception's type and
+message. Without a collate_fn the batch is torch's default_collate of the samples,
+written straight into shared memory; shapes that differ from row to row become a list
+of per-row tensors instead of an error.
+"""
+import json
+import mmap
+import os
+import random
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+MAGIC = 0x31595046  # "FPY1"
+LOAD, BATCH, EXIT, LOADED, STEP, BATCH_OK, FAILED = 1, 2, 3, 11, 12, 13, 14
+HEADER = struct.Struct("<IIII")
+ALIGN = 64
+MAX_JOBS = 8
+
+
+def _versions():
+    """The interpreter's and the main packages' versions (the job records the
+    trainer's; a worker warns when its own differ)."""
+    out = {"python": "%d.%d.%d" % sys.version_info[:3]}
+    for name in ("torch", "numpy", "torchvision", "PIL", "cloudpickle"):
+        mod = sys.modules.get(name)
+        if mod is None:
+            try:
+                mod = __import__(name)
+            except Exception:
+                continue
+        out[name] = str(getattr(mod, "__version__", "?"))
+    return out
+
+
+# -- the encoding of a batch: leaves into one block of memory, the nesting as JSON -------
+
+class _Arena:
+    """Sizes first (plan), then writes (fill): one block for the whole batch."""
+
+    def __init__(self):
+        self.size = 0
+        self.writes = []  # (offset, writer(view))
+
+    def reserve(self, nbytes):
+        off = (self.size + ALIGN - 1) // ALIGN * ALIGN
+        self.size = off + nbytes
+        return off
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _as_array(x):
+    """A tensor or ndarray as a C-contiguous numpy array (tensors: their values)."""
+    np = _np()
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        if x.dtype == torch.bfloat16:
+            raise TypeError("bfloat16 tensors cannot cross to the trainer yet: convert to float32 in the transform")
+        return np.ascontiguousarray(x.numpy())
+    return np.ascontiguousarray(x)
+
+
+def _is_tensor(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_array(x):
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray) and x.dtype.kind in "biufc?"
+
+
+def _leaf_array(kind, arr, arena):
+    off = arena.reserve(arr.nbytes)
+    arena.writes.append((off, arr))
+    return {"k": kind, "dtype": arr.dtype.str, "shape": list(arr.shape), "off": off}
+
+
+def _encode(x, arena):
+    """A collated batch (any nesting of tensors, arrays, numbers, strings, lists,
+    tuples and dicts) as a structure whose array leaves point into the arena."""
+    if _is_tensor(x):
+        return _leaf_array("tensor", _as_array(x), arena)
+    if _is_array(x):
+        return _leaf_array("ndarray", _as_array(x), arena)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.generic):
+        return _leaf_array("npscalar", np.asarray(x).reshape(()), arena)
+    if x is None or isinstance(x, (bool, int, float, str)):
+        if isinstance(x, float) and x != x:
+            return {"k": "float", "v": "nan"}
+        if isinstance(x, float) and x in (float("inf"), float("-inf")):
+            return {"k": "float", "v": "inf" if x > 0 else "-inf"}
+        return {"k": "py", "v": x}
+    if isinstance(x, bytes):
+        return {"k": "bytes", "v": x.hex()}
+    if isinstance(x, dict):
+        keys = list(x.keys())
+        for k in keys:
+            if not isinstance(k, (str, int)):
+                raise TypeError("a batch dict's keys must be str or int, not %s" % type(k).__name__)
+        return {"k": "dict", "keys": keys, "v": [_encode(x[k], arena) for k in keys]}
+    if isinstance(x, tuple):
+        return {"k": "tuple", "v": [_encode(v, arena) for v in x]}
+    if isinstance(x, list):
+        return {"k": "list", "v": [_encode(v, arena) for v in x]}
+    raise TypeError("a batch may hold tensors, numpy arrays, numbers, strings, lists, tuples and dicts, not %s"
+                    % type(x).__module__ + "." + type(x).__name__)
+
+
+class _Stacked:
+    """default_collate's tensor of several rows, stacked straight into the arena."""
+
+    def __init__(self, kind, rows, pad):
+        self.kind = kind
+        self.rows = rows
+        self.pad = pad
+
+
+def _default_collate(samples, pad, arena):
+    """torch's default_collate of `samples` (torch 1.13's rules), encoded; `pad` rows of
+    zeros follow each stacked tensor (a padded last batch of ranks)."""
+    np = _np()
+    elem = samples[0]
+    if _is_tensor(elem) or _is_array(elem) or (np is not None and isinstance(elem, np.generic)):
+        arrs = [_as_array(s) if not isinstance(s, np.generic) else np.asarray(s) for s in samples]
+        if any(a.shape != arrs[0].shape or a.dtype != arrs[0].dtype for a in arrs):
+            # default_collate raises here; Ferry gives the rows as a list instead.
+            return {"k": "list", "v": [_leaf_array("tensor", a, arena) for a in arrs]}
+        shape = [len(arrs) + pad] + list(arrs[0].shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * arrs[0].dtype.itemsize
+        off = arena.reserve(nbytes)
+        arena.writes.append((off, (arrs, shape, arrs[0].dtype)))
+        return {"k": "tensor", "dtype": arrs[0].dtype.str, "shape": shape, "off": off}
+    if isinstance(elem, bool):
+        return _leaf_array("tensor", np.array(list(samples) + [False] * pad, dtype=np.bool_), arena)
+    if isinstance(elem, int):
+        return _leaf_array("tensor", np.array(list(samples) + [0] * pad, dtype=np.int64), arena)
+    if isinstance(elem, float):
+        return _leaf_array("tensor", np.array(list(samples) + [0.0] * pad, dtype=np.float64), arena)
+    if isinstance(elem, (str, bytes)):
+        return _encode(list(samples), arena)
+    if isinstance(elem, dict):
+        return {"k": "dict", "keys": list(elem.keys()),
+                "v": [_default_collate([s[k] for s in samples], pad, arena) for k in elem.keys()]}
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
+        return {"k": "tuple", "v": [_default_collate(list(col), pad, arena) for col in zip(*samples)]}
+    if isinstance(elem, (list, tuple)):
+        if any(len(s) != len(elem) for s in samples):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        # default_collate gives a list for both (tuples: "backwards compatibility").
+        return {"k": "list", "v": [_default_collate(list(col), pad, arena) for col in zip(*samples)]}
+    if elem is None:
+        return {"k": "list", "v": [{"k": "py", "v": None} for _ in samples]}
+    raise TypeError("default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found %s"
+                    % type(elem).__name__)
+
+
+def _fill(arena, buf):
+    np = _np()
+    for off, what in arena.writes:
+        if isinstance(what, tuple):
+            arrs, shape, dtype = what
+            out = np.ndarray(shape, dtype=dtype, buffer=buf, offset=off)
+            n = len(arrs)
+            if n:
+                np.stack(arrs, out=out[:n])
+            if shape[0] > n:
+                out[n:] = 0
+        else:
+            out = np.ndarray(what.shape, dtype=what.dtype, buffer=buf, offset=off)
+            out[...] = what
+
+
+def decode(structure, data):
+    """The batch a structure and its bytes stand for (the trainer's side): tensors view
+    `data` (no copy; writable when `data` is)."""
+    if isinstance(structure, (str, bytes)):
+        structure = json.loads(structure)
+    np = _np()
+
+    def go(s):
+        k = s["k"]
+        if k in ("tensor", "ndarray", "npscalar"):
+            dtype = np.dtype(s["dtype"])
+            count = 1
+            for d in s["shape"]:
+                count *= d
+            arr = np.frombuffer(data, dtype=dtype, count=count, offset=s["off"]).reshape(s["shape"])
+            if k == "ndarray":
+                return arr
+            if k == "npscalar":
+                return arr[()]
+            import torch
+            return torch.from_numpy(arr)
+        if k == "py":
+            return s["v"]
+        if k == "float":
+            return float(s["v"])
+        if k == "bytes":
+            return bytes.fromhex(s["v"])
+        if k == "list":
+            return [go(v) for v in s["v"]]
+        if k == "tuple":
+            return tuple(go(v) for v in s["v"])
+        if k == "dict":
+            return {key: go(v) for key, v in zip(s["keys"], s["v"])}
+        raise ValueError("unknown leaf kind %r in a user-code batch" % (k,))
+
+    return go(structure)
+
+
+# -- making batches ---------------------------------------------------------------------
+
+class SampleTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise SampleTimeout()
+
+
+def seed_all(seed):
+    """Seeds random, numpy.random and torch (when loaded) for one sample."""
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed & 0xFFFFFFFF)
+    torch = _torch()
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _describe(e):
+    msg = str(e)
+    return type(e).__name__ + (": " + msg if msg else "")
+
+
+def run_samples(job, samples, seeds, timeout=0.0, step=None):
+    """(kept positions, samples made, skipped [(pos, reason)])."""
+    dataset, transform, _ = job
+    kept, made, skipped = [], [], []
+    for pos, (index, seed) in enumerate(zip(samples, seeds)):
+        if step is not None:
+            step(pos)
+        seed_all(seed)
+        try:
+            if timeout > 0:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                x = dataset[index]
+                if transform is not None:
+                    x = transform(x)
+            finally:
+                if timeout > 0:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+        except SampleTimeout:
+            skipped.append((pos, "ran past the sample timeout (%g s)" % timeout))
+            continue
+        except Exception as e:  # the user's code: any exception skips the sample
+            skipped.append((pos, _describe(e)))
+            continue
+        kept.append(pos)
+        made.append(x)
+    return kept, made, skipped
+
+
+def collate(job, made, pad):
+    """(structure, arena) of a batch of made samples."""
+    _, _, collate_fn = job
+    arena = _Arena()
+    if collate_fn is not None:
+        structure = _encode(collate_fn(made), arena)
+    elif made:
+        structure = _default_collate(made, pad, arena)
+    else:
+        structure = {"k": "list", "v": []}
+    return structure, arena
+
+
+def make_batch(job, samples, seeds, rows=0, timeout=0.0):
+    """In this process (ferry's tests, and the trainer's reference): the batch as the
+    trainer gets it, and the kept positions and skips."""
+    kept, made, skipped = run_samples(job, samples, seeds, timeout)
+    pad = max(0, rows - len(made)) if rows else 0
+    structure, arena = collate(job, made, pad)
+    buf = bytearray(max(arena.size, 1))
+    _fill(arena, buf)
+    return decode(structure, buf), kept, skipped
+
+
+# -- the process's loop -----------------------------------------------------------------
+
+def _recv_exact(sock, n):
+    chunks = []
+    while n:
+        b = sock.recv(min(n, 1 << 20))
+        if not b:
+            raise EOFError()
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def _recv(sock):
+    magic, kind, jlen, blen = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    if magic != MAGIC:
+        raise RuntimeError("ferry user-code runtime: bad frame from the worker")
+    meta = json.loads(_recv_exact(sock, jlen)) if jlen else {}
+    blob = _recv_exact(sock, blen) if blen else b""
+    return kind, meta, blob
+
+
+def _send(sock, kind, meta, fd=None):
+    j = json.dumps(meta).encode()
+    data = HEADER.pack(MAGIC, kind, len(j), 0) + j
+    if fd is None:
+        sock.sendall(data)
+        return
+    import array
+    sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def _load(blob):
+    import pickle
+    job = pickle.loads(blob)  # cloudpickle's output loads with pickle (cloudpickle must be importable)
+    if not (isinstance(job, tuple) and len(job) == 3):
+        raise TypeError("user code must be a (dataset, transform, collate_fn) tuple")
+    return job
+
+
+def serve(fd):
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGALRM, _alarm)
+    jobs = {}
+    while True:
+        try:
+            kind, meta, blob = _recv(sock)
+        except EOFError:
+            return 0
+        if kind == EXIT:
+            return 0
+        if kind == LOAD:
+            try:
+                jobs[meta["key"]] = _load(blob)
+                while len(jobs) > MAX_JOBS:
+                    jobs.pop(next(iter(jobs)))
+                _send(sock, LOADED, {"ok": True, "versions": _versions()})
+            except BaseException as e:  # SystemExit from a module's import, too
+                _send(sock, LOADED, {"ok": False, "error": _describe(e),
+                                     "module": getattr(e, "name", None) if isinstance(e, ImportError) else None})
+            continue
+        if kind != BATCH:
+            return 2
+        job = jobs.get(meta["key"])
+        if job is None:
+            _send(sock, FAILED, {"error": "job not loaded in this process"})
+            continue
+        samples, seeds = meta["samples"], meta["seeds"]
+        kept, made, skipped = run_samples(job, samples, seeds, float(meta.get("timeout") or 0),
+                                          step=lambda pos: _send(sock, STEP, {"pos": pos}))
+        pad = max(0, int(meta.get("rows") or 0) - len(made))
+        try:
+            structure, arena = collate(job, made, pad)
+        except Exception as e:
+            _send(sock, FAILED, {"error": "collate: " + _describe(e), "kept": kept, "skipped": skipped})
+            continue
+        size = (arena.size + 7) // 8 * 8
+        fd_out = None
+        if size:
+            fd_out = os.memfd_create("ferry-batch", os.MFD_CLOEXEC)
+            os.ftruncate(fd_out, size)
+            with mmap.mmap(fd_out, size) as m:
+                _fill(arena, m)
+        del made, arena
+        _send(sock, BATCH_OK, {"kept": kept, "skipped": skipped, "structure": json.dumps(structure),
+                               "bytes": size}, fd_out)
+        if fd_out is not None:
+            os.close(fd_out)
+
+
+if __name__ == "__main__":
+    # Started as `python3 -c <this file> FD`: sys.path[0] is the worker's working
+    # directory, which is no place to import the user's modules from.
+    if sys.path and sys.path[0] == "":
+        sys.path.pop(0)
+    try:
+        sys.exit(serve(int(sys.argv[1])))
+    except KeyboardInterrupt:
+        sys.exit(0)
+    except Exception:
+        traceback.print_exc()
+        sys.exit(3)

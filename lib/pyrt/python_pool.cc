@@ -1,0 +1,571 @@
+#include "pyrt/python_pool.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/philox.h"
+#include "data/job_listing.h"
+
+extern char** environ;
+
+namespace ferry {
+
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x31595046;  // "FPY1"
+enum Kind : uint32_t { kLoad = 1, kBatch = 2, kExit = 3, kLoaded = 11, kStep = 12, kBatchOk = 13, kFailed = 14 };
+constexpr uint32_t kPurposeUserCode = 0x55;  // the 4th Philox word's purpose byte ('U'): no op uses it
+constexpr int kMaxJobsPerProcess = 8;        // _user_worker.MAX_JOBS
+// A sample stuck where SIGALRM does not reach (C code) is given this long past the
+// timeout before its process is killed.
+constexpr double kWatchdogGraceS = 2.0;
+// A process answers Load within this (importing torch takes seconds on a busy node).
+constexpr double kLoadTimeoutS = 120.0;
+constexpr size_t kMaxReplyJson = size_t(64) << 20;
+
+Clock::duration Seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Why a wait for a process's frame ended without one.
+enum class Ended { kNone, kEof, kCancelled, kTimedOut };
+
+}  // namespace
+
+struct PythonPool::Proc {
+  int pid = -1;          // -1 once reaped
+  int spawned_pid = -1;
+  int fd = -1;
+  std::deque<uint64_t> loaded;  // job keys, oldest first (the process keeps the last 8)
+  ~Proc() {
+    if (fd >= 0) close(fd);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  bool Has(uint64_t key) const {
+    for (uint64_t k : loaded)
+      if (k == key) return true;
+    return false;
+  }
+  // "exited with 3", "killed by signal 9", or "" when it is still running.
+  std::string Reap() {
+    if (pid <= 0) return "";
+    int status = 0;
+    const int r = waitpid(pid, &status, WNOHANG);
+    if (r != pid) {
+      // A closed socket from a process still running: end it.
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    pid = -1;
+    if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    return "ended";
+  }
+
+  Status Send(uint32_t kind, const std::string& json, std::string_view blob = {}) {
+    uint32_t header[4] = {kMagic, kind, uint32_t(json.size()), uint32_t(blob.size())};
+    struct iovec iov[3] = {{header, sizeof(header)},
+                           {const_cast<char*>(json.data()), json.size()},
+                           {const_cast<char*>(blob.data()), blob.size()}};
+    size_t total = sizeof(header) + json.size() + blob.size(), done = 0;
+    while (done < total) {
+      // Skip what was written already.
+      struct iovec cur[3];
+      int n = 0;
+      size_t skip = done;
+      for (const iovec& v : iov) {
+        if (skip >= v.iov_len) {
+          skip -= v.iov_len;
+          continue;
+        }
+        cur[n++] = {static_cast<char*>(v.iov_base) + skip, v.iov_len - skip};
+        skip = 0;
+      }
+      struct msghdr m {};
+      m.msg_iov = cur;
+      m.msg_iovlen = size_t(n);
+      const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::Unavailable(Errno("writing to the Python process"));
+      }
+      done += size_t(w);
+    }
+    return Status::OK();
+  }
+
+  // Reads exactly n bytes (and any fd passed with them) before `deadline`.
+  Ended ReadExact(char* buf, size_t n, std::vector<int>* fds, Clock::time_point deadline,
+                  const std::atomic<bool>* cancel) {
+    size_t got = 0;
+    while (got < n) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return Ended::kCancelled;
+      const auto now = Clock::now();
+      if (now >= deadline) return Ended::kTimedOut;
+      const int ms = int(std::min<int64_t>(
+          50, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+      struct pollfd p {fd, POLLIN, 0};
+      const int r = poll(&p, 1, ms);
+      if (r < 0 && errno != EINTR) return Ended::kEof;
+      if (r <= 0) continue;
+      struct iovec v {buf + got, n - got};
+      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+      struct msghdr m {};
+      m.msg_iov = &v;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+      const ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int f;
+          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          if (fds != nullptr) fds->push_back(f);
+          else close(f);
+        }
+      }
+      if (k <= 0) return Ended::kEof;
+      got += size_t(k);
+    }
+    return Ended::kNone;
+  }
+
+  struct Frame {
+    uint32_t kind = 0;
+    Json meta;
+    std::vector<int> fds;
+    ~Frame() {
+      for (int f : fds) close(f);
+    }
+  };
+
+  Ended Receive(Frame* f, Clock::time_point deadline, const std::atomic<bool>* cancel, std::string* error) {
+    uint32_t header[4];
+    Ended e = ReadExact(reinterpret_cast<char*>(header), sizeof(header), &f->fds, deadline, cancel);
+    if (e != Ended::kNone) return e;
+    if (header[0] != kMagic || header[2] > kMaxReplyJson || header[3] != 0) {
+      *error = "the Python process sent a malformed frame";
+      return Ended::kEof;
+    }
+    std::string json(header[2], '\0');
+    // The rest of a frame follows at once: a process that stops mid-frame is dead.
+    e = ReadExact(json.data(), json.size(), &f->fds, deadline, nullptr);
+    if (e != Ended::kNone) return e;
+    f->kind = header[1];
+    f->meta = Json::parse(json, nullptr, /*allow_exceptions=*/false);
+    if (f->meta.is_discarded() || !f->meta.is_object()) {
+      *error = "the Python process sent malformed JSON";
+      return Ended::kEof;
+    }
+    return Ended::kNone;
+  }
+};
+
+const std::string& UserWorkerScript();  // user_worker_script.cc (generated)
+
+PythonPool::PythonPool(PythonPoolOptions options) : o_(std::move(options)) {}
+
+PythonPool::~PythonPool() {
+  std::vector<std::shared_ptr<Proc>> idle;
+  {
+    MutexLock lock(&mu_);
+    idle.swap(idle_);
+  }
+  for (auto& p : idle) p->Send(kExit, "{}");  // then ~Proc ends it
+}
+
+uint64_t PythonPool::SampleSeed(uint64_t job_seed, uint64_t epoch, int64_t index) {
+  SampleRng rng(job_seed, epoch, uint64_t(index), kPurposeUserCode);
+  // 63 bits: random.seed and torch.manual_seed take it whole, numpy its low 32 bits.
+  return rng.NextU64() >> 1;
+}
+
+int64_t PythonPool::started() const {
+  MutexLock lock(&mu_);
+  return started_;
+}
+
+std::vector<int> PythonPool::pids() const {
+  MutexLock lock(&mu_);
+  return pids_;
+}
+
+Result<std::shared_ptr<PythonPool::Proc>> PythonPool::Spawn() {
+  // Everything the child needs is prepared here: between fork and exec only
+  // async-signal-safe calls (the worker has many threads).
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const bool drop = !o_.user.empty();
+  if (drop) {
+    struct passwd pw, *res = nullptr;
+    std::vector<char> buf(16384);
+    if (getpwnam_r(o_.user.c_str(), &pw, buf.data(), buf.size(), &res) != 0 || res == nullptr)
+      return Status::InvalidArgument("--user-code-user: no user named " + o_.user);
+    uid = pw.pw_uid;
+    gid = pw.pw_gid;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return Status::Unavailable(Errno("socketpair"));
+  const std::string& script = UserWorkerScript();
+  std::string fd_arg = "3";
+  std::vector<char*> argv = {const_cast<char*>(o_.python.c_str()), const_cast<char*>("-c"),
+                             const_cast<char*>(script.c_str()), fd_arg.data(), nullptr};
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return Status::Unavailable(Errno("fork"));
+  }
+  if (pid == 0) {
+    if (sv[1] == 3) {
+      fcntl(3, F_SETFD, 0);
+    } else if (dup2(sv[1], 3) != 3) {
+      _exit(126);
+    }
+    if (drop) {
+      if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(125);
+    }
+    signal(SIGPIPE, SIG_DFL);
+    execve(argv[0], argv.data(), environ);
+    _exit(127);
+  }
+  close(sv[1]);
+  auto p = std::make_shared<Proc>();
+  p->pid = pid;
+  p->spawned_pid = pid;
+  p->fd = sv[0];
+  MutexLock lock(&mu_);
+  ++started_;
+  pids_.push_back(pid);
+  return p;
+}
+
+std::shared_ptr<PythonPool::Proc> PythonPool::Acquire(const std::atomic<bool>* cancel) {
+  MutexLock lock(&mu_);
+  for (;;) {
+    if (cancel != nullptr && cancel->load()) return nullptr;
+    if (!idle_.empty()) {
+      std::shared_ptr<Proc> p = std::move(idle_.back());
+      idle_.pop_back();
+      return p;
+    }
+    if (live_ < std::max(1, o_.processes)) {
+      ++live_;
+      mu_.Unlock();
+      Result<std::shared_ptr<Proc>> p = Spawn();
+      mu_.Lock();
+      if (p.ok()) return *p;
+      --live_;
+      LogWarn("user code: cannot start a Python process: %s", p.status().ToString().c_str());
+      cv_.WaitFor(&mu_, 1.0);
+      continue;
+    }
+    cv_.WaitFor(&mu_, 0.05);
+  }
+}
+
+// A live process goes back to the idle ones; a dead one (fd closed) is discarded
+// (~Proc kills and reaps what is left of it).
+void PythonPool::Release(std::shared_ptr<Proc> p) {
+  {
+    MutexLock lock(&mu_);
+    if (p->fd >= 0 && p->pid > 0) {
+      idle_.push_back(std::move(p));
+    } else {
+      for (auto it = pids_.begin(); it != pids_.end(); ++it)
+        if (*it == p->spawned_pid) {
+          pids_.erase(it);
+          break;
+        }
+      --live_;
+    }
+    cv_.Signal();
+  }
+  p.reset();  // outside the lock: a kill and a wait
+}
+
+namespace {
+
+uint64_t JobKey(const JobSpec& job) {
+  Fingerprinter f;
+  f.Add(job.user_code.payload);
+  return f.Finish();
+}
+
+std::string KeyHex(uint64_t key) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)key);
+  return buf;
+}
+
+}  // namespace
+
+Status PythonPool::Load(Proc* p, const JobSpec& job, uint64_t key, std::string* versions) {
+  Json meta = {{"key", KeyHex(key)}};
+  FERRY_RETURN_IF_ERROR(p->Send(kLoad, meta.dump(), job.user_code.payload));
+  Proc::Frame f;
+  std::string error;
+  const Ended e = p->Receive(&f, Clock::now() + Seconds(kLoadTimeoutS), nullptr, &error);
+  if (e != Ended::kNone || f.kind != kLoaded) {
+    if (e == Ended::kTimedOut) kill(p->pid, SIGKILL);
+    const std::string reaped = p->Reap();
+    const std::string why = e == Ended::kTimedOut ? "did not answer within " + std::to_string(int(kLoadTimeoutS)) + " s"
+                            : !error.empty()      ? error
+                                                  : reaped;
+    close(p->fd);
+    p->fd = -1;  // dead: the caller discards it
+    return Status::Unavailable("user code: the Python process (" + o_.python + ") " +
+                               (why.empty() ? std::string("failed") : why) + " while loading the job's code");
+  }
+  if (!f.meta.value("ok", false)) {
+    std::string msg = f.meta.value("error", std::string("?"));
+    std::string module;
+    if (f.meta.contains("module") && f.meta["module"].is_string()) module = f.meta["module"].get<std::string>();
+    return Status::FailedPrecondition("user code cannot be loaded on this worker: " + msg +
+                                      (module.empty() ? std::string()
+                                                      : " (install module '" + module +
+                                                            "' where the workers run: the same image as the trainer)"));
+  }
+  if (versions != nullptr && f.meta.contains("versions")) *versions = f.meta["versions"].dump();
+  p->loaded.push_back(key);
+  while (p->loaded.size() > size_t(kMaxJobsPerProcess)) p->loaded.pop_front();
+  return Status::OK();
+}
+
+Status PythonPool::Check(const JobSpec& job, std::string* warning) {
+  if (warning != nullptr) warning->clear();
+  std::shared_ptr<Proc> p = Acquire(nullptr);
+  std::string versions;
+  const uint64_t key = JobKey(job);
+  Status st = Load(p.get(), job, key, &versions);
+  Release(std::move(p));  // a dead one is discarded
+  if (!st.ok() || warning == nullptr) return st;
+  // The trainer's versions against this Python's: a difference is worth a warning
+  // (pickles of one torch may not load, or behave the same, in another).
+  Json mine = Json::parse(versions, nullptr, false), theirs = Json::parse(job.user_code.versions, nullptr, false);
+  if (mine.is_object() && theirs.is_object()) {
+    std::string diff;
+    for (auto it = theirs.begin(); it != theirs.end(); ++it) {
+      if (!it.value().is_string()) continue;
+      const std::string have = mine.contains(it.key()) && mine[it.key()].is_string()
+                                   ? mine[it.key()].get<std::string>()
+                                   : std::string("(none)");
+      if (have != it.value().get<std::string>())
+        diff += (diff.empty() ? "" : ", ") + it.key() + " " + it.value().get<std::string>() + " on the trainer, " + have +
+                " here";
+    }
+    *warning = diff;
+  }
+  return st;
+}
+
+Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, const std::vector<int64_t>& samples,
+                                        int64_t rows, const std::atomic<bool>* cancel) {
+  const uint64_t key = JobKey(job);
+  UserBatch out;
+  // Positions (into `samples`) left out: by the code's own exceptions, reported in the
+  // reply; or decided here (a watchdog kill, a process that died twice on a sample).
+  std::map<size_t, std::string> dropped;
+  std::map<size_t, int> deaths;
+  int failures = 0;
+  for (;;) {
+    std::vector<size_t> positions;  // of this try's request
+    for (size_t i = 0; i < samples.size(); ++i)
+      if (!dropped.count(i)) positions.push_back(i);
+    std::shared_ptr<Proc> p = Acquire(cancel);
+    if (p == nullptr) return Status::Cancelled("stopped");
+    std::string why;  // why the process ended, if it did
+    int64_t step = -1;  // the request's position being made
+    bool timed_out = false;
+    if (!p->Has(key)) {
+      Status st = Load(p.get(), job, key, nullptr);
+      if (!st.ok()) {
+        const bool dead = p->fd < 0;
+        Release(std::move(p));
+        if (!dead) return st;  // the code does not load: no use trying again
+        if (++failures >= 3) return st;
+        continue;
+      }
+    }
+    Json req;
+    req["key"] = KeyHex(key);
+    Json idx = Json::array(), seeds = Json::array();
+    for (size_t i : positions) {
+      idx.push_back(samples[i]);
+      seeds.push_back(SampleSeed(job.seed, epoch, samples[i]));
+    }
+    req["samples"] = std::move(idx);
+    req["seeds"] = std::move(seeds);
+    req["rows"] = rows;
+    req["timeout"] = o_.sample_timeout_s;
+    Status sent = p->Send(kBatch, req.dump());
+    Proc::Frame reply;
+    bool got = false;
+    if (sent.ok()) {
+      auto step_started = Clock::now();
+      for (;;) {
+        // With a sample timeout, a step may take it plus the grace (SIGALRM not
+        // delivered); without one, as long as it takes.
+        const auto deadline = o_.sample_timeout_s > 0
+                                  ? step_started + Seconds(o_.sample_timeout_s + kWatchdogGraceS)
+                                  : Clock::now() + std::chrono::hours(24 * 365);
+        Proc::Frame f;
+        std::string error;
+        const Ended e = p->Receive(&f, deadline, cancel, &error);
+        if (e == Ended::kCancelled) {
+          // The process is mid-batch: end it rather than wait (a new one takes its place).
+          close(p->fd);
+          p->fd = -1;
+          Release(std::move(p));  // discarded; ~Proc kills it
+          return Status::Cancelled("stopped");
+        }
+        if (e == Ended::kTimedOut) {
+          timed_out = true;
+          break;
+        }
+        if (e == Ended::kEof) {
+          why = error;
+          break;
+        }
+        if (f.kind == kStep) {
+          step = f.meta.value("pos", int64_t(-1));
+          step_started = Clock::now();
+          continue;
+        }
+        reply.kind = f.kind;
+        reply.meta = std::move(f.meta);
+        reply.fds.swap(f.fds);
+        got = true;
+        break;
+      }
+    }
+    if (!got) {
+      // The process is gone (or hung): replace it and make the batch again.
+      if (timed_out) kill(p->pid, SIGKILL);
+      const std::string reaped = p->Reap();
+      close(p->fd);
+      p->fd = -1;
+      Release(std::move(p));
+      if (why.empty()) why = reaped;
+      const bool on_sample = step >= 0 && size_t(step) < positions.size();
+      if (timed_out && on_sample) {
+        char t[32];
+        std::snprintf(t, sizeof(t), "%g", o_.sample_timeout_s);
+        dropped[positions[size_t(step)]] = std::string("ran past the sample timeout (") + t +
+                                           " s) where it could not be interrupted: its process was killed";
+        LogWarn("user code: sample %lld ran past the sample timeout; its Python process was killed and replaced",
+                (long long)samples[positions[size_t(step)]]);
+        continue;
+      }
+      LogWarn("user code: a Python process %s while making a batch: replaced, and the batch made again",
+              why.c_str());
+      if (on_sample && ++deaths[positions[size_t(step)]] >= 2) {
+        dropped[positions[size_t(step)]] = "its Python process " + why + " twice while making this sample";
+        continue;
+      }
+      if (!on_sample && ++failures >= 3)
+        return Status::Internal("user code: Python processes " + why + " three times on one batch");
+      continue;
+    }
+    // A reply. Skipped positions are of this try's request.
+    auto reason_of = [&](const Json& s) { return s.size() >= 2 && s[1].is_string() ? s[1].get<std::string>() : "?"; };
+    std::map<size_t, std::string> skipped = dropped;
+    if (reply.meta.contains("skipped") && reply.meta["skipped"].is_array()) {
+      for (const Json& s : reply.meta["skipped"]) {
+        if (!s.is_array() || s.empty() || !s[0].is_number_integer()) continue;
+        const int64_t pos = s[0].get<int64_t>();
+        if (pos >= 0 && size_t(pos) < positions.size()) skipped[positions[size_t(pos)]] = reason_of(s);
+      }
+    }
+    if (reply.kind == kFailed) {
+      // The batch as a whole failed (its collate raised): every sample is reported.
+      const std::string error = reply.meta.value("error", std::string("the batch failed"));
+      Release(std::move(p));
+      for (size_t i = 0; i < samples.size(); ++i) {
+        auto it = skipped.find(i);
+        out.skipped.push_back({samples[i], "python:" + std::to_string(samples[i]),
+                               it != skipped.end() ? it->second : error});
+      }
+      out.structure = "{\"k\":\"list\",\"v\":[]}";
+      return out;
+    }
+    if (reply.kind != kBatchOk) {
+      close(p->fd);
+      p->fd = -1;
+      Release(std::move(p));
+      return Status::Internal("user code: the Python process sent an unexpected frame");
+    }
+    const int64_t bytes = reply.meta.value("bytes", int64_t(0));
+    if (bytes < 0 || bytes % 8 != 0) {
+      Release(std::move(p));
+      return Status::Internal("user code: a batch of a bad size");
+    }
+    if (bytes > 0) {
+      struct stat st;
+      if (reply.fds.size() != 1 || fstat(reply.fds[0], &st) != 0 || st.st_size < bytes) {
+        Release(std::move(p));
+        return Status::Internal("user code: the batch's memory did not come with it");
+      }
+      // Private and writable: a trainer that writes into its tensors (in-process)
+      // writes into pages of its own (copy on write), never the process's.
+      void* m = mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, reply.fds[0], 0);
+      if (m == MAP_FAILED) {
+        Release(std::move(p));
+        return Status::ResourceExhausted(Errno("mapping a user-code batch"));
+      }
+      const size_t n = size_t(bytes);
+      out.owner = std::shared_ptr<void>(m, [n](void* q) { munmap(q, n); });
+      out.data = m;
+      out.bytes = n;
+    }
+    out.structure = reply.meta.value("structure", std::string());
+    Release(std::move(p));
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto it = skipped.find(i);
+      if (it == skipped.end()) {
+        out.kept.push_back(samples[i]);
+      } else {
+        out.skipped.push_back({samples[i], "python:" + std::to_string(samples[i]), it->second});
+      }
+    }
+    return out;
+  }
+}
+
+Result<std::shared_ptr<const Dataset>> OpenUserCode(PythonPool* pool, const JobSpec& job) {
+  if (pool == nullptr) return UserCodeRefused();
+  std::string warning;
+  FERRY_RETURN_IF_ERROR(pool->Check(job, &warning));
+  if (!warning.empty()) LogWarn("user code of %s: versions differ (%s)", job.dataset.c_str(), warning.c_str());
+  return std::shared_ptr<const Dataset>(MakeUserCodeDataset(job.num_samples, UserCodeFingerprint(job)));
+}
+
+}  // namespace ferry
