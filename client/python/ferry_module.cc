@@ -610,6 +610,8 @@ PYBIND11_MODULE(_ferry, m) {
       .def("finish", &PyPipeline::Finish, py::arg("images"), py::arg("indices"), py::arg("labels"), py::arg("valid"),
            py::arg("seed"), py::arg("epoch"), py::arg("batch_in_epoch"), py::arg("record") = false,
            "(float32 images, targets[, draws when record]) of a uint8 batch");
+  m.def("user_sample_seed", &PythonPool::SampleSeed, py::arg("seed"), py::arg("epoch"), py::arg("index"),
+        "the seed user code's random, numpy and torch get before sample `index` of `epoch`");
   m.def("registered_ops", &Ops, "the names of every op a pipeline may use");
   m.def("normalize_nhwc", &NormalizeNHWC, py::arg("images"), py::arg("mean"), py::arg("std"),
         "uint8 NHWC -> float32 NCHW (x/255 - mean)/std, as a worker's float32 output");
