@@ -209,6 +209,7 @@ struct Batch {
 struct UserCode {             # ferry::UserCodeSpec
   payload @0 :Data;           # cloudpickle bytes of (dataset, transform, collate_fn)
   versions @1 :Text;          # the trainer's Python and package versions, JSON
+  input @2 :Text;             # "": a whole Dataset; "pil", "uint8", "float": after the pipeline
 }
 
 struct Tokenizer {            # ferry::TokenizerSpec

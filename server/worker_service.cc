@@ -46,7 +46,11 @@ class WorkerService::Impl {
   void Make(DataRoots roots) {
     datasets_ = std::make_unique<DatasetCache>(std::move(roots));
     WorkerEnv env;
-    env.arena = MakeDecodeArena(opts_.threads);
+    // A batch made in Python holds an arena thread while it waits for its process:
+    // one more thread per process, so that decoding goes on meanwhile.
+    env.arena = MakeDecodeArena(!opts_.allow_user_code ? opts_.threads
+                                                       : (opts_.threads > 0 ? opts_.threads : AvailableCpus()) +
+                                                             opts_.python.processes);
     env.post = [io = &io_](std::function<void()> fn) { asio::post(*io, std::move(fn)); };
     env.run_blocking = [pool = &blocking_](std::function<void()> fn) { asio::post(*pool, std::move(fn)); };
     env.retire = [this](std::unique_ptr<BatchProducer> p) { Retire(std::move(p)); };
@@ -84,8 +88,10 @@ class WorkerService::Impl {
     l.open_dataset = [datasets = datasets_.get()](const std::string& path) { return datasets->Open(path); };
     l.open_tokenizer = [datasets = datasets_.get()](const JobSpec& job) { return datasets->OpenTokenizer(job); };
     l.allow_synthetic = opts_.allow_synthetic;
-    if (python != nullptr)
+    if (python != nullptr) {
       l.open_user_code = [python](const JobSpec& job) { return OpenUserCode(python.get(), job); };
+      l.check_user_code = [python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
+    }
     l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
     l.load = [stats = std::move(stats)] { return WorkerLoadOf(*stats); };
     return l;

@@ -295,6 +295,7 @@ JobSpec JobFrom(Options& o) {
   o.Get("tokenizer_pad_id", &job.tokenizer.pad_id);
   o.Get("user_code", &job.user_code.payload);  // bytes: cloudpickle of (dataset, transform, collate_fn)
   o.Get("user_versions", &job.user_code.versions);
+  o.Get("user_input", &job.user_code.input);  // "pil", "uint8", "float": Python steps after the pipeline
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));

@@ -115,14 +115,20 @@ struct TokenizerSpec {
   bool operator==(const TokenizerSpec& other) const = default;
 };
 
-// A job's user code: a map-style Dataset (with an optional transform and collate
-// function) pickled on the trainer with cloudpickle, which workers started with
-// --allow-user-code run in Python processes of their own (lib/pyrt/python_pool.h).
-// The pipeline of such a job is not run; num_samples is the dataset's len(), given by
-// the trainer (nobody else can list it).
+// A job's user code, pickled on the trainer with cloudpickle, which workers started
+// with --allow-user-code run in Python processes of their own (lib/pyrt/python_pool.h):
+//   whole: a map-style Dataset (dataset "python:<name>"), with an optional transform
+//     and collate function. The pipeline is not run; num_samples is the dataset's
+//     len(), given by the trainer (nobody else can list it).
+//   after the native pipeline (`input` not ""): a dataset Ferry reads (an ImageFolder)
+//     and a pipeline that makes the leading steps of the trainer's transform; each
+//     row it makes goes on through the rest of the transform (and the collate
+//     function) in Python, as a PIL image (input "pil"), a uint8 CHW tensor ("uint8")
+//     or a float32 CHW tensor ("float"), with its label.
 struct UserCodeSpec {
-  std::string payload;   // cloudpickle bytes; "": no user code
+  std::string payload;   // cloudpickle bytes of (dataset or None, transform, collate_fn); "": no user code
   std::string versions;  // the trainer's {"python": "3.11.2", "torch": "1.13.0", ...} as JSON
+  std::string input;     // "" (whole), or "pil", "uint8", "float" (after the native pipeline)
   // A job is a control message and a journal record: its code must fit in one.
   static constexpr size_t kMaxPayloadBytes = size_t(4) << 20;
   bool operator==(const UserCodeSpec& other) const = default;
@@ -218,6 +224,8 @@ struct JobSpec {
   bool synthetic() const { return dataset.rfind("synthetic:", 0) == 0; }
   // Samples made by the trainer's own Python code (UserCodeSpec), not read from files.
   bool user_code_job() const { return dataset.rfind("python:", 0) == 0; }
+  // Any user code: a whole Dataset, or Python steps after the native pipeline.
+  bool has_user_code() const { return !user_code.payload.empty(); }
   // A dispatcher job's epochs are [first_epoch, end_epoch()); end_epoch() is 0 for a
   // job with no end. PastEnd: `epoch` is not one of them (never, with no end).
   uint64_t end_epoch() const { return epochs > 0 ? first_epoch + uint64_t(epochs) : 0; }

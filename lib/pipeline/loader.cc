@@ -8,6 +8,7 @@
 #include <opencv2/core.hpp>
 
 #include "core/mutex.h"
+#include "core/resources.h"
 #include "data/data_roots.h"
 #include "data/dataset.h"
 #include "data/job_listing.h"
@@ -67,18 +68,24 @@ class Loader::Impl {
 
   void Start() {
     const JobSpec& job = opts_.job;
-    const bool user = python_ != nullptr;
+    const bool user = python_ != nullptr && dataset_->kind() == "python";  // a whole Dataset
     // User code: a batch in flight per Python process (and the prefetch after them).
-    const int in_flight = user ? std::max(opts_.prefetch, opts_.python.processes) : opts_.prefetch;
+    const bool python = python_ != nullptr;
+    const int in_flight = python ? std::max(opts_.prefetch, opts_.python.processes) : opts_.prefetch;
+    // A batch whose rows go on in Python holds its arena thread while it waits (the
+    // decoding of others goes on in the other threads): one more thread per process.
+    const int threads = !python ? opts_.threads
+                        : user  ? std::max(opts_.python.processes, 1)
+                                : (opts_.threads > 0 ? opts_.threads : AvailableCpus()) + opts_.python.processes;
     allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, user ? 0 : pipeline_->sample_bytes(),
                                                         in_flight + 2, user ? 0 : pipeline_->num_classes());
     producer_ = std::make_unique<BatchProducer>(
         dataset_, user ? nullptr : pipeline_, job.seed, Plan(), allocator_,
-        MakeDecodeArena(user ? std::max(opts_.python.processes, 1) : opts_.threads), in_flight,
+        MakeDecodeArena(threads), in_flight,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->SetTargets(job.targets);
     producer_->SetTokenizer(tokenizer_);
-    if (user) producer_->SetUserCode(python_, job);
+    if (python_ != nullptr) producer_->SetUserCode(python_, job);
     producer_->Start();
   }
 
@@ -217,6 +224,10 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     FERRY_ASSIGN_OR_RETURN(ds, OpenUserCode(python.get(), listed));
   } else {
     FERRY_ASSIGN_OR_RETURN(ds, OpenDataset(options.job.dataset));
+    if (options.job.has_user_code()) {  // Python steps after the pipeline
+      python = std::make_shared<PythonPool>(options.python);
+      FERRY_RETURN_IF_ERROR(CheckUserCode(python.get(), options.job));
+    }
   }
   FERRY_RETURN_IF_ERROR(CheckTargetSource(options.job.targets, *ds));
   FERRY_RETURN_IF_ERROR(Impl::WithListing(options, *ds).job.CheckListed());

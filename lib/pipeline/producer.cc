@@ -334,7 +334,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   const std::vector<int64_t>& samples = b->plan.samples;
   const int n = int(samples.size());
   if (dataset_->kind() == "synthetic") return FillSynthetic(b, memory_wait_ns);
-  if (user_code_ != nullptr) return FillUserCode(b, memory_wait_ns);
+  if (user_code_ != nullptr && dataset_->kind() == "python") return FillUserCode(b, memory_wait_ns);
   PipelineStats* stats = stats_.get();
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));
@@ -451,6 +451,51 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
     stats->samples.fetch_add(valid, std::memory_order_relaxed);
     stats->assemble.ObserveNs(memory_wait_ns + MonoNs() - compact_from);
   }
+  if (user_code_ != nullptr) FinishInPython(b);
+}
+
+// User code after the native pipeline: the rows it made go on through the rest of
+// the trainer's transform (and its collate) in a Python process; the batch is then
+// what that made.
+void BatchProducer::FinishInPython(ProducedBatch* b) {
+  const int64_t t0 = MonoNs();
+  const BatchMemory& m = b->memory;
+  NativeRows native;
+  native.images = m.images;
+  native.row_bytes = sample_bytes_;
+  native.rows = b->valid;
+  const Shape s = pipeline_->output_shape();
+  native.float32 = pipeline_->dtype() == DType::kFloat32;
+  native.dims = native.float32 ? std::vector<int64_t>{s.channels, s.height, s.width}
+                               : std::vector<int64_t>{s.height, s.width, s.channels};
+  native.labels = m.labels;
+  const std::vector<int64_t> samples(m.indices, m.indices + b->valid);
+  Result<UserBatch> made = user_code_->MakeBatch(user_job_, b->plan.epoch, samples, b->plan.pad ? b->plan.rows : 0,
+                                                 &cancel_user_code_, &native);
+  if (!made.ok()) {
+    b->failure = made.status();
+    return;
+  }
+  const int64_t valid = int64_t(made->kept.size());
+  std::vector<int64_t> labels;
+  for (int64_t i = 0, k = 0; i < b->valid && k < valid; ++i)
+    if (m.indices[i] == made->kept[size_t(k)]) labels.push_back(m.labels[i]), ++k;
+  for (int64_t i = 0; i < valid; ++i) {
+    m.labels[i] = labels[size_t(i)];
+    m.indices[i] = made->kept[size_t(i)];
+  }
+  b->valid = valid;
+  b->rows = b->plan.pad ? b->plan.rows : valid;
+  for (int64_t i = valid; i < b->rows; ++i) m.labels[i] = m.indices[i] = -1;
+  for (SkippedSample& s : made->skipped) {
+    s.path = dataset_->Path(s.index);
+    b->skipped.push_back(std::move(s));
+  }
+  b->user.structure = std::move(made->structure);
+  b->user.data = made->data;
+  b->user.bytes = made->bytes;
+  b->user.owner = std::move(made->owner);
+  if (stats_ != nullptr) stats_->augment.ObserveNs(MonoNs() - t0);
 }
 
 // User code: the pool's Python process makes the whole batch (its samples, then its

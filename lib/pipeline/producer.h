@@ -244,8 +244,9 @@ class BatchProducer {
   void SetTargets(std::vector<std::string> names) { targets_ = std::move(names); }
   // Tokenizes each sample's caption into SampleTargets::tokens (the "tokens" target).
   void SetTokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
-  // User code (JobSpec::user_code): `pool` makes each batch, the pipeline none (it may
-  // be null). Before Start().
+  // User code (JobSpec::user_code): `pool` makes each batch; of a whole Dataset
+  // (a "python" dataset) with no pipeline (it may be null), else from the rows the
+  // pipeline made (UserCodeSpec::input). Before Start().
   void SetUserCode(std::shared_ptr<PythonPool> pool, JobSpec job) {
     user_code_ = std::move(pool);
     user_job_ = std::move(job);
@@ -263,6 +264,7 @@ class BatchProducer {
   void Fill(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillUserCode(ProducedBatch* batch, int64_t memory_wait_ns);
+  void FinishInPython(ProducedBatch* batch);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
   // whose rows are final (see producer.cc).

@@ -87,7 +87,7 @@ struct PythonPool::Proc {
     return "ended";
   }
 
-  Status Send(uint32_t kind, const std::string& json, std::string_view blob = {}) {
+  Status Send(uint32_t kind, const std::string& json, std::string_view blob = {}, int pass_fd = -1) {
     uint32_t header[4] = {kMagic, kind, uint32_t(json.size()), uint32_t(blob.size())};
     struct iovec iov[3] = {{header, sizeof(header)},
                            {const_cast<char*>(json.data()), json.size()},
@@ -109,6 +109,16 @@ struct PythonPool::Proc {
       struct msghdr m {};
       m.msg_iov = cur;
       m.msg_iovlen = size_t(n);
+      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      if (pass_fd >= 0 && done == 0) {  // with the frame's first byte
+        m.msg_control = control;
+        m.msg_controllen = sizeof(control);
+        cmsghdr* c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+      }
       const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EINTR) continue;
@@ -329,7 +339,7 @@ std::string KeyHex(uint64_t key) {
 }  // namespace
 
 Status PythonPool::Load(Proc* p, const JobSpec& job, uint64_t key, std::string* versions) {
-  Json meta = {{"key", KeyHex(key)}};
+  Json meta = {{"key", KeyHex(key)}, {"input", job.user_code.input}};
   FERRY_RETURN_IF_ERROR(p->Send(kLoad, meta.dump(), job.user_code.payload));
   Proc::Frame f;
   std::string error;
@@ -388,9 +398,36 @@ Status PythonPool::Check(const JobSpec& job, std::string* warning) {
 }
 
 Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, const std::vector<int64_t>& samples,
-                                        int64_t rows, const std::atomic<bool>* cancel) {
+                                        int64_t rows, const std::atomic<bool>* cancel, const NativeRows* native) {
   const uint64_t key = JobKey(job);
   UserBatch out;
+  // The native rows go to the process as a memfd (one copy; the process maps it).
+  int native_fd = -1;
+  if (native != nullptr) {
+    if (native->rows != int64_t(samples.size())) return Status::Internal("user code: native rows do not match");
+    native_fd = memfd_create("ferry-native-rows", MFD_CLOEXEC);
+    if (native_fd < 0) return Status::ResourceExhausted(Errno("memfd_create"));
+    const size_t bytes = native->row_bytes * size_t(native->rows);
+    if (bytes > 0) {
+      if (ftruncate(native_fd, off_t(bytes)) != 0) {
+        close(native_fd);
+        return Status::ResourceExhausted(Errno("sizing the native rows"));
+      }
+      void* m = mmap(nullptr, bytes, PROT_WRITE, MAP_SHARED, native_fd, 0);
+      if (m == MAP_FAILED) {
+        close(native_fd);
+        return Status::ResourceExhausted(Errno("mapping the native rows"));
+      }
+      std::memcpy(m, native->images, bytes);
+      munmap(m, bytes);
+    }
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_native{native_fd};
   // Positions (into `samples`) left out: by the code's own exceptions, reported in the
   // reply; or decided here (a watchdog kill, a process that died twice on a sample).
   std::map<size_t, std::string> dropped;
@@ -426,7 +463,21 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
     req["seeds"] = std::move(seeds);
     req["rows"] = rows;
     req["timeout"] = o_.sample_timeout_s;
-    Status sent = p->Send(kBatch, req.dump());
+    if (native != nullptr) {
+      Json n;
+      n["dims"] = native->dims;
+      n["dtype"] = native->float32 ? "<f4" : "|u1";
+      n["row_bytes"] = native->row_bytes;
+      Json pos = Json::array(), labels = Json::array();
+      for (size_t i : positions) {
+        pos.push_back(i);
+        labels.push_back(native->labels[i]);
+      }
+      n["rows"] = std::move(pos);  // which rows of the memfd this try makes
+      n["labels"] = std::move(labels);
+      req["native"] = std::move(n);
+    }
+    Status sent = p->Send(kBatch, req.dump(), {}, native_fd);
     Proc::Frame reply;
     bool got = false;
     if (sent.ok()) {
@@ -560,11 +611,16 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
   }
 }
 
-Result<std::shared_ptr<const Dataset>> OpenUserCode(PythonPool* pool, const JobSpec& job) {
+Status CheckUserCode(PythonPool* pool, const JobSpec& job) {
   if (pool == nullptr) return UserCodeRefused();
   std::string warning;
   FERRY_RETURN_IF_ERROR(pool->Check(job, &warning));
   if (!warning.empty()) LogWarn("user code of %s: versions differ (%s)", job.dataset.c_str(), warning.c_str());
+  return Status::OK();
+}
+
+Result<std::shared_ptr<const Dataset>> OpenUserCode(PythonPool* pool, const JobSpec& job) {
+  FERRY_RETURN_IF_ERROR(CheckUserCode(pool, job));
   return std::shared_ptr<const Dataset>(MakeUserCodeDataset(job.num_samples, UserCodeFingerprint(job)));
 }
 

@@ -53,6 +53,18 @@ struct PythonPoolOptions {
 // Ferry's Python runtime, as embedded at build time.
 const std::string& UserWorkerScript();
 
+// A batch's rows as the native pipeline made them, for user code after it
+// (UserCodeSpec::input): row r is `row_bytes` at images + r * row_bytes, of `dims`
+// (H, W, C uint8, or C, H, W float32), with labels[r].
+struct NativeRows {
+  const void* images = nullptr;
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+  std::vector<int64_t> dims;
+  bool float32 = false;
+  const int64_t* labels = nullptr;
+};
+
 struct UserBatch {
   std::vector<int64_t> kept;  // the rows' sample indices, in order
   std::vector<SkippedSample> skipped;
@@ -77,8 +89,9 @@ class PythonPool {
   // The batch of `samples` (sample indices of `epoch`, in order) of `job`; rows > 0:
   // its tensors padded with zero rows to `rows` (a padded batch of ranks). Blocks until made; returns Cancelled once
   // *cancel becomes true (checked every 50 ms).
+  // `native`: user code after the native pipeline; samples[r] is row r's index.
   Result<UserBatch> MakeBatch(const JobSpec& job, uint64_t epoch, const std::vector<int64_t>& samples, int64_t rows,
-                              const std::atomic<bool>* cancel = nullptr);
+                              const std::atomic<bool>* cancel = nullptr, const NativeRows* native = nullptr);
 
   // The seed a sample's Python code is seeded with (random, numpy, torch).
   static uint64_t SampleSeed(uint64_t job_seed, uint64_t epoch, int64_t index);
@@ -113,9 +126,11 @@ inline Status UserCodeRefused() {
                 "(see SECURITY.md: the code runs with the worker's privileges, or --user-code-user's)");
 }
 
-// A user-code job's dataset (indices), after its code loaded in one of `pool`'s
-// processes: the import error (naming the module) otherwise. Logs once per job a
-// difference between the trainer's Python and package versions and the worker's.
+// Loads a job's user code in one of `pool`'s processes: the import error (naming the
+// module) otherwise; refused without a pool. Logs a difference between the trainer's
+// Python and package versions and the worker's.
+Status CheckUserCode(PythonPool* pool, const JobSpec& job);
+// A whole-Dataset job's dataset (indices), once CheckUserCode passed.
 Result<std::shared_ptr<const Dataset>> OpenUserCode(PythonPool* pool, const JobSpec& job);
 
 }  // namespace ferry

@@ -86,10 +86,14 @@ Status JobSpec::Validate() const {
     if (tokenizer.pad_id < -1) return Status::InvalidArgument("tokenizer pad_id must be >= 0, or -1 (the model's)");
     if (tokenizer.model.size() > 4096) return Status::InvalidArgument("tokenizer model path is too long");
   }
-  if (user_code_job() != !user_code.payload.empty())
-    return Status::InvalidArgument(user_code_job() ? "a python: dataset needs its user code (a pickled Dataset)"
-                                                   : "user code is given but the dataset is not python:<name>");
-  if (user_code_job()) {
+  if (user_code_job() && user_code.payload.empty())
+    return Status::InvalidArgument("a python: dataset needs its user code (a pickled Dataset)");
+  if (!user_code.payload.empty() && user_code_job() != user_code.input.empty())
+    return Status::InvalidArgument(user_code_job() ? "user code of a python: dataset takes no input kind"
+                                                   : "user code after the native pipeline needs its input kind");
+  if (!user_code.input.empty() && user_code.input != "pil" && user_code.input != "uint8" && user_code.input != "float")
+    return Status::InvalidArgument("user code input must be pil, uint8 or float, not " + user_code.input.substr(0, 16));
+  if (!user_code.payload.empty()) {
     if (user_code.payload.size() > UserCodeSpec::kMaxPayloadBytes)
       return Status::InvalidArgument("user code: the pickled dataset is " + std::to_string(user_code.payload.size()) +
                                      " bytes, past the " + std::to_string(UserCodeSpec::kMaxPayloadBytes) +
@@ -231,7 +235,10 @@ uint64_t JobSpec::ConfigFingerprint() const {
     f.AddU64(uint64_t(uint32_t(tokenizer.length)) | uint64_t(tokenizer.add_bos) << 32 | uint64_t(tokenizer.add_eos) << 33);
     f.AddU64(uint64_t(int64_t(tokenizer.pad_id)));
   }
-  if (!user_code.payload.empty()) f.Add(user_code.payload);  // the code decides the samples
+  if (!user_code.payload.empty()) {  // the code decides the samples
+    f.Add(user_code.payload);
+    f.Add(user_code.input);
+  }
   return f.Finish();
 }
 

@@ -427,6 +427,7 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
     u.setPayload(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(job.user_code.payload.data()),
                                      job.user_code.payload.size()));
     u.setVersions(job.user_code.versions);
+    u.setInput(job.user_code.input);
   }
   if (!job.taken.empty()) {
     auto begin = b.initTakenBegin(unsigned(job.taken.size()));
@@ -484,6 +485,7 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
     if (payload.size() > UserCodeSpec::kMaxPayloadBytes) return Status::InvalidArgument("job: user code too large");
     job.user_code.payload.assign(reinterpret_cast<const char*>(payload.begin()), payload.size());
     job.user_code.versions = Str(u.getVersions());
+    job.user_code.input = Str(u.getInput());
   }
   return job;
 }

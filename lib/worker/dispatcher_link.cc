@@ -265,6 +265,10 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
     else job->status = ds.status();
     return job;
   }
+  if (j.job.has_user_code()) {  // the steps after the pipeline: their code must load here
+    job->status = o_.check_user_code ? o_.check_user_code(j.job) : UserCodeRefused();
+    if (!job->status.ok()) return job;
+  }
   auto ds = o_.open_dataset(j.job.dataset);
   if (!ds.ok()) {
     job->status = ds.status();

@@ -49,6 +49,8 @@ struct LinkOptions {
   // A user-code job's dataset, once its code loaded (OpenUserCode); unset: such jobs
   // are refused (no --allow-user-code).
   std::function<Result<std::shared_ptr<const Dataset>>(const JobSpec&)> open_user_code;
+  // And of a job whose Python steps follow the native pipeline: its code loads.
+  std::function<Status(const JobSpec&)> check_user_code;
   // The worker's production figures, sent with each heartbeat (the dispatcher's
   // advice); may be empty.
   std::function<wire::WorkerLoad()> load;

@@ -37,6 +37,9 @@ void WorkerStream::Open(wire::OpenStreamMsg m, int64_t now_ns) {
     // refuses the stream at once, naming the module).
     auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(
         job.user_code_job() ? OpenUserCode(core->env().python.get(), job) : core->datasets().Open(job.dataset));
+    if (ds->ok() && job.has_user_code() && !job.user_code_job()) {
+      if (Status st = CheckUserCode(core->env().python.get(), job); !st.ok()) *ds = st;
+    }
     // A model to load too (off the io thread as well), once the dataset opened.
     auto tok = std::make_shared<Result<std::shared_ptr<const Tokenizer>>>(std::shared_ptr<const Tokenizer>());
     if (ds->ok()) *tok = core->datasets().OpenTokenizer(job);
@@ -98,7 +101,8 @@ void WorkerStream::WaitForJob(int64_t now_ns) {
 
 void WorkerStream::StartProducer(StreamSource source) {
   if (Status st = CheckJob(source.job); !st.ok()) return Refuse(st);  // a dispatcher's job, too
-  user_code_ = source.job.user_code_job();
+  user_code_ = source.job.has_user_code();
+  const bool whole = source.job.user_code_job();  // no pipeline: the Dataset is Python's
   if (user_code_ && core_->env().python == nullptr) return Refuse(UserCodeRefused());
   Result<std::shared_ptr<const Pipeline>> compiled = Pipeline::Compile(source.job.pipeline);
   if (!compiled.ok()) return Refuse(compiled.status());
@@ -117,7 +121,7 @@ void WorkerStream::StartProducer(StreamSource source) {
   // User code: the pixels are the Python processes' memory; these buffers hold the
   // rows' indices (and bound the batches in flight).
   auto allocator = std::make_shared<PooledBatchAllocator>(
-      source.job.batch_size, user_code_ ? 0 : pipeline_->sample_bytes(), buffers, user_code_ ? 0 : pipeline_->num_classes());
+      source.job.batch_size, whole ? 0 : pipeline_->sample_bytes(), buffers, whole ? 0 : pipeline_->num_classes());
   if (Status st = Reserve(uint64_t(buffers) * allocator->buffer_bytes()); !st.ok()) return Refuse(st);
   outbox_.SetSource(source.splits, source.last_epoch);
   std::weak_ptr<WorkerStream> weak = weak_from_this();
@@ -128,7 +132,7 @@ void WorkerStream::StartProducer(StreamSource source) {
   // User code: a batch in flight per Python process (each waits on its process).
   const int in_flight = user_code_ ? std::max(2, core_->env().python->options().processes) : 2;
   producer_ = std::make_unique<BatchProducer>(
-      std::move(source.dataset), user_code_ ? nullptr : pipeline_, source.job.seed, std::move(source.plan),
+      std::move(source.dataset), whole ? nullptr : pipeline_, source.job.seed, std::move(source.plan),
       std::move(allocator), core_->arena(), in_flight,
       [weak, post](ProducedBatch&& b) {
         auto shared = std::make_shared<ProducedBatch>(std::move(b));

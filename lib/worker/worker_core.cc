@@ -44,7 +44,7 @@ Status WorkerCore::Admit(const wire::OpenStreamMsg& m) const {
   }
   FERRY_RETURN_IF_ERROR(CheckInlineStream(m));
   if (m.job.synthetic() && !o_.allow_synthetic) return SyntheticRefused();
-  if (m.job.user_code_job() && env_.python == nullptr) return UserCodeRefused();
+  if (m.job.has_user_code() && env_.python == nullptr) return UserCodeRefused();
   return Status::OK();
 }
 

@@ -108,8 +108,6 @@ def test_samplers_and_refusals(ferry, small_tree):
     (T.Compose([T.RandomResizedCrop(32, interpolation=T.InterpolationMode.LANCZOS), T.ToTensor()]),
      "interpolation=LANCZOS"),
     (T.Compose([T.Resize(40), T.ToTensor()]), "size varies"),
-    (T.Compose([T.RandomResizedCrop(32), T.Lambda(lambda img: img), T.ToTensor()]), "Lambda"),
-    (T.Compose([T.RandomResizedCrop(32), T.ElasticTransform(), T.ToTensor()]), "ElasticTransform"),
     (T.Compose([T.RandomResizedCrop(32)]), "ToTensor"),
     (T.Compose([T.ToTensor()]), "crop"),
     (T.Compose([T.RandomResizedCrop(32), T.PILToTensor(), T.Normalize([0.5] * 3, [0.5] * 3)]), "Normalize"),
@@ -197,10 +195,16 @@ def test_a_collate_fn_it_does_not_know_runs_on_the_trainer(ferry, small_tree):
     assert loader.stats()["collate_s"] > 0 and "collate_s" not in plain.stats()
 
 
-def test_a_transform_class_of_your_own_is_named(ferry, small_tree):
+def test_a_transform_class_of_your_own_runs_the_dataset_in_python(ferry, small_tree):
+    """A first step Ferry has no op for (a class of the script's own): nothing before
+    it makes images of one size, so the whole dataset runs in the workers' Python
+    (here: this machine's), said once and named."""
     class MyCrop:
         def __call__(self, img):
             return img.crop((0, 0, 32, 32))
 
-    with pytest.raises(ValueError, match="MyCrop.*pipeline="):
-        ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([MyCrop(), T.ToTensor()])), batch_size=8)
+    loader = ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([MyCrop(), T.ToTensor()])), batch_size=8,
+                              shuffle=False)
+    assert "runs whole in Python" in loader.placement_note and "MyCrop" in loader.placement_note
+    x, y = next(iter(loader))
+    assert x.shape == (8, 3, 32, 32) and y.tolist() == [0] * 8

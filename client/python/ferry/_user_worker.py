@@ -7,8 +7,12 @@ starts `python3 -c <this file> FD`): it must not import ferry, whose C extension
 worker's interpreter may not have. It talks to its parent over the socket FD:
 
   frame:  magic "FPY1", kind u32, json_len u32, blob_len u32, json (UTF-8), blob
-  parent -> here   LOAD   {"key"}, blob = cloudpickle of (dataset, transform, collate_fn)
-                   BATCH  {"key", "samples", "seeds", "rows", "timeout"}
+  parent -> here   LOAD   {"key", "input"}, blob = cloudpickle of (dataset, transform, collate_fn)
+                   BATCH  {"key", "samples", "seeds", "rows", "timeout", "native"}; with
+                          "native" (user code after Ferry's own pipeline), the rows
+                          that pipeline made come as a memfd: each goes through the
+                          transform as a PIL image, or a uint8 or float32 CHW tensor
+                          ("input"), with its label
                    EXIT
   here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module"}
                    STEP   {"pos"}: sample `pos` of the request starts (the parent's
@@ -272,9 +276,22 @@ def _describe(e):
     return type(e).__name__ + (": " + msg if msg else "")
 
 
-def run_samples(job, samples, seeds, timeout=0.0, step=None):
-    """(kept positions, samples made, skipped [(pos, reason)])."""
-    dataset, transform, _ = job
+def native_input(row, kind):
+    """A row of Ferry's pipeline as the rest of the transform takes it: a PIL image
+    (HWC uint8 rows), a uint8 CHW tensor, or a float32 CHW tensor."""
+    if kind == "pil":
+        from PIL import Image
+        return Image.fromarray(row, "RGB" if row.ndim == 3 and row.shape[2] == 3 else None)
+    import torch
+    t = torch.from_numpy(row)
+    return t.permute(2, 0, 1) if kind == "uint8" else t
+
+
+def run_samples(job, samples, seeds, timeout=0.0, step=None, native=None):
+    """(kept positions, samples made, skipped [(pos, reason)]). `native`: (rows,
+    labels, kind): the pipeline's row and label of each position instead of
+    dataset[index]."""
+    dataset, transform, _ = job[:3]
     kept, made, skipped = [], [], []
     for pos, (index, seed) in enumerate(zip(samples, seeds)):
         if step is not None:
@@ -284,9 +301,16 @@ def run_samples(job, samples, seeds, timeout=0.0, step=None):
             if timeout > 0:
                 signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
-                x = dataset[index]
-                if transform is not None:
-                    x = transform(x)
+                if native is not None:
+                    rows, labels, kind = native
+                    x = native_input(rows[pos], kind)
+                    if transform is not None:
+                        x = transform(x)
+                    x = (x, labels[pos])
+                else:
+                    x = dataset[index]
+                    if transform is not None:
+                        x = transform(x)
             finally:
                 if timeout > 0:
                     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -303,7 +327,7 @@ def run_samples(job, samples, seeds, timeout=0.0, step=None):
 
 def collate(job, made, pad):
     """(structure, arena) of a batch of made samples."""
-    _, _, collate_fn = job
+    collate_fn = job[2]
     arena = _Arena()
     if collate_fn is not None:
         structure = _encode(collate_fn(made), arena)
@@ -314,10 +338,10 @@ def collate(job, made, pad):
     return structure, arena
 
 
-def make_batch(job, samples, seeds, rows=0, timeout=0.0):
+def make_batch(job, samples, seeds, rows=0, timeout=0.0, native=None):
     """In this process (ferry's tests, and the trainer's reference): the batch as the
     trainer gets it, and the kept positions and skips."""
-    kept, made, skipped = run_samples(job, samples, seeds, timeout)
+    kept, made, skipped = run_samples(job, samples, seeds, timeout, native=native)
     pad = max(0, rows - len(made)) if rows else 0
     structure, arena = collate(job, made, pad)
     buf = bytearray(max(arena.size, 1))
@@ -338,8 +362,25 @@ def _recv_exact(sock, n):
     return b"".join(chunks)
 
 
-def _recv(sock):
-    magic, kind, jlen, blen = HEADER.unpack(_recv_exact(sock, HEADER.size))
+def _recv(sock, fds=None):
+    """A frame; a file descriptor passed with it is appended to `fds`."""
+    head = b""
+    while len(head) < HEADER.size:
+        data, anc, _, _ = sock.recvmsg(HEADER.size - len(head), socket.CMSG_SPACE(16))
+        for level, typ, payload in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                import array
+                got = array.array("i")
+                got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                if fds is not None:
+                    fds.extend(got)
+                else:
+                    for f in got:
+                        os.close(f)
+        if not data:
+            raise EOFError()
+        head += data
+    magic, kind, jlen, blen = HEADER.unpack(head)
     if magic != MAGIC:
         raise RuntimeError("ferry user-code runtime: bad frame from the worker")
     meta = json.loads(_recv_exact(sock, jlen)) if jlen else {}
@@ -372,15 +413,16 @@ def serve(fd):
     signal.signal(signal.SIGALRM, _alarm)
     jobs = {}
     while True:
+        fds = []
         try:
-            kind, meta, blob = _recv(sock)
+            kind, meta, blob = _recv(sock, fds)
         except EOFError:
             return 0
         if kind == EXIT:
             return 0
         if kind == LOAD:
             try:
-                jobs[meta["key"]] = _load(blob)
+                jobs[meta["key"]] = _load(blob) + (meta.get("input") or "",)
                 while len(jobs) > MAX_JOBS:
                     jobs.pop(next(iter(jobs)))
                 _send(sock, LOADED, {"ok": True, "versions": _versions()})
@@ -395,8 +437,26 @@ def serve(fd):
             _send(sock, FAILED, {"error": "job not loaded in this process"})
             continue
         samples, seeds = meta["samples"], meta["seeds"]
+        native = None
+        mm = None
+        if meta.get("native") is not None:
+            n = meta["native"]
+            if len(fds) != 1:
+                _send(sock, FAILED, {"error": "the native rows did not come with the request"})
+                continue
+            np = _np()
+            size = os.fstat(fds[0]).st_size
+            mm = mmap.mmap(fds[0], size, access=mmap.ACCESS_COPY) if size else None
+            os.close(fds.pop())
+            dims = [int(d) for d in n["dims"]]
+            count = size // int(n["row_bytes"]) if size else 0
+            allrows = np.ndarray([count] + dims, dtype=np.dtype(n["dtype"]), buffer=mm) if mm is not None \
+                else np.zeros([0] + dims, dtype=np.dtype(n["dtype"]))
+            native = ([allrows[r] for r in n["rows"]], n["labels"], job[3])
+        for f in fds:
+            os.close(f)
         kept, made, skipped = run_samples(job, samples, seeds, float(meta.get("timeout") or 0),
-                                          step=lambda pos: _send(sock, STEP, {"pos": pos}))
+                                          step=lambda pos: _send(sock, STEP, {"pos": pos}), native=native)
         pad = max(0, int(meta.get("rows") or 0) - len(made))
         try:
             structure, arena = collate(job, made, pad)
@@ -410,7 +470,7 @@ def serve(fd):
             os.ftruncate(fd_out, size)
             with mmap.mmap(fd_out, size) as m:
                 _fill(arena, m)
-        del made, arena
+        del made, arena, native
         _send(sock, BATCH_OK, {"kept": kept, "skipped": skipped, "structure": json.dumps(structure),
                                "bytes": size}, fd_out)
         if fd_out is not None:

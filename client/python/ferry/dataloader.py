@@ -2,6 +2,7 @@
 existing script switches by changing one line."""
 import hashlib
 import json
+import logging
 import os
 import warnings
 
@@ -12,7 +13,10 @@ from .datasets import dataset_listing, detection_listing, segmentation_listing
 from .distributed import broadcast_seed, default_threads, resolve_rank
 from .loader import Loader
 from .mixing import TrainerCollate, mix_op
-from .transforms import translate, translate_detection, translate_segmentation
+from .transforms import split_native, translate, translate_detection, translate_segmentation
+
+
+_log = logging.getLogger("ferry")
 
 
 class DataLoader(Loader):
@@ -125,6 +129,7 @@ class DataLoader(Loader):
         self._hide_image_id = False
         self._sizes = None  # {image_id: (h, w)}: images padded to a canvas, cut back to their size
         self._chw = False
+        whole = None  # why the dataset runs whole in Python, if it does
         if segmentation is not None:
             data, joint = segmentation
             if pipeline is None:
@@ -153,15 +158,40 @@ class DataLoader(Loader):
         elif isinstance(dataset, (str, os.PathLike)):
             data, transform = os.fspath(dataset), None
         else:
-            data, transform = dataset_listing(dataset)
-        if not self._detection:
-            if pipeline is None:
-                if transform is None:
-                    raise ValueError("the dataset has no transform: ferry would batch images of different sizes. "
-                                     "Give the dataset a transform (with RandomResizedCrop or CenterCrop) or "
-                                     "pipeline=")
-                pipeline, self._chw = translate(transform)
+            try:
+                data, transform = dataset_listing(dataset)
+            except ValueError as e:
+                data, transform, whole = None, None, "Ferry cannot read it (%s)" % e
+        # Where each step runs: natively (Ferry's ops), or in the workers' Python (the
+        # trainer's own objects, shipped with cloudpickle) from the first step Ferry
+        # cannot run on; a dataset Ferry cannot read runs whole in Python.
+        self.placement_note = None
+        python_steps = None
+        self._python = False
+        if not self._detection and pipeline is None and data is not None:
+            split = None
+            if transform is None:
+                raise ValueError("the dataset has no transform: ferry would batch images of different sizes. "
+                                 "Give the dataset a transform (with RandomResizedCrop or CenterCrop) or "
+                                 "pipeline=")
+            split, whole = split_native(transform)
+            if split is None and whole is None:
+                pipeline, self._chw = translate(transform)  # every step is Ferry's
+            if split is not None:
+                pipeline, self._chw = split.spec, False
+                python_steps = (split.rest, collate_fn, split.kind)
+                self.placement_note = "ferry.DataLoader: %s; collate_fn %s in Python on the workers" % (
+                    split.note(), _fn_name(collate_fn) if collate_fn is not None else "default_collate")
+        if not self._detection and whole is not None:
+            self._python = True
+            self.placement_note = ("ferry.DataLoader: the dataset %s runs whole in Python on the workers: %s"
+                                   % (type(dataset).__name__, whole))
+        if self.placement_note is not None:
+            _log.warning("%s", self.placement_note)
+        if not self._detection and not self._python and python_steps is None:
             pipeline, self._collate, self.collate_note = _with_collate(pipeline, collate_fn)
+        elif not self._detection:
+            self._collate, self.collate_note = None, None
         self.dataset = dataset
         rank, world_size = resolve_rank(rank, world_size) if not kwargs.get("consumer_id") else (rank, world_size)
         if seed is None:
@@ -186,9 +216,14 @@ class DataLoader(Loader):
         # loader. (A script that never calls it still gets a new order every epoch,
         # where torch would repeat the first.)
         self._sampler_epoch = getattr(sampler, "epoch", None)
-        super().__init__(data=data, pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
-                         drop_last=drop_last, epochs=epochs, threads=threads, pin_memory=pin_memory, rank=rank,
-                         world_size=world_size, **kwargs)
+        if self._python:
+            super().__init__(dataset=dataset, collate_fn=collate_fn, batch_size=batch_size, seed=seed,
+                             shuffle=bool(shuffle), drop_last=drop_last, epochs=epochs, pin_memory=pin_memory,
+                             rank=rank, world_size=world_size, **kwargs)
+        else:
+            super().__init__(data=data, pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+                             drop_last=drop_last, epochs=epochs, threads=threads, pin_memory=pin_memory, rank=rank,
+                             world_size=world_size, python_steps=python_steps, **kwargs)
         # Padding rows (label -1: ranks' last batches when drop_last=False) are left out of
         # the batches, as a script written for torch's DataLoader expects real samples
         # only: an evaluation counts each validation sample once across ranks, and a loss
@@ -227,6 +262,8 @@ class DataLoader(Loader):
             self._sampler_epoch = epoch
             self.set_epoch(epoch)
         batches = super().__iter__()
+        if self._user_code is not None:
+            return self._python_batches(batches)
         if self._detection:
             return self._detection_batches(batches)
         if not self.trim_padding and self._collate is None:
@@ -251,6 +288,14 @@ class DataLoader(Loader):
                 yield self._collate(images, labels, valid)
             else:
                 yield images, labels
+
+    def _python_batches(self, batches):
+        """Batches made in the workers' Python: as their collate made them (real rows
+        only); a batch with no row (a rank's padding) is left out."""
+        for b in batches:
+            if int(self._last["valid"]) == 0:
+                continue
+            yield b
 
     def _detection_batches(self, batches):
         """Each batch as the reference's DataLoader gives it: its real rows as (image,
@@ -282,6 +327,8 @@ class DataLoader(Loader):
                 yield images[:rows], [t for _, t in samples]
 
     def _to_torch(self, b):
+        if self._user_code is not None:
+            return super()._to_torch(b)
         if self._detection:
             images, targets = super()._to_torch(b)
             return (images.permute(0, 3, 1, 2) if self._chw else images), targets

@@ -36,7 +36,7 @@ def user_code_payload(dataset, transform=None, collate_fn=None):
     """(payload, versions): the user's code as the job carries it. cloudpickle pickles
     what the trainer's __main__ defines by value and what installed packages define by
     reference (the workers import those: the same image as the trainer's)."""
-    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+    if dataset is not None and not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise TypeError("dataset must be map-style (with __len__ and __getitem__), not %s" % type(dataset).__name__)
     try:
         import cloudpickle
@@ -169,9 +169,17 @@ class Loader(torch.utils.data.IterableDataset):
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
                  targets=None, targets_format="list", tokenizer=None, dataset=None, transform=None, collate_fn=None,
-                 python_processes=1, sample_timeout=None, python=None):
+                 python_processes=1, sample_timeout=None, python=None, python_steps=None):
         self._user_code = None
-        if dataset is not None:
+        self._user_input = ""
+        if python_steps is not None:
+            # The rest of a transform (and a collate function) after the native
+            # pipeline, run on each row in the workers' Python (ferry.DataLoader).
+            rest, collate, kind = python_steps
+            self._user_code = user_code_payload(None, rest, collate)
+            self._user_input = kind
+            trainer_normalize = False
+        elif dataset is not None:
             if data is not None:
                 raise ValueError("give data (files Ferry reads) or dataset (your own Dataset), not both")
             if targets:
@@ -292,7 +300,7 @@ class Loader(torch.utils.data.IterableDataset):
         self._started = None
         self._len = None
         self._last = None
-        if self._user_code is not None:
+        if self._user_code is not None and not self._user_input:
             self._num_samples = self._user_len
 
     @property
@@ -403,7 +411,9 @@ class Loader(torch.utils.data.IterableDataset):
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
         if self._user_code is not None:
-            o.update(user_code=self._user_code[0], user_versions=self._user_code[1], num_samples=self._user_len)
+            o.update(user_code=self._user_code[0], user_versions=self._user_code[1], user_input=self._user_input)
+            if not self._user_input:
+                o["num_samples"] = self._user_len
         if self._taken:
             o["taken"] = [tuple(t) for t in self._taken]
         return o

@@ -148,11 +148,19 @@ def _translate_one(t, state):
         return
     handler = state.overrides.get(name) or _TORCHVISION.get(name)
     if handler is None:
-        raise ValueError(
-            "ferry cannot run %s (%s): it is not a transform Ferry knows, nor an object whose .transforms or "
-            ".transform it can see through. Use the torchvision/timm transforms the README's table lists, or give "
-            "ferry.DataLoader pipeline= (a Ferry spec) for this dataset" % (name, _module(t) or "?"))
+        raise Unknown(
+            "ferry cannot run %s (%s) natively: it is not a transform Ferry knows, nor an object whose .transforms "
+            "or .transform it can see through. ferry.DataLoader runs it, and what follows it, in the workers' "
+            "Python (--allow-user-code); or use the transforms the README's table lists, or give pipeline= (a "
+            "Ferry spec)" % (name, _module(t) or "?"))
     handler(t, state)
+
+
+class Unknown(ValueError):
+    """A step Ferry has no op for (the user's own function or class, a Lambda, a
+    transform it does not know): ferry.DataLoader runs it, and what follows, in the
+    workers' Python. Other ValueErrors are steps Ferry knows, given what it cannot
+    honour (a parameter, a place in the transform): those stay errors."""
 
 
 def _is_transform_class(t):
@@ -373,8 +381,8 @@ def _identity(t, s):
 
 
 def _lambda(t, s):
-    raise ValueError("ferry cannot run a Lambda transform (%s): its Python code runs on the trainer only; express "
-                     "it with Ferry's ops (pipeline=) or drop it" % getattr(t.lambd, "__name__", "lambda"))
+    raise Unknown("ferry has no native op for a Lambda transform (%s): ferry.DataLoader runs it, and what follows "
+                  "it, in the workers' Python" % getattr(t.lambd, "__name__", "lambda"))
 
 
 # -- detection (the reference scripts' transforms.py, and transforms.v2 of the same names) --
@@ -551,6 +559,69 @@ def translate(transform):
         raise ValueError("ferry needs a crop or a fixed-size resize in the transform (RandomResizedCrop, "
                          "CenterCrop, RandomCrop, Resize((h, w))): a batch holds images of one size")
     return _spec(s, s.ops)
+
+
+def _steps(transform):
+    """The top-level steps of a transform: a Compose's (nested ones flattened)."""
+    if _name(transform) == "Compose" and not _is_timm(transform):
+        out = []
+        for t in _children(transform) or []:
+            out += _steps(t)
+        return out
+    return [transform]
+
+
+def _step_name(t):
+    return getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or _name(t)
+
+
+class Split:
+    """A transform cut where Ferry stops knowing it: `spec` runs natively (decode and
+    the leading steps), then `rest` (a Compose of the remaining steps, the trainer's
+    own objects) in the workers' Python, on each row as `kind` ("pil": a PIL image,
+    "uint8": a uint8 CHW tensor, "float": a float32 CHW tensor)."""
+
+    def __init__(self, spec, chw, rest, kind, native, python, why):
+        self.spec, self.chw, self.rest, self.kind = spec, chw, rest, kind
+        self.native, self.python, self.why = native, python, why
+
+    def note(self):
+        return ("natively: decode%s; in Python on the workers: %s (from %s on: %s)"
+                % ("".join(", " + n for n in self.native), ", ".join(self.python), self.python[0], self.why))
+
+
+def split_native(transform):
+    """Where `transform` stops being Ferry's, at its first step Ferry has no op for
+    (Unknown): (Split, None) when the steps before it make images of one size; (None,
+    why) when they do not (the whole dataset then runs in Python); (None, None) when
+    every step is Ferry's (translate says whether they make a pipeline). A step Ferry
+    knows, given what it cannot honour, raises ValueError as translate does."""
+    import copy
+    import torchvision
+    steps = _steps(transform)
+    s = _State()
+    for k, t in enumerate(steps):
+        before = copy.deepcopy(s)
+        try:
+            _translate_one(t, s)
+            continue
+        except Unknown:
+            s = before
+        why = "Ferry has no native op for %s" % _step_name(t)
+        kinds = [_size_kind(op) for op in s.ops if _size_kind(op) is not None]
+        if not kinds or kinds[-1] != "fixed":
+            return None, "%s, and the steps before it do not make images of one size" % why
+        if s.stage == "float":
+            spec, chw = _spec(s, s.ops)
+            kind = "float"
+        else:
+            spec = {"decode": "rgb", "ops": s.ops, "output": {"dtype": "uint8", "layout": "NHWC"}}
+            chw = False
+            kind = s.stage  # "pil" or "uint8"
+        rest = torchvision.transforms.Compose(steps[k:])
+        return Split(spec, chw, rest, kind, [_step_name(x) for x in steps[:k]], [_step_name(x) for x in steps[k:]],
+                     why), None
+    return None, None
 
 
 def _spec(s, ops):
