@@ -8,7 +8,12 @@ input wait, and the dispatcher's advice (ferry-ctl status: recommended workers a
 limits the job). Writes a Markdown table and a PNG plot.
 
     /usr/bin/python3 bench/seed_experiment.py [--work-ms 60] [--host-share 0.3]
-        [--max-workers 3] [--seconds 15] [--out-png F] [--out-md F]
+        [--max-workers 3] [--seconds 15] [--out-png F] [--out-md F] [--python-transforms]
+
+--python-transforms: as PyTorch users ran it, the input made in Python (a PIL Dataset
+of the trainer's own with torchvision's transforms, bench/seed_trainer.py): in-process
+by torch's DataLoader with one worker process on the trainer's core, then by Ferry's
+Python processes on the worker hosts (--allow-user-code).
 
 Needs root (namespaces, cgroups) and python3-matplotlib for the plot."""
 import argparse
@@ -54,6 +59,8 @@ def run_point(a, workers):
     trainer_argv = ["/usr/bin/python3", os.path.join(ROOT, "bench", "seed_trainer.py"), "--python-dir", a.python_dir,
                     "--data", a.data, "--work-ms", str(a.work_ms), "--cpu", "0", "--seconds", str(a.seconds),
                     "--warmup", str(a.warmup), "--batch-size", str(a.batch_size)]
+    if a.python_transforms:
+        trainer_argv.append("--python-transforms")
     names = ["trainer"] + (["dispatcher"] + ["w%d" % i for i in range(1, workers + 1)] if workers else [])
     groups = []
     advice = {}
@@ -66,7 +73,8 @@ def run_point(a, workers):
             dispatcher = first_line(d)
             for i in range(1, workers + 1):
                 w = h.popen("w%d" % i, ["taskset", "-c", "1", os.path.join(a.bin_dir, "ferry-worker"), "--listen",
-                                        h.ip("w%d" % i) + ":7100", "--threads", "1", "--dispatcher", dispatcher],
+                                        h.ip("w%d" % i) + ":7100", "--threads", "1", "--dispatcher", dispatcher] +
+                            (["--allow-user-code", "--python-processes", "1"] if a.python_transforms else []),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 first_line(w)
                 g = cpu_cgroup("w%d" % i, a.host_share)
@@ -122,6 +130,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=5)
     ap.add_argument("--out-png", default=os.path.join(ROOT, "bench", "results", "seed_experiment.png"))
     ap.add_argument("--out-md", default=None)
+    ap.add_argument("--python-transforms", action="store_true")
     a = ap.parse_args()
     ok, why = netns.available()
     if not ok:
@@ -134,7 +143,8 @@ def main():
     table = ["| input | step time (ms) | input wait | samples/s | dispatcher's advice | limited by (dispatcher) |",
              "|---|---:|---:|---:|---:|---|"]
     for r in rows:
-        where = "in-process (1 thread, trainer's core)" if r["workers"] == 0 else "%d worker host%s" % (
+        here = "torch DataLoader, 1 worker process" if a.python_transforms else "1 thread"
+        where = "in-process (%s, trainer's core)" % here if r["workers"] == 0 else "%d worker host%s" % (
             r["workers"], "s" if r["workers"] > 1 else "")
         table.append("| %s | %.1f | %.0f%% | %.0f | %s | %s |" % (
             where, r["step_ms"], 100 * r["input_wait"], r["samples_per_s"],

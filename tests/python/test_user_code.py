@@ -202,6 +202,82 @@ def test_a_worker_and_a_python_process_killed_mid_epoch(ferry, ferry_local, phot
     assert "replaced, and the batch made again" in logs
 
 
+def test_ranks_get_equal_steps_and_a_state_resumes_exactly(ferry, ferry_local, photos, reference, tmp_path):
+    """Two DDP ranks of a job with user code: as many batches each, every sample of
+    the epoch once between them; then a rank's state saved mid-epoch resumes with the
+    next batch: the same rows, the same tensors."""
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=["--allow-user-code"])
+    try:
+        def make(rank, name="ranks"):
+            return ferry.Loader(dataset=PhotoCrops(photos), transform=jitter, batch_size=4, seed=11, epochs=2,
+                                drop_last=False, dispatcher=d.dispatcher, job_name=name, rank=rank, world_size=2)
+        r0, r1 = make(0), make(1)
+        rows = {0: [], 1: []}
+        batches = {0: 0, 1: 0}
+        for rank, loader in ((0, r0), (1, r1)):
+            for x, _, _ in loader:
+                info = loader.last_batch_info()
+                idx = info["indices"][: info["valid"]].tolist()
+                batches[rank] += 1
+                rows[rank] += idx
+                for r, i in enumerate(idx):
+                    assert torch.equal(x[r], reference[(0, i)][0])
+        assert batches[0] == batches[1] == N // 8 and len(rows[0]) == len(rows[1]) == N // 2
+        assert sorted(rows[0] + rows[1]) == list(range(N))
+        # Mid-epoch 1: three batches read, the state saved, the loader gone.
+        first = []
+        it = iter(r0)
+        for _ in range(3):
+            next(it)
+            info = r0.last_batch_info()
+            first += info["indices"][: info["valid"]].tolist()
+        state = r0.state_dict()
+        r0.close()
+        resumed = make(0)
+        resumed.load_state_dict(state)
+        rest = []
+        for x, _, _ in resumed:
+            info = resumed.last_batch_info()
+            idx = info["indices"][: info["valid"]].tolist()
+            rest += idx
+            for r, i in enumerate(idx):
+                assert torch.equal(x[r], reference[(1, i)][0])
+        theirs = []
+        for _ in r1:
+            info = r1.last_batch_info()
+            theirs += info["indices"][: info["valid"]].tolist()
+        assert not set(first) & set(rest)
+        assert sorted(first + rest + theirs) == list(range(N))
+        for loader in (resumed, r1):
+            loader.close()
+    finally:
+        d.close()
+        print(d.tails())
+
+
+class Numbers(torch.utils.data.Dataset):
+    """Cheap samples; one in a hundred raises."""
+
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        if i % 100 == 37:
+            raise KeyError("no sidecar for sample %d" % i)
+        return torch.full((4,), float(i)), i
+
+
+def test_exceptions_on_one_percent_are_reported_and_each_batch_keeps_the_rest(ferry):
+    loader = ferry.Loader(dataset=Numbers(), batch_size=50, seed=2, drop_last=False, python_processes=2)
+    rows = []
+    for x, i in loader:
+        assert torch.equal(x[:, 0], i.to(torch.float32))
+        rows += i.tolist()
+    assert sorted(rows) == [i for i in range(400) if i % 100 != 37]
+    assert sorted((s[0], s[2]) for s in loader.skipped()) == [
+        (i, "KeyError: 'no sidecar for sample %d'" % i) for i in (37, 137, 237, 337)]
+
+
 def test_exceptions_are_reported_and_the_rest_arrives(ferry, photos):
     """A sample whose code raises is left out with its exception's type and message;
     a custom collate function gets the rest."""
