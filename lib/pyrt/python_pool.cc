@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <new>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -35,15 +36,21 @@ using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kMagic = 0x31595046;  // "FPY1"
-enum Kind : uint32_t { kLoad = 1, kBatch = 2, kExit = 3, kLoaded = 11, kStep = 12, kBatchOk = 13, kFailed = 14 };
+enum Kind : uint32_t { kLoad = 1, kBatch = 2, kExit = 3, kLoaded = 11, kBatchOk = 13, kFailed = 14 };
 constexpr uint32_t kPurposeUserCode = 0x55;  // the 4th Philox word's purpose byte ('U'): no op uses it
 constexpr int kMaxJobsPerProcess = 8;        // _user_worker.MAX_JOBS
 // A sample stuck where SIGALRM does not reach (C code) is given this long past the
 // timeout before its process is killed.
 constexpr double kWatchdogGraceS = 2.0;
+constexpr size_t kProgressBytes = 4096;
+constexpr size_t kReleasedOffset = 64;  // _user_worker.RELEASED
+constexpr int kMaxBuffers = 64;         // _user_worker.MAX_BUFFERS
 // A process answers Load within this (importing torch takes seconds on a busy node).
 constexpr double kLoadTimeoutS = 120.0;
 constexpr size_t kMaxReplyJson = size_t(64) << 20;
+// Once a frame's first byte is in, the rest follows at once (a process that stops
+// mid-frame is dead or broken).
+constexpr double kFrameTimeoutS = 60.0;
 
 Clock::duration Seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
 
@@ -58,6 +65,12 @@ struct PythonPool::Proc {
   int pid = -1;          // -1 once reaped
   int spawned_pid = -1;
   int fd = -1;
+  // A page shared with the process (its fd 4): word 0 is the position, in the current
+  // request, of the sample it is making (-1: none yet); bytes kReleased.. say which of
+  // its batch buffers this side is done with (it sets 1, the process takes it back and
+  // sets 0). Shared: a batch outlives its process's Proc.
+  std::shared_ptr<void> page;
+  std::atomic<int32_t>* progress = nullptr;
   std::deque<uint64_t> loaded;  // job keys, oldest first (the process keeps the last 8)
   ~Proc() {
     if (fd >= 0) close(fd);
@@ -66,6 +79,27 @@ struct PythonPool::Proc {
       waitpid(pid, nullptr, 0);
     }
   }
+  int32_t Progress() const { return progress != nullptr ? progress->load(std::memory_order_relaxed) : -1; }
+  void ResetProgress() {
+    if (progress != nullptr) progress->store(-1, std::memory_order_relaxed);
+  }
+
+  // Waits until a frame's first byte can be read (kNone), the process is gone (kEof:
+  // poll reports a hang-up with nothing to read), `until`, or a cancel.
+  Ended WaitReadable(Clock::time_point until, const std::atomic<bool>* cancel) {
+    for (;;) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return Ended::kCancelled;
+      const auto now = Clock::now();
+      if (now >= until) return Ended::kTimedOut;
+      const int ms =
+          int(std::min<int64_t>(50, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
+      struct pollfd p {fd, POLLIN, 0};
+      const int r = poll(&p, 1, ms);
+      if (r < 0 && errno != EINTR) return Ended::kEof;
+      if (r > 0) return Ended::kNone;  // data, or a hang-up the read then sees
+    }
+  }
+
   bool Has(uint64_t key) const {
     for (uint64_t k : loaded)
       if (k == key) return true;
@@ -209,7 +243,7 @@ PythonPool::~PythonPool() {
     MutexLock lock(&mu_);
     idle.swap(idle_);
   }
-  for (auto& p : idle) p->Send(kExit, "{}");  // then ~Proc ends it
+  for (auto& p : idle) static_cast<void>(p->Send(kExit, "{}"));  // then ~Proc ends it (a dead one: no matter)
 }
 
 uint64_t PythonPool::SampleSeed(uint64_t job_seed, uint64_t epoch, int64_t index) {
@@ -244,22 +278,39 @@ Result<std::shared_ptr<PythonPool::Proc>> PythonPool::Spawn() {
   }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return Status::Unavailable(Errno("socketpair"));
+  const int progress_fd = memfd_create("ferry-progress", MFD_CLOEXEC);
+  if (progress_fd < 0 || ftruncate(progress_fd, kProgressBytes) != 0) {
+    if (progress_fd >= 0) close(progress_fd);
+    close(sv[0]);
+    close(sv[1]);
+    return Status::Unavailable(Errno("the progress page"));
+  }
+  void* page = mmap(nullptr, kProgressBytes, PROT_READ | PROT_WRITE, MAP_SHARED, progress_fd, 0);
+  if (page == MAP_FAILED) {
+    close(progress_fd);
+    close(sv[0]);
+    close(sv[1]);
+    return Status::Unavailable(Errno("mapping the progress page"));
+  }
+  auto* progress = new (page) std::atomic<int32_t>(-1);
+  std::shared_ptr<void> shared_page(page, [](void* q) { munmap(q, kProgressBytes); });
   const std::string& script = UserWorkerScript();
-  std::string fd_arg = "3";
+  std::string fd_arg = "3", progress_arg = "4";
   std::vector<char*> argv = {const_cast<char*>(o_.python.c_str()), const_cast<char*>("-c"),
-                             const_cast<char*>(script.c_str()), fd_arg.data(), nullptr};
+                             const_cast<char*>(script.c_str()), fd_arg.data(), progress_arg.data(), nullptr};
   const pid_t pid = fork();
   if (pid < 0) {
+    munmap(page, kProgressBytes);
+    close(progress_fd);
     close(sv[0]);
     close(sv[1]);
     return Status::Unavailable(Errno("fork"));
   }
   if (pid == 0) {
-    if (sv[1] == 3) {
-      fcntl(3, F_SETFD, 0);
-    } else if (dup2(sv[1], 3) != 3) {
-      _exit(126);
-    }
+    // The socket to fd 3, the progress page to fd 4 (each first moved above 4, so
+    // that neither dup2 closes the other's source).
+    const int sock = fcntl(sv[1], F_DUPFD_CLOEXEC, 10), prog = fcntl(progress_fd, F_DUPFD_CLOEXEC, 10);
+    if (sock < 0 || prog < 0 || dup2(sock, 3) != 3 || dup2(prog, 4) != 4) _exit(126);
     if (drop) {
       if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(125);
     }
@@ -268,7 +319,10 @@ Result<std::shared_ptr<PythonPool::Proc>> PythonPool::Spawn() {
     _exit(127);
   }
   close(sv[1]);
+  close(progress_fd);
   auto p = std::make_shared<Proc>();
+  p->progress = progress;
+  p->page = std::move(shared_page);
   p->pid = pid;
   p->spawned_pid = pid;
   p->fd = sv[0];
@@ -440,7 +494,7 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
     std::shared_ptr<Proc> p = Acquire(cancel);
     if (p == nullptr) return Status::Cancelled("stopped");
     std::string why;  // why the process ended, if it did
-    int64_t step = -1;  // the request's position being made
+    int32_t step = -1;  // the request's position being made
     bool timed_out = false;
     if (!p->Has(key)) {
       Status st = Load(p.get(), job, key, nullptr);
@@ -477,20 +531,36 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
       n["labels"] = std::move(labels);
       req["native"] = std::move(n);
     }
+    p->ResetProgress();
     Status sent = p->Send(kBatch, req.dump(), {}, native_fd);
     Proc::Frame reply;
     bool got = false;
     if (sent.ok()) {
+      // The sample being made is the process's progress word (shared memory, no
+      // message per sample): read while waiting, and after a death.
       auto step_started = Clock::now();
       for (;;) {
-        // With a sample timeout, a step may take it plus the grace (SIGALRM not
+        const Ended ready = p->WaitReadable(Clock::now() + std::chrono::milliseconds(100), cancel);
+        const int32_t now_at = p->Progress();
+        if (now_at != step) {
+          step = now_at;
+          step_started = Clock::now();
+        }
+        // With a sample timeout, a sample may take it plus the grace (SIGALRM not
         // delivered); without one, as long as it takes.
-        const auto deadline = o_.sample_timeout_s > 0
-                                  ? step_started + Seconds(o_.sample_timeout_s + kWatchdogGraceS)
-                                  : Clock::now() + std::chrono::hours(24 * 365);
+        if (ready == Ended::kTimedOut) {
+          if (o_.sample_timeout_s > 0 && step >= 0 &&
+              Clock::now() - step_started > Seconds(o_.sample_timeout_s + kWatchdogGraceS)) {
+            timed_out = true;
+            break;
+          }
+          continue;
+        }
         Proc::Frame f;
         std::string error;
-        const Ended e = p->Receive(&f, deadline, cancel, &error);
+        const Ended e = ready == Ended::kNone
+                            ? p->Receive(&f, Clock::now() + Seconds(kFrameTimeoutS), nullptr, &error)
+                            : ready;
         if (e == Ended::kCancelled) {
           // The process is mid-batch: end it rather than wait (a new one takes its place).
           close(p->fd);
@@ -504,12 +574,8 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
         }
         if (e == Ended::kEof) {
           why = error;
+          step = p->Progress();  // where it died
           break;
-        }
-        if (f.kind == kStep) {
-          step = f.meta.value("pos", int64_t(-1));
-          step_started = Clock::now();
-          continue;
         }
         reply.kind = f.kind;
         reply.meta = std::move(f.meta);
@@ -593,7 +659,18 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
         return Status::ResourceExhausted(Errno("mapping a user-code batch"));
       }
       const size_t n = size_t(bytes);
-      out.owner = std::shared_ptr<void>(m, [n](void* q) { munmap(q, n); });
+      // A buffer of the process's pool (0 <= buf < 64) goes back to it once unmapped:
+      // its pages are written again, not freed and zeroed for every batch.
+      const int64_t buf = reply.meta.value("buf", int64_t(-1));
+      std::shared_ptr<void> page = buf >= 0 && buf < kMaxBuffers ? p->page : nullptr;
+      out.owner = std::shared_ptr<void>(m, [n, page, buf](void* q) {
+        munmap(q, n);
+        if (page != nullptr) {
+          auto* released = static_cast<std::atomic<uint8_t>*>(static_cast<void*>(
+              static_cast<uint8_t*>(page.get()) + kReleasedOffset + size_t(buf)));
+          released->store(1, std::memory_order_release);
+        }
+      });
       out.data = m;
       out.bytes = n;
     }

@@ -15,11 +15,13 @@ worker's interpreter may not have. It talks to its parent over the socket FD:
                           ("input"), with its label
                    EXIT
   here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module"}
-                   STEP   {"pos"}: sample `pos` of the request starts (the parent's
-                          watchdog knows which sample a hung or dead process was on)
                    BATCH  {"kept", "skipped", "structure", "bytes"}, and the batch's
                           memory as a memfd passed with SCM_RIGHTS (no copy, no pickle)
                    FAILED {"error"}: the batch as a whole failed (its collate raised)
+
+FD 4 (the second argument) is a page shared with the parent: before each sample this
+process writes its position in the request there, so that the parent's watchdog knows
+which sample a hung or dead process was on, with no message per sample.
 
 A batch is `collate_fn([transform(dataset[i]) for i in samples])`; before each sample
 `random`, `numpy.random` and `torch` are seeded with the seed the parent sends for it
@@ -41,8 +43,10 @@ import sys
 import traceback
 
 MAGIC = 0x31595046  # "FPY1"
-LOAD, BATCH, EXIT, LOADED, STEP, BATCH_OK, FAILED = 1, 2, 3, 11, 12, 13, 14
+LOAD, BATCH, EXIT, LOADED, BATCH_OK, FAILED = 1, 2, 3, 11, 13, 14
 HEADER = struct.Struct("<IIII")
+RELEASED = 64      # the shared page's byte RELEASED + i: 1 once the parent is done with buffer i
+MAX_BUFFERS = 64
 ALIGN = 64
 MAX_JOBS = 8
 
@@ -408,8 +412,63 @@ def _load(blob):
     return job
 
 
-def serve(fd):
+class _Buffers:
+    """The memfds batches are written into, kept and written again once the parent says
+    it is done with one (a byte of the shared page): a batch's pages are not allocated,
+    zeroed and freed each time. Without the page (or past MAX_BUFFERS in use), a memfd
+    of its own per batch."""
+
+    def __init__(self, page):
+        self.page = page
+        self.bufs = {}  # id -> [fd, capacity, mmap]
+        self.free = set()
+
+    def take(self, size):
+        """(id or -1, fd, mmap of at least `size` bytes)."""
+        if self.page is not None:
+            for i in list(self.bufs):
+                if i not in self.free and self.page[RELEASED + i] == 1:
+                    self.page[RELEASED + i] = 0
+                    self.free.add(i)
+            fits = sorted((self.bufs[i][1], i) for i in self.free if self.bufs[i][1] >= size)
+            if fits:
+                i = fits[0][1]
+            elif self.free:
+                i = max(self.free, key=lambda k: self.bufs[k][1])
+                fd, _, m = self.bufs[i]
+                m.close()
+                cap = size + size // 8
+                os.ftruncate(fd, cap)
+                self.bufs[i] = [fd, cap, mmap.mmap(fd, cap)]
+            elif len(self.bufs) < MAX_BUFFERS:
+                i = next(k for k in range(MAX_BUFFERS) if k not in self.bufs)
+                fd = os.memfd_create("ferry-batch-%d" % i, os.MFD_CLOEXEC)
+                cap = size + size // 8
+                os.ftruncate(fd, cap)
+                self.bufs[i] = [fd, cap, mmap.mmap(fd, cap)]
+            else:
+                i = -1
+            if i >= 0:
+                self.free.discard(i)
+                return i, self.bufs[i][0], self.bufs[i][2]
+        fd = os.memfd_create("ferry-batch", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return -1, fd, mmap.mmap(fd, size)
+
+
+def serve(fd, progress_fd=None):
     sock = socket.socket(fileno=fd)
+    progress = None
+    page = None
+    if progress_fd is not None:
+        # The parent's watchdog reads which sample this process is making from a page
+        # shared with it (no message per sample).
+        page = mmap.mmap(progress_fd, 4096)
+        os.close(progress_fd)
+
+        def progress(pos):
+            struct.pack_into("<i", page, 0, pos)
+    buffers = _Buffers(page)
     signal.signal(signal.SIGALRM, _alarm)
     jobs = {}
     while True:
@@ -456,7 +515,7 @@ def serve(fd):
         for f in fds:
             os.close(f)
         kept, made, skipped = run_samples(job, samples, seeds, float(meta.get("timeout") or 0),
-                                          step=lambda pos: _send(sock, STEP, {"pos": pos}), native=native)
+                                          step=progress, native=native)
         pad = max(0, int(meta.get("rows") or 0) - len(made))
         try:
             structure, arena = collate(job, made, pad)
@@ -464,16 +523,16 @@ def serve(fd):
             _send(sock, FAILED, {"error": "collate: " + _describe(e), "kept": kept, "skipped": skipped})
             continue
         size = (arena.size + 7) // 8 * 8
-        fd_out = None
+        fd_out, buf = None, -1
         if size:
-            fd_out = os.memfd_create("ferry-batch", os.MFD_CLOEXEC)
-            os.ftruncate(fd_out, size)
-            with mmap.mmap(fd_out, size) as m:
-                _fill(arena, m)
+            buf, fd_out, m = buffers.take(size)
+            _fill(arena, m)
+            if buf < 0:
+                m.close()
         del made, arena, native
         _send(sock, BATCH_OK, {"kept": kept, "skipped": skipped, "structure": json.dumps(structure),
-                               "bytes": size}, fd_out)
-        if fd_out is not None:
+                               "bytes": size, "buf": buf}, fd_out)
+        if fd_out is not None and buf < 0:
             os.close(fd_out)
 
 
@@ -483,7 +542,7 @@ if __name__ == "__main__":
     if sys.path and sys.path[0] == "":
         sys.path.pop(0)
     try:
-        sys.exit(serve(int(sys.argv[1])))
+        sys.exit(serve(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))
     except KeyboardInterrupt:
         sys.exit(0)
     except Exception:
