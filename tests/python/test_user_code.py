@@ -105,11 +105,18 @@ def assert_same(a, b):
 
 
 def python_children(pid):
-    """The Python processes a ferry-worker started (its direct children)."""
+    """The Python processes a ferry-worker started (its children running python; a
+    sanitizer build has a symbolizer child too)."""
     out = []
     for t in glob.glob("/proc/%d/task/*/children" % pid):
         with open(t) as f:
-            out += [int(x) for x in f.read().split()]
+            for x in f.read().split():
+                try:
+                    with open("/proc/%s/cmdline" % x, "rb") as c:
+                        if b"python" in c.read().split(b"\0")[0]:
+                            out.append(int(x))
+                except OSError:
+                    pass
     return out
 
 
