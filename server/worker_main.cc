@@ -4,6 +4,7 @@
 // Prints "listening on HOST:PORT" (the real port) once ready. SIGTERM drains: batches
 // in flight are delivered (with a dispatcher: every split it holds, until acknowledged),
 // then it exits 0.
+#include <csignal>
 #include <signal.h>
 #include <unistd.h>
 
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
   }
   ferry::RaiseFileLimit();
   ferry::BlockTerminationSignals();
+  // A write to a peer that is gone (a Python process of user code, a socket) is an
+  // error to handle, never a reason to die (the Python processes get the default back).
+  std::signal(SIGPIPE, SIG_IGN);
   auto service = ferry::WorkerService::Start(o);
   if (!service.ok()) {
     std::fprintf(stderr, "ferry-worker: %s\n", service.status().ToString().c_str());
