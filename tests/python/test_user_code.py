@@ -374,3 +374,40 @@ def test_with_tokens_on_a_client_without_one_cannot_submit_code(ferry, ferry_loc
         ok.close()
     finally:
         d.close()
+
+
+class WhoAmI(torch.utils.data.Dataset):
+    """Each sample: the uid its code runs as; reading `secret` raises for a user who
+    may not."""
+
+    def __init__(self, secret):
+        self.secret = secret
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 3:
+            with open(self.secret) as f:
+                return f.read()
+        return os.getuid()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to start a worker whose Python runs as another user)")
+def test_user_code_user_runs_the_processes_without_the_workers_credentials(ferry, ferry_local, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("worker-and-trainer-secret\n")
+    os.chmod(token, 0o600)
+    os.chmod(tmp_path, 0o755)
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "d", workers=0)
+    try:
+        worker = d.start_worker(["--allow-user-code", "--user-code-user", "nobody", "--token-file", str(token)])
+        loader = ferry.Loader(dataset=WhoAmI(str(token)), batch_size=4, shuffle=False, drop_last=False,
+                              workers=[worker], token_file=str(token))
+        (uids,) = [b for b in loader]
+        import pwd
+        assert uids.tolist() == [pwd.getpwnam("nobody").pw_uid] * 3
+        assert [(s[0], s[2].split(":")[0]) for s in loader.skipped()] == [(3, "PermissionError")]
+        loader.close()
+    finally:
+        d.close()
