@@ -92,7 +92,7 @@ struct PythonPool::Proc {
       const auto now = Clock::now();
       if (now >= until) return Ended::kTimedOut;
       const int ms =
-          int(std::min<int64_t>(50, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
+          int(std::min<int64_t>(250, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
       struct pollfd p {fd, POLLIN, 0};
       const int r = poll(&p, 1, ms);
       if (r < 0 && errno != EINTR) return Ended::kEof;
@@ -540,7 +540,7 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
       // message per sample): read while waiting, and after a death.
       auto step_started = Clock::now();
       for (;;) {
-        const Ended ready = p->WaitReadable(Clock::now() + std::chrono::milliseconds(100), cancel);
+        const Ended ready = p->WaitReadable(Clock::now() + std::chrono::milliseconds(250), cancel);
         const int32_t now_at = p->Progress();
         if (now_at != step) {
           step = now_at;
