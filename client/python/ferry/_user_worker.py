@@ -516,6 +516,8 @@ def serve(fd, progress_fd=None):
             os.close(f)
         kept, made, skipped = run_samples(job, samples, seeds, float(meta.get("timeout") or 0),
                                           step=progress, native=native)
+        if progress is not None:
+            progress(-1)  # the samples are made: no sample is the one the collate takes long on
         pad = max(0, int(meta.get("rows") or 0) - len(made))
         try:
             structure, arena = collate(job, made, pad)
