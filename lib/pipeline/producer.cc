@@ -471,7 +471,7 @@ void BatchProducer::FinishInPython(ProducedBatch* b) {
   native.labels = m.labels;
   const std::vector<int64_t> samples(m.indices, m.indices + b->valid);
   Result<UserBatch> made = user_code_->MakeBatch(user_job_, b->plan.epoch, samples, b->plan.pad ? b->plan.rows : 0,
-                                                 &cancel_user_code_, &native);
+                                                 &cancel_user_code_, &native, user_key_);
   if (!made.ok()) {
     b->failure = made.status();
     return;
@@ -503,7 +503,8 @@ void BatchProducer::FinishInPython(ProducedBatch* b) {
 void BatchProducer::FillUserCode(ProducedBatch* b, int64_t memory_wait_ns) {
   const int64_t t0 = MonoNs();
   Result<UserBatch> made = user_code_->MakeBatch(user_job_, b->plan.epoch, b->plan.samples,
-                                                 b->plan.pad ? b->plan.rows : 0, &cancel_user_code_);
+                                                 b->plan.pad ? b->plan.rows : 0, &cancel_user_code_,
+                                                 nullptr, user_key_);
   if (!made.ok()) {
     b->failure = made.status();
     return;

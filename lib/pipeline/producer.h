@@ -249,6 +249,7 @@ class BatchProducer {
   // pipeline made (UserCodeSpec::input). Before Start().
   void SetUserCode(std::shared_ptr<PythonPool> pool, JobSpec job) {
     user_code_ = std::move(pool);
+    user_key_ = PythonPool::CodeKey(job);  // once: it hashes the whole payload
     user_job_ = std::move(job);
   }
 
@@ -289,6 +290,7 @@ class BatchProducer {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<PythonPool> user_code_;
   JobSpec user_job_;
+  uint64_t user_key_ = 0;
   std::atomic<bool> cancel_user_code_{false};  // Stop(): a batch waiting on Python returns
   std::thread thread_;
 

@@ -378,11 +378,6 @@ void PythonPool::Release(std::shared_ptr<Proc> p) {
 
 namespace {
 
-uint64_t JobKey(const JobSpec& job) {
-  Fingerprinter f;
-  f.Add(job.user_code.payload);
-  return f.Finish();
-}
 
 std::string KeyHex(uint64_t key) {
   char buf[17];
@@ -391,6 +386,12 @@ std::string KeyHex(uint64_t key) {
 }
 
 }  // namespace
+
+uint64_t PythonPool::CodeKey(const JobSpec& job) {
+  Fingerprinter f;
+  f.Add(job.user_code.payload);
+  return f.Finish() | 1;  // never 0 (MakeBatch's "compute it")
+}
 
 Status PythonPool::Load(Proc* p, const JobSpec& job, uint64_t key, std::string* versions) {
   Json meta = {{"key", KeyHex(key)}, {"input", job.user_code.input}};
@@ -428,7 +429,7 @@ Status PythonPool::Check(const JobSpec& job, std::string* warning) {
   if (warning != nullptr) warning->clear();
   std::shared_ptr<Proc> p = Acquire(nullptr);
   std::string versions;
-  const uint64_t key = JobKey(job);
+  const uint64_t key = CodeKey(job);
   Status st = Load(p.get(), job, key, &versions);
   Release(std::move(p));  // a dead one is discarded
   if (!st.ok() || warning == nullptr) return st;
@@ -452,8 +453,9 @@ Status PythonPool::Check(const JobSpec& job, std::string* warning) {
 }
 
 Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, const std::vector<int64_t>& samples,
-                                        int64_t rows, const std::atomic<bool>* cancel, const NativeRows* native) {
-  const uint64_t key = JobKey(job);
+                                        int64_t rows, const std::atomic<bool>* cancel, const NativeRows* native,
+                                        uint64_t key) {
+  if (key == 0) key = CodeKey(job);
   UserBatch out;
   // The native rows go to the process as a memfd (one copy; the process maps it).
   int native_fd = -1;

@@ -90,8 +90,13 @@ class PythonPool {
   // its tensors padded with zero rows to `rows` (a padded batch of ranks). Blocks until made; returns Cancelled once
   // *cancel becomes true (checked every 50 ms).
   // `native`: user code after the native pipeline; samples[r] is row r's index.
+  // `key`: CodeKey(job), which hashes the whole payload: callers making many batches
+  // of one job compute it once (0: computed here).
   Result<UserBatch> MakeBatch(const JobSpec& job, uint64_t epoch, const std::vector<int64_t>& samples, int64_t rows,
-                              const std::atomic<bool>* cancel = nullptr, const NativeRows* native = nullptr);
+                              const std::atomic<bool>* cancel = nullptr, const NativeRows* native = nullptr,
+                              uint64_t key = 0);
+  // What names a job's code in the processes (a digest of its payload).
+  static uint64_t CodeKey(const JobSpec& job);
 
   // The seed a sample's Python code is seeded with (random, numpy, torch).
   static uint64_t SampleSeed(uint64_t job_seed, uint64_t epoch, int64_t index);
