@@ -5,6 +5,7 @@
 # cores (bench/peers/peers.py), printing one table per scenario.
 #
 #   bash bench/peers/run.sh [peers.py's flags, e.g. --seconds 10]
+# (then bench/peers/service.py: tf.data service against ferry-dispatcher and workers)
 #
 # Environment: FERRY_PEERS_VENV (default ~/.cache/ferry/peers-venv), FERRY_PEERS_PYTHON
 # (the interpreter the environment is made from: a CPython 3.11 with venv; default
@@ -31,4 +32,6 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$venv/bin/pip" install -q --upgrade pip
 fi
 "$venv/bin/pip" install -q -r bench/peers/requirements.txt
-exec /usr/bin/python3 bench/peers/peers.py --venv "$venv" --build "$build" "$@"
+/usr/bin/python3 bench/peers/peers.py --venv "$venv" --build "$build" "$@"
+# Service mode and what a worker's death costs: tf.data service against Ferry.
+/usr/bin/python3 bench/peers/service.py --venv "$venv" --build "$build"
