@@ -571,7 +571,11 @@ class Loader(torch.utils.data.IterableDataset):
         or (images, targets) for a job with targets; with a dataset of the user's own,
         what its collate_fn made (default_collate's batch when none)."""
         if self._user_code is not None:
-            return _user_worker.decode(b["structure"], b["user_data"])
+            # Batches of one job mostly share a structure: parsed once while it repeats.
+            text = b["structure"]
+            if getattr(self, "_structure_text", None) != text:
+                self._structure_text, self._structure = text, json.loads(text)
+            return _user_worker.decode(self._structure, b["user_data"])
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         if self._post is not None:
