@@ -115,23 +115,58 @@ def consume(a, epoch_iter, indices):
     epochs = []
     n = 0
     killed = False
+    stalled = False
+    import queue
+    import threading
+
+    def batches_of(it):
+        """The epoch's batches, each waited for at most a.stall seconds (a consumer that
+        gets nothing for that long ends the epoch where it is, stalled)."""
+        q = queue.Queue(maxsize=2)
+
+        def pump():
+            try:
+                for b in it:
+                    # The rows' indices as the batch is yielded (Ferry's last_batch_info
+                    # is of the batch yielded last: this thread runs ahead).
+                    q.put(("batch", indices(b)))
+                q.put(("end", None))
+            except Exception as e:  # the system's own error ends the epoch
+                q.put(("error", e))
+
+        threading.Thread(target=pump, daemon=True).start()
+        while True:
+            try:
+                kind, b = q.get(timeout=a.stall)
+            except queue.Empty:
+                yield "stalled"
+                return
+            if kind != "batch":
+                return
+            yield b
+
     for e in range(a.epochs):
         seen = []
-        for b in epoch_iter():
+        for b in batches_of(epoch_iter()):
+            if isinstance(b, str):
+                stalled = True
+                break
             if first is None:
                 first = time.perf_counter() - t0
                 c0, r0, t1 = _cpu(), _read_bytes(), time.perf_counter()
-            seen += indices(b)
+            seen += b
             if e == 1 and a.kill and len(seen) >= a.images // 2 and not killed:
                 print("killpoint", flush=True)
                 sys.stdin.readline()  # the harness killed a worker
                 killed = True
-        epochs.append(seen)
+        epochs.append({"rows": len(seen), "distinct": len(set(seen)), "stalled": stalled})
         n += len(seen)
+        if stalled:
+            break
     wall = time.perf_counter() - t1
     print(json.dumps({"first_batch_s": first, "images": n, "wall_s": wall, "cpu_s": _cpu() - c0,
-                      "read_bytes": _read_bytes() - r0,
-                      "epochs": [{"rows": len(s), "distinct": len(set(s))} for s in epochs]}), flush=True)
+                      "read_bytes": _read_bytes() - r0, "epochs": epochs}), flush=True)
+    os._exit(0)  # a stalled system's threads would hold the process
 
 
 def run_system(system, a, workers, kill):
@@ -171,7 +206,7 @@ def run_system(system, a, workers, kill):
             consumer = ["/usr/bin/python3", __file__, "--role", "ferry-consumer", "--dispatcher", dispatcher,
                         "--data-list", a.data_list]
         consumer += ["--files", a.files, "--images", str(a.images), "--epochs", str(a.epochs), "--dtype", a.dtype,
-                     "--build", a.build] + (["--kill"] if kill else [])
+                     "--build", a.build, "--stall", str(a.stall)] + (["--kill"] if kill else [])
         c = subprocess.Popen(["taskset", "-c", "0"] + consumer, env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
         out = None
@@ -212,7 +247,9 @@ def main():
     ap.add_argument("--files")
     ap.add_argument("--data-list")
     ap.add_argument("--kill", action="store_true")
-    ap.add_argument("--timeout", type=float, default=120, help="seconds a consumer may take in all")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a consumer may take in all")
+    ap.add_argument("--stall", type=float, default=30,
+                    help="seconds without a batch after which a consumer ends its epoch where it is (stalled)")
     a = ap.parse_args()
     if a.role == "tf-dispatcher":
         return tf_dispatcher_main(a.port_file)
@@ -259,17 +296,18 @@ def main():
             r["system"], r["workers"], ips, ips / r["workers"], 1000 * r["cpu_s"] / r["images"],
             r["read_bytes"] / r["images"], r["first_batch_s"]))
     print("\n### A worker killed mid-epoch 1 (2 workers)\n")
-    print("| system | epoch | rows | distinct samples | lost | repeated |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| system | epoch | rows | distinct samples | lost | repeated | |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         if not r["kill"]:
             continue
         if "error" in r:
-            print("| %s | - | %s | | | |" % (r["system"], r["error"]))
+            print("| %s | - | %s | | | | |" % (r["system"], r["error"]))
             continue
         for e, ep in enumerate(r["epochs"]):
-            print("| %s | %d | %d | %d | %d | %d |" % (r["system"], e, ep["rows"], ep["distinct"],
-                                                      a.images - ep["distinct"], ep["rows"] - ep["distinct"]))
+            print("| %s | %d | %d | %d | %d | %d | %s |" % (
+                r["system"], e, ep["rows"], ep["distinct"], a.images - ep["distinct"], ep["rows"] - ep["distinct"],
+                "no batch for %g s: the epoch ended there" % a.stall if ep["stalled"] else ""))
 
 
 if __name__ == "__main__":
