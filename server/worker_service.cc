@@ -54,7 +54,10 @@ class WorkerService::Impl {
     env.post = [io = &io_](std::function<void()> fn) { asio::post(*io, std::move(fn)); };
     env.run_blocking = [pool = &blocking_](std::function<void()> fn) { asio::post(*pool, std::move(fn)); };
     env.retire = [this](std::unique_ptr<BatchProducer> p) { Retire(std::move(p)); };
-    if (opts_.allow_user_code) env.python = std::make_shared<PythonPool>(opts_.python);
+    if (opts_.allow_user_code) {
+      env.python = std::make_shared<PythonPool>(opts_.python);
+      env.python->Warm();  // their imports overlap the worker's start, not a job's
+    }
     if (!opts_.dispatcher.empty()) link_ = std::make_unique<DispatcherLink>(LinkOptionsFor(env.stats, env.python));
     WorkerCoreOptions c;
     c.buffered_batches = opts_.buffered_batches;

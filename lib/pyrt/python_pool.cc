@@ -356,6 +356,25 @@ std::shared_ptr<PythonPool::Proc> PythonPool::Acquire(const std::atomic<bool>* c
   }
 }
 
+void PythonPool::Warm() {
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (live_ >= std::max(1, o_.processes)) return;
+      ++live_;
+    }
+    Result<std::shared_ptr<Proc>> p = Spawn();
+    MutexLock lock(&mu_);
+    if (!p.ok()) {
+      --live_;
+      LogWarn("user code: cannot start a Python process: %s", p.status().ToString().c_str());
+      return;
+    }
+    idle_.push_back(std::move(*p));
+    cv_.Signal();
+  }
+}
+
 // A live process goes back to the idle ones; a dead one (fd closed) is discarded
 // (~Proc kills and reaps what is left of it).
 void PythonPool::Release(std::shared_ptr<Proc> p) {

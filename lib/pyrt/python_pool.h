@@ -101,6 +101,10 @@ class PythonPool {
   // The seed a sample's Python code is seeded with (random, numpy, torch).
   static uint64_t SampleSeed(uint64_t job_seed, uint64_t epoch, int64_t index);
 
+  // Starts the processes now (they import numpy, cloudpickle and torch while they
+  // wait), so that the first job's code loads in milliseconds. Returns at once.
+  void Warm();
+
   // For tests and /metrics: processes started (the first ones and replacements), and
   // the pids alive now.
   int64_t started() const;

@@ -469,6 +469,14 @@ def serve(fd, progress_fd=None):
         def progress(pos):
             struct.pack_into("<i", page, 0, pos)
     buffers = _Buffers(page)
+    # What nearly every job's code imports, imported while the process waits for its
+    # first job: loading a job (on a worker, while it should be heartbeating) is then
+    # an unpickling, not seconds of imports.
+    for name in ("numpy", "cloudpickle", "torch"):
+        try:
+            __import__(name)
+        except Exception:
+            pass
     signal.signal(signal.SIGALRM, _alarm)
     jobs = {}
     while True:
