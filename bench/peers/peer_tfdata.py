@@ -5,11 +5,10 @@ resize to 224, random flip, normalize (float32) or cast (uint8); batches of 32;
 import common
 
 
-def main():
-    a = common.args()
+def recipe(dtype):
+    """The imagenet-train recipe in tf.data's idiom: path -> image (uint8 HWC, or float32
+    normalized CHW). bench/peers/service.py's tf.data service runs the same."""
     import tensorflow as tf
-    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
     mean = tf.constant(common.MEAN, dtype=tf.float32) * 255.0
     std = tf.constant(common.STD, dtype=tf.float32) * 255.0
 
@@ -24,9 +23,19 @@ def main():
         image = tf.io.decode_and_crop_jpeg(data, tf.stack([y, x, h, w]), channels=3)
         image = tf.image.resize(image, [224, 224], method="bilinear")
         image = tf.image.random_flip_left_right(image)
-        if a.dtype == "uint8":
+        if dtype == "uint8":
             return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
         return tf.transpose((image - mean) / std, [2, 0, 1])
+
+    return load
+
+
+def main():
+    a = common.args()
+    import tensorflow as tf
+    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    load = recipe(a.dtype)
 
     ds = tf.data.Dataset.from_tensor_slices(a.paths).shuffle(len(a.paths)).repeat()
     ds = ds.map(load, num_parallel_calls=a.threads, deterministic=False).batch(a.batch_size).prefetch(1)
@@ -38,4 +47,5 @@ def main():
     common.measure(it, a, lambda b: int(b.shape[0]))
 
 
-common.run(main)
+if __name__ == "__main__":
+    common.run(main)

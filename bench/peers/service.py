@@ -45,24 +45,12 @@ def tf_worker_main(dispatcher):
 def tf_consumer_main(a):
     import tensorflow as tf
     paths = open(a.files).read().split()
-    mean = tf.constant([0.485, 0.456, 0.406], tf.float32) * 255.0
-    std = tf.constant([0.229, 0.224, 0.225], tf.float32) * 255.0
+    sys.path.insert(0, HERE)
+    from peer_tfdata import recipe  # the per-core run's tf.data recipe
+    image_of = recipe(a.dtype)
 
     def load(path, index):
-        data = tf.io.read_file(path)
-        shape = tf.io.extract_jpeg_shape(data)
-        begin, size, _ = tf.image.sample_distorted_bounding_box(
-            shape, tf.zeros([0, 0, 4], tf.float32), area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
-            max_attempts=10, use_image_if_no_bounding_boxes=True)
-        y, x, _ = tf.unstack(begin)
-        h, w, _ = tf.unstack(size)
-        image = tf.io.decode_and_crop_jpeg(data, tf.stack([y, x, h, w]), channels=3)
-        image = tf.image.random_flip_left_right(tf.image.resize(image, [224, 224]))
-        if a.dtype == "uint8":
-            image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-        else:
-            image = tf.transpose((image - mean) / std, [2, 0, 1])
-        return image, index
+        return image_of(path), index
 
     ds = tf.data.Dataset.from_tensor_slices((paths, list(range(len(paths))))).shuffle(len(paths))
     ds = ds.map(load, num_parallel_calls=1).batch(32)
