@@ -237,9 +237,52 @@ void BatchProducer::Stop() {
   {
     MutexLock lock(&mu_);
     while (in_flight_ != 0 || done_running_) cv_.Wait(&mu_);
+    user_exit_ = true;
+    user_cv_.SignalAll();
+  }
+  // Run has ended (joined above): user_threads_ no longer grows.
+  for (std::thread& t : user_threads_) {
+    if (!t.joinable()) continue;
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // stopped from its own task (a done callback): it returns next
+    } else {
+      t.join();
+    }
   }
   MutexLock emit_lock(&emit_mu_);
   held_.clear();  // their buffers go back to the pool
+}
+
+void BatchProducer::RunOnUserThread(std::function<void()> task) {
+  size_t idle;
+  {
+    MutexLock lock(&mu_);
+    user_tasks_.push_back(std::move(task));
+    idle = size_t(user_idle_);
+    user_cv_.Signal();
+  }
+  // Threads are made as tasks outnumber idle ones, up to max_in_flight_ (the tasks in
+  // flight never exceed it). Only Run's thread gets here.
+  if (idle == 0 && user_threads_.size() < size_t(max_in_flight_)) {
+    user_threads_.emplace_back([this] {
+      MutexLock lock(&mu_);
+      for (;;) {
+        if (!user_tasks_.empty()) {
+          std::function<void()> t = std::move(user_tasks_.front());
+          user_tasks_.pop_front();
+          mu_.Unlock();
+          t();
+          t = nullptr;  // what it captured is released outside the lock
+          mu_.Lock();
+          continue;
+        }
+        if (user_exit_) return;
+        ++user_idle_;
+        user_cv_.Wait(&mu_);
+        --user_idle_;
+      }
+    });
+  }
 }
 
 void BatchProducer::StopPlanning() {
@@ -254,6 +297,12 @@ void BatchProducer::StopPlanning() {
 void BatchProducer::Run() {
   uint64_t seq = 0;
   Status status;
+  // A batch of a whole user-code dataset is made by a Python process: its task only
+  // waits on a socket. It runs on a plain thread of this producer's, not in the TBB
+  // arena: an arena thread would be held for the whole batch, and after each one TBB's
+  // workers spin looking for work (measured: most of the trainer's own CPU per batch
+  // of an in-process loader with Python processes).
+  const bool whole_user_code = user_code_ != nullptr && dataset_->kind() == "python";
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -289,7 +338,7 @@ void BatchProducer::Run() {
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
-    arena_->enqueue([this, my_seq, raw, memory_wait_ns] {
+    auto task = [this, my_seq, raw, memory_wait_ns] {
       FERRY_TSAN_ACQUIRE(raw);
       std::unique_ptr<ProducedBatch> owned(raw);
       // Busy while some batch is being made (PipelineStats::Busy).
@@ -309,7 +358,12 @@ void BatchProducer::Run() {
       }
       if (stats_ != nullptr) stats_->Busy(false);
       Finish(my_seq, std::move(owned));
-    });
+    };
+    if (whole_user_code) {
+      RunOnUserThread(std::move(task));
+    } else {
+      arena_->enqueue(std::move(task));
+    }
   }
   bool call_done = false;
   Status final_status;

@@ -266,6 +266,9 @@ class BatchProducer {
   void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillUserCode(ProducedBatch* batch, int64_t memory_wait_ns);
   void FinishInPython(ProducedBatch* batch);
+  // Runs `task` on one of this producer's plain threads (made as needed, up to
+  // max_in_flight_, joined by Stop): for batches that only wait on a Python process.
+  void RunOnUserThread(std::function<void()> task) LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
   // whose rows are final (see producer.cc).
@@ -308,6 +311,12 @@ class BatchProducer {
   std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_ GUARDED_BY(mu_);
   // Refill: batches in plan order whose rows are not final yet (one refill group's).
   std::deque<std::unique_ptr<ProducedBatch>> held_ GUARDED_BY(emit_mu_);
+  // RunOnUserThread's threads (touched by Run's thread, then by Stop once Run ended).
+  std::vector<std::thread> user_threads_;
+  CondVar user_cv_;
+  std::deque<std::function<void()>> user_tasks_ GUARDED_BY(mu_);
+  int user_idle_ GUARDED_BY(mu_) = 0;
+  bool user_exit_ GUARDED_BY(mu_) = false;
 };
 
 // An arena of exactly `threads` worker threads (0 = all cores) for BatchProducers.

@@ -72,6 +72,9 @@ struct PythonPool::Proc {
   std::shared_ptr<void> page;
   std::atomic<int32_t>* progress = nullptr;
   std::deque<uint64_t> loaded;  // job keys, oldest first (the process keeps the last 8)
+  // The structure of the process's last batch: a reply leaves it out while it repeats
+  // (most batches of a job), so that neither side writes nor parses it again.
+  std::string last_structure;
   ~Proc() {
     if (fd >= 0) close(fd);
     if (pid > 0) {
@@ -695,7 +698,9 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
       out.data = m;
       out.bytes = n;
     }
-    out.structure = reply.meta.value("structure", std::string());
+    if (auto it = reply.meta.find("structure"); it != reply.meta.end() && it->is_string())
+      p->last_structure = it->get<std::string>();
+    out.structure = p->last_structure;
     Release(std::move(p));
     for (size_t i = 0; i < samples.size(); ++i) {
       auto it = skipped.find(i);

@@ -15,8 +15,10 @@ worker's interpreter may not have. It talks to its parent over the socket FD:
                           ("input"), with its label
                    EXIT
   here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module"}
-                   BATCH  {"kept", "skipped", "structure", "bytes"}, and the batch's
-                          memory as a memfd passed with SCM_RIGHTS (no copy, no pickle)
+                   BATCH  {"kept", "skipped", "structure", "bytes", "buf"}, and the
+                          batch's memory as a memfd passed with SCM_RIGHTS (no copy, no
+                          pickle); "structure" only when it differs from this process's
+                          previous batch's (the parent keeps the last one)
                    FAILED {"error"}: the batch as a whole failed (its collate raised)
 
 FD 4 (the second argument) is a page shared with the parent: before each sample this
@@ -221,37 +223,70 @@ def decode(structure, data):
     `data` (no copy; writable when `data` is)."""
     if isinstance(structure, (str, bytes)):
         structure = json.loads(structure)
+    return _decode(structure, data, _np())
+
+
+def decoder(structure):
+    """decode(structure, data) as a function of `data` alone, for a structure many
+    batches share: the common batch (a tuple, list or dict of tensors) is rebuilt with
+    the dtypes, counts and shapes worked out once, with no walk of the structure."""
+    if isinstance(structure, (str, bytes)):
+        structure = json.loads(structure)
     np = _np()
-
-    def go(s):
-        k = s["k"]
-        if k in ("tensor", "ndarray", "npscalar"):
-            dtype = np.dtype(s["dtype"])
+    k = structure["k"]
+    if k in ("list", "tuple", "dict") and all(v["k"] == "tensor" for v in structure["v"]):
+        import torch
+        leaves = []
+        for v in structure["v"]:
             count = 1
-            for d in s["shape"]:
+            for d in v["shape"]:
                 count *= d
-            arr = np.frombuffer(data, dtype=dtype, count=count, offset=s["off"]).reshape(s["shape"])
-            if k == "ndarray":
-                return arr
-            if k == "npscalar":
-                return arr[()]
-            import torch
-            return torch.from_numpy(arr)
-        if k == "py":
-            return s["v"]
-        if k == "float":
-            return float(s["v"])
-        if k == "bytes":
-            return bytes.fromhex(s["v"])
-        if k == "list":
-            return [go(v) for v in s["v"]]
-        if k == "tuple":
-            return tuple(go(v) for v in s["v"])
-        if k == "dict":
-            return {key: go(v) for key, v in zip(s["keys"], s["v"])}
-        raise ValueError("unknown leaf kind %r in a user-code batch" % (k,))
+            leaves.append((np.dtype(v["dtype"]), count, v["off"], tuple(v["shape"])))
+        frombuffer, from_numpy = np.frombuffer, torch.from_numpy
 
-    return go(structure)
+        def tensors(data):
+            return [from_numpy(frombuffer(data, dtype=t, count=c, offset=o).reshape(shape))
+                    for t, c, o, shape in leaves]
+        if k == "list":
+            return tensors
+        if k == "tuple":
+            return lambda data: tuple(tensors(data))
+        keys = list(structure["keys"])
+        return lambda data: dict(zip(keys, tensors(data)))
+    return lambda data: _decode(structure, data, np)
+
+
+def _decode(s, data, np):
+    # A module-level function, not a closure: a recursive closure is a reference cycle
+    # (the function and its cell) that held `data`, and with it the batch's mapping,
+    # until the cyclic collector ran; the worker's buffer was then never released in
+    # time to be reused, and every batch cost a fresh memfd.
+    k = s["k"]
+    if k in ("tensor", "ndarray", "npscalar"):
+        dtype = np.dtype(s["dtype"])
+        count = 1
+        for d in s["shape"]:
+            count *= d
+        arr = np.frombuffer(data, dtype=dtype, count=count, offset=s["off"]).reshape(s["shape"])
+        if k == "ndarray":
+            return arr
+        if k == "npscalar":
+            return arr[()]
+        import torch
+        return torch.from_numpy(arr)
+    if k == "py":
+        return s["v"]
+    if k == "float":
+        return float(s["v"])
+    if k == "bytes":
+        return bytes.fromhex(s["v"])
+    if k == "list":
+        return [_decode(v, data, np) for v in s["v"]]
+    if k == "tuple":
+        return tuple(_decode(v, data, np) for v in s["v"])
+    if k == "dict":
+        return {key: _decode(v, data, np) for key, v in zip(s["keys"], s["v"])}
+    raise ValueError("unknown leaf kind %r in a user-code batch" % (k,))
 
 
 # -- making batches ---------------------------------------------------------------------
@@ -469,6 +504,7 @@ def serve(fd, progress_fd=None):
         def progress(pos):
             struct.pack_into("<i", page, 0, pos)
     buffers = _Buffers(page)
+    last_structure = None
     # What nearly every job's code imports, imported while the process waits for its
     # first job: loading a job (on a worker, while it should be heartbeating) is then
     # an unpickling, not seconds of imports.
@@ -540,8 +576,12 @@ def serve(fd, progress_fd=None):
             if buf < 0:
                 m.close()
         del made, arena, native
-        _send(sock, BATCH_OK, {"kept": kept, "skipped": skipped, "structure": json.dumps(structure),
-                               "bytes": size, "buf": buf}, fd_out)
+        reply = {"kept": kept, "skipped": skipped, "bytes": size, "buf": buf}
+        if structure != last_structure:
+            # Left out while it repeats: the parent keeps the last one it got.
+            reply["structure"] = json.dumps(structure)
+            last_structure = structure
+        _send(sock, BATCH_OK, reply, fd_out)
         if fd_out is not None and buf < 0:
             os.close(fd_out)
 

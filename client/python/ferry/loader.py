@@ -526,8 +526,8 @@ class Loader(torch.utils.data.IterableDataset):
             # Batches of one job mostly share a structure: parsed once while it repeats.
             text = b["structure"]
             if getattr(self, "_structure_text", None) != text:
-                self._structure_text, self._structure = text, json.loads(text)
-            return _user_worker.decode(self._structure, b["user_data"])
+                self._structure_text, self._decoder = text, _user_worker.decoder(text)
+            return self._decoder(b["user_data"])
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         if self._post is not None:
