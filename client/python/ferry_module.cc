@@ -51,6 +51,18 @@ T Check(Result<T> r) {
   return std::move(*r);
 }
 
+// C-order strides in bytes, worked out here: pybind11 2.10 (Debian 12's) reads a dtype's
+// item size from numpy 1's PyArray_Descr layout, which numpy 2 changed, so an array
+// made with empty strides gets wrong ones under numpy 2 (a current torch's).
+std::vector<py::ssize_t> CStrides(const std::vector<py::ssize_t>& shape, py::ssize_t item) {
+  std::vector<py::ssize_t> strides(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = item;
+    item *= shape[i];
+  }
+  return strides;
+}
+
 py::array View(const TensorView& t, const std::shared_ptr<void>& keepalive) {
   // The capsule owns a copy of the keepalive: the buffer outlives the array.
   auto* hold = new std::shared_ptr<void>(keepalive);
@@ -62,7 +74,7 @@ py::array View(const TensorView& t, const std::shared_ptr<void>& keepalive) {
                                                  : py::dtype::of<int64_t>();
   // Read-write: torch.from_numpy refuses read-only arrays. The buffer is this batch's
   // alone; a trainer that writes into it harms nobody.
-  return py::array(dtype, shape, {}, const_cast<void*>(t.data), base);
+  return py::array(dtype, shape, CStrides(shape, py::ssize_t(DTypeSize(t.dtype))), const_cast<void*>(t.data), base);
 }
 
 class PyIterator {
@@ -469,7 +481,8 @@ class PyPipeline {
     std::vector<py::ssize_t> shape = p_->dtype() == DType::kUint8
                                          ? std::vector<py::ssize_t>{s.height, s.width, s.channels}
                                          : std::vector<py::ssize_t>{s.channels, s.height, s.width};
-    py::array out(p_->dtype() == DType::kUint8 ? py::dtype::of<uint8_t>() : py::dtype::of<float>(), shape);
+    const bool u8 = p_->dtype() == DType::kUint8;
+    py::array out(u8 ? py::dtype::of<uint8_t>() : py::dtype::of<float>(), shape, CStrides(shape, u8 ? 1 : 4));
     Status st;
     void* dst = out.mutable_data();
     {

@@ -18,6 +18,7 @@
 #include <map>
 #include <new>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -119,8 +120,32 @@ struct PythonPool::Proc {
       waitpid(pid, &status, 0);
     }
     pid = -1;
+    return Describe(status);
+  }
+  // Reap, after waiting up to `seconds` for a process that is ending by itself (one
+  // that failed to start closes its socket as it exits).
+  std::string ReapWithin(double seconds) {
+    const auto until = Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
+    while (pid > 0 && Clock::now() < until) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return Describe(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return Reap();
+  }
+  static std::string Describe(int status) {
     if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (WIFEXITED(status)) {
+      switch (WEXITSTATUS(status)) {  // the child's own codes between fork and exec (Spawn)
+        case 127: return "could not be executed";
+        case 125: return "could not switch to --user-code-user's user";
+        case 126: return "could not set up its descriptors";
+      }
+      return "exited with status " + std::to_string(WEXITSTATUS(status));
+    }
     return "ended";
   }
 
@@ -415,31 +440,72 @@ uint64_t PythonPool::CodeKey(const JobSpec& job) {
   return f.Finish() | 1;  // never 0 (MakeBatch's "compute it")
 }
 
+namespace {
+
+// "cloudpickle 3.1.3 on the trainer, 2.2.0 here, ...": the trainer's versions (the job
+// records them) that this Python's differ from; "" when none does.
+std::string VersionDiff(const Json& mine, const std::string& trainers) {
+  const Json theirs = Json::parse(trainers, nullptr, false);
+  if (!mine.is_object() || !theirs.is_object()) return "";
+  std::string diff;
+  for (auto it = theirs.begin(); it != theirs.end(); ++it) {
+    if (!it.value().is_string()) continue;
+    const std::string have =
+        mine.contains(it.key()) && mine[it.key()].is_string() ? mine[it.key()].get<std::string>() : "(none)";
+    if (have != it.value().get<std::string>())
+      diff += (diff.empty() ? "" : ", ") + it.key() + " " + it.value().get<std::string>() + " on the trainer, " + have +
+              " here";
+  }
+  return diff;
+}
+
+}  // namespace
+
 Status PythonPool::Load(Proc* p, const JobSpec& job, uint64_t key, std::string* versions) {
   Json meta = {{"key", KeyHex(key)}, {"input", job.user_code.input}};
-  FERRY_RETURN_IF_ERROR(p->Send(kLoad, meta.dump(), job.user_code.payload));
+  // A process that could not start (no such interpreter, one --user-code-user cannot
+  // run) is a setting to fix, not a fault to retry: said as such, by how it ended.
+  auto startup = [](const std::string& how) {
+    return how == "could not be executed" || how == "could not switch to --user-code-user's user";
+  };
+  auto ended = [&](const std::string& how, const std::string& detail) {
+    close(p->fd);
+    p->fd = -1;  // dead: the caller discards it
+    const bool config = startup(how);
+    const std::string msg = "user code: the Python process (" + o_.python + ") " + (how.empty() ? "failed" : how) +
+                            (config ? " (check --python, and that --user-code-user's user can read and run it)"
+                                    : detail) +
+                            " while loading the job's code";
+    return config ? Status::FailedPrecondition(msg) : Status::Unavailable(msg);
+  };
+  if (Status sent = p->Send(kLoad, meta.dump(), job.user_code.payload); !sent.ok())
+    return ended(p->ReapWithin(1.0), " (" + sent.message() + ")");
   Proc::Frame f;
   std::string error;
   const Ended e = p->Receive(&f, Clock::now() + Seconds(kLoadTimeoutS), nullptr, &error);
   if (e != Ended::kNone || f.kind != kLoaded) {
-    if (e == Ended::kTimedOut) kill(p->pid, SIGKILL);
-    const std::string reaped = p->Reap();
-    const std::string why = e == Ended::kTimedOut ? "did not answer within " + std::to_string(int(kLoadTimeoutS)) + " s"
-                            : !error.empty()      ? error
-                                                  : reaped;
-    close(p->fd);
-    p->fd = -1;  // dead: the caller discards it
-    return Status::Unavailable("user code: the Python process (" + o_.python + ") " +
-                               (why.empty() ? std::string("failed") : why) + " while loading the job's code");
+    if (e == Ended::kTimedOut) {
+      kill(p->pid, SIGKILL);
+      p->Reap();
+      return ended("did not answer within " + std::to_string(int(kLoadTimeoutS)) + " s", "");
+    }
+    const std::string how = p->ReapWithin(1.0);
+    return ended(startup(how) || error.empty() ? how : error, "");
   }
   if (!f.meta.value("ok", false)) {
     std::string msg = f.meta.value("error", std::string("?"));
     std::string module;
     if (f.meta.contains("module") && f.meta["module"].is_string()) module = f.meta["module"].get<std::string>();
-    return Status::FailedPrecondition("user code cannot be loaded on this worker: " + msg +
-                                      (module.empty() ? std::string()
-                                                      : " (install module '" + module +
-                                                            "' where the workers run: the same image as the trainer)"));
+    // A pickle of one cloudpickle or torch often fails to load in another: say so.
+    const std::string diff =
+        f.meta.contains("versions") ? VersionDiff(f.meta["versions"], job.user_code.versions) : std::string();
+    return Status::FailedPrecondition(
+        "user code cannot be loaded on this worker: " + msg +
+        (module.empty() ? std::string()
+                        : " (install module '" + module + "' where the workers run: the same image as the trainer)") +
+        (diff.empty() ? std::string()
+                      : "; the worker's Python (" + o_.python + ") differs from the trainer's: " + diff +
+                            " (run the workers from the trainer's image, or point --python at the same environment)"));
   }
   if (versions != nullptr && f.meta.contains("versions")) *versions = f.meta["versions"].dump();
   p->loaded.push_back(key);
@@ -457,20 +523,7 @@ Status PythonPool::Check(const JobSpec& job, std::string* warning) {
   if (!st.ok() || warning == nullptr) return st;
   // The trainer's versions against this Python's: a difference is worth a warning
   // (pickles of one torch may not load, or behave the same, in another).
-  Json mine = Json::parse(versions, nullptr, false), theirs = Json::parse(job.user_code.versions, nullptr, false);
-  if (mine.is_object() && theirs.is_object()) {
-    std::string diff;
-    for (auto it = theirs.begin(); it != theirs.end(); ++it) {
-      if (!it.value().is_string()) continue;
-      const std::string have = mine.contains(it.key()) && mine[it.key()].is_string()
-                                   ? mine[it.key()].get<std::string>()
-                                   : std::string("(none)");
-      if (have != it.value().get<std::string>())
-        diff += (diff.empty() ? "" : ", ") + it.key() + " " + it.value().get<std::string>() + " on the trainer, " + have +
-                " here";
-    }
-    *warning = diff;
-  }
+  *warning = VersionDiff(Json::parse(versions, nullptr, false), job.user_code.versions);
   return st;
 }
 

@@ -193,6 +193,18 @@ TEST(PythonPoolTest, CodeThatCannotLoadFailsTheCheckNamingTheModule) {
   EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(PythonPoolTest, AnInterpreterThatCannotRunIsNamedNotABrokenPipe) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir;
+  const JobSpec job = JobOf(dir, "class D:\n    def __len__(self): return 1\ndataset = D()\n", 1);
+  PythonPoolOptions o = Options();
+  o.python = dir.path() + "/no-such-python3";
+  PythonPool pool(o);
+  const Status st = pool.Check(job);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("no-such-python3) could not be executed"), std::string::npos) << st.ToString();
+}
+
 TEST(PythonPoolTest, ACancelEndsAWaitPromptly) {
   SKIP_WITHOUT_PYTHON();
   TempDir dir;

@@ -2,6 +2,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -80,6 +81,10 @@ class Daemons:
                             "--dispatcher", self.dispatcher] + (self.worker_args if args is None else list(args)))
 
     def _start(self, argv):
+        if "--allow-user-code" in argv and "--python" not in argv:
+            # The workers' Python is the trainer's, as the README asks of a deployment
+            # (the same image): the tests' interpreter, whichever it is.
+            argv = argv + ["--python", sys.executable]
         log = os.path.join(str(self.tmp), "%s-%d.log" % (os.path.basename(argv[0]), len(self.procs)))
         with open(log, "w") as err:
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)

@@ -5,7 +5,11 @@ training a small model (tests/python/ddp_rank.py). Every rank makes the same num
 steps each epoch (else DDP's all-reduce hangs, which the timeout turns into a failure)
 and the ranks' samples are each epoch's samples exactly once (less the drop_last
 remainder): plain, with a worker killed mid-epoch, and in deterministic order. Elastic
-resume: 4 ranks stop mid-epoch, 2 new ranks finish the epoch from all 4 states (and 2 -> 4)."""
+resume: 4 ranks stop mid-epoch, 2 new ranks finish the epoch from all 4 states (and 2 -> 4).
+
+With FERRY_TEST_TORCHRUN=1 the ranks are started by the real torchrun instead
+(`python -m torch.distributed.run`: a torch whose torchrun works, e.g. a current one from
+PyPI; bench/peers/modern_torch.sh runs this file so)."""
 import json
 import os
 import shutil
@@ -49,6 +53,17 @@ class Ranks:
         self.logs = [str(tmp / ("%s-log-%d.txt" % (tag, r))) for r in range(world)]
         pythonpath = os.path.dirname(os.path.dirname(ferry.__file__))
         self.procs = []
+        if os.environ.get("FERRY_TEST_TORCHRUN") == "1":
+            # One torchrun for all ranks (it sets MASTER_*, RANK, LOCAL_RANK, WORLD_SIZE
+            # itself); their output goes to one log.
+            env = dict(os.environ, PYTHONPATH=pythonpath, **(extra_env or {}))
+            self.logs = [str(tmp / ("%s-torchrun-log.txt" % tag))] * world
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(world),
+                   "--master_addr", "127.0.0.1", "--master_port", str(port), os.path.join(HERE, "torchrun_rank.py"),
+                   script, *args, "--report", str(tmp / ("%s-report-{rank}.json" % tag))]
+            with open(self.logs[0], "w") as log:
+                self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+            return
         for r in range(world):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), LOCAL_RANK=str(r),
                        WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), PYTHONPATH=pythonpath, **(extra_env or {}))

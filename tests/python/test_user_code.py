@@ -7,6 +7,8 @@ import glob
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -399,6 +401,13 @@ def test_user_code_user_runs_the_processes_without_the_workers_credentials(ferry
     token.write_text("worker-and-trainer-secret\n")
     os.chmod(token, 0o600)
     os.chmod(tmp_path, 0o755)
+    # The workers' Python is this interpreter (conftest): nobody must be able to run it
+    # and import what the code needs (not so for a virtual environment under /root).
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "import cloudpickle, numpy, torch"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("user nobody cannot run %s with its packages: %s" % (sys.executable,
+                                                                       (probe.stderr.strip() or "?")[-200:]))
     d = Daemons(os.path.dirname(ferry_local), tmp_path / "d", workers=0)
     try:
         worker = d.start_worker(["--allow-user-code", "--user-code-user", "nobody", "--token-file", str(token)])

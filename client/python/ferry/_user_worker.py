@@ -14,7 +14,7 @@ worker's interpreter may not have. It talks to its parent over the socket FD:
                           transform as a PIL image, or a uint8 or float32 CHW tensor
                           ("input"), with its label
                    EXIT
-  here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module"}
+  here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module", "versions"}
                    BATCH  {"kept", "skipped", "structure", "bytes", "buf"}, and the
                           batch's memory as a memfd passed with SCM_RIGHTS (no copy, no
                           pickle); "structure" only when it differs from this process's
@@ -530,7 +530,7 @@ def serve(fd, progress_fd=None):
                     jobs.pop(next(iter(jobs)))
                 _send(sock, LOADED, {"ok": True, "versions": _versions()})
             except BaseException as e:  # SystemExit from a module's import, too
-                _send(sock, LOADED, {"ok": False, "error": _describe(e),
+                _send(sock, LOADED, {"ok": False, "error": _describe(e), "versions": _versions(),
                                      "module": getattr(e, "name", None) if isinstance(e, ImportError) else None})
             continue
         if kind != BATCH:

@@ -4,6 +4,7 @@ ferry-dispatcher job), with exact resume (state_dict) and ranks with equal steps
 import hashlib
 import json
 import os
+import sys
 import time
 import warnings
 
@@ -147,7 +148,9 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("python_processes must be >= 1")
         self.python_processes = int(python_processes)
         self.sample_timeout = float(sample_timeout or 0)
-        self.python = python or "/usr/bin/python3"
+        # In-process, the Python processes are the trainer's own interpreter (its
+        # packages, its cloudpickle): what pickled the code unpickles it.
+        self.python = python or sys.executable or "/usr/bin/python3"
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards (or dataset=, a "
                              "Dataset of your own)")
