@@ -11,9 +11,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <map>
-#include <optional>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <new>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -76,6 +79,63 @@ py::array View(const TensorView& t, const std::shared_ptr<void>& keepalive) {
   // alone; a trainer that writes into it harms nobody.
   return py::array(dtype, shape, CStrides(shape, py::ssize_t(DTypeSize(t.dtype))), const_cast<void*>(t.data), base);
 }
+
+// Float batches made on the trainer (normalize_nhwc, a pipeline's trainer half) come
+// from a few kept buffers. A fresh batch-sized allocation (38 MB for 64 images of
+// 224x224x3 float32) is past glibc's largest mmap threshold (32 MB), so every batch was
+// mapped, faulted in and zeroed by the kernel, then unmapped: clear_page was 60% of a
+// remote trainer's CPU. A buffer goes back to the pool when its array (and every
+// tensor viewing it) is freed; the pool keeps kKeep and frees the rest.
+class FloatPool {
+ public:
+  static FloatPool& Get() {
+    static FloatPool* pool = new FloatPool;  // never destroyed: arrays may outlive exit's destructors
+    return *pool;
+  }
+  // A writable float32 array of `shape` (C order) on a pooled buffer.
+  py::array_t<float> Array(const std::vector<py::ssize_t>& shape) {
+    size_t count = 1;
+    for (py::ssize_t d : shape) count *= size_t(d);
+    Buffer* b = Take(std::max<size_t>(count, 1));
+    py::capsule base(b, [](void* v) { FloatPool::Get().Give(static_cast<Buffer*>(v)); });
+    return py::array_t<float>(shape, b->data, base);
+  }
+
+ private:
+  struct Buffer {
+    float* data;
+    size_t count;
+  };
+  static constexpr size_t kKeep = 3;
+  Buffer* Take(size_t count) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i]->count == count) {
+          Buffer* b = free_[i];
+          free_.erase(free_.begin() + std::ptrdiff_t(i));
+          return b;
+        }
+      }
+    }
+    void* p = std::aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64);
+    if (p == nullptr) throw std::bad_alloc();
+    return new Buffer{static_cast<float*>(p), count};
+  }
+  void Give(Buffer* b) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kKeep) {
+        free_.push_back(b);
+        return;
+      }
+    }
+    std::free(b->data);
+    delete b;
+  }
+  std::mutex mu_;
+  std::vector<Buffer*> free_;
+};
 
 class PyIterator {
  public:
@@ -520,7 +580,8 @@ class PyPipeline {
     const int64_t rows = images.shape(0);
     if (indices.size() != rows || labels.size() != rows || valid < 0 || valid > rows)
       throw py::value_error("finish wants one index and one label per row, and valid <= rows");
-    py::array_t<float> out({py::ssize_t(rows), py::ssize_t(s.channels), py::ssize_t(s.height), py::ssize_t(s.width)});
+    py::array_t<float> out =
+        FloatPool::Get().Array({py::ssize_t(rows), py::ssize_t(s.channels), py::ssize_t(s.height), py::ssize_t(s.width)});
     py::object targets = py::none();
     float* t = nullptr;
     if (p_->num_classes() > 0) {
@@ -563,7 +624,7 @@ py::array_t<float> NormalizeNHWC(py::array_t<uint8_t, py::array::c_style> images
     scale[k] = 1.f / (255.f * std[k]);
     bias[k] = -mean[k] / std[k];
   }
-  py::array_t<float> out({n, c, h, w});
+  py::array_t<float> out = FloatPool::Get().Array({n, c, h, w});
   const uint8_t* in = images.data();
   float* o = out.mutable_data();
   {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+
+#include <immintrin.h>
 
 #include <opencv2/imgproc.hpp>
 
@@ -112,31 +115,61 @@ namespace {
 // The hot loop of the float output: v * scale + bias per value, de-interleaving HWC
 // uint8 into CHW float. Built twice (AVX2 and baseline) and picked at load time,
 // since the gain of 8-wide float lanes here is large and CI machines vary.
-FERRY_TARGET_CLONES_AVX2 void NormalizeRows3(const uint8_t* __restrict hwc, size_t stride, int h, int w, bool flip,
-                                             const float* scale, const float* bias, float* __restrict o0,
-                                             float* __restrict o1, float* __restrict o2) {
+// Copies n floats to dst with non-temporal stores where dst is 16-byte aligned. A
+// float batch (38 MB for 64 images at 224x224x3) is written once and read by someone
+// else later (the trainer, the wire): streaming stores skip reading each destination
+// line into the cache first, half the memory traffic of plain stores.
+inline void StreamFloats(float* __restrict dst, const float* __restrict src, int n) {
+  int i = 0;
+  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) {
+    dst[i] = src[i];
+    ++i;
+  }
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// One chunk of a row: (x * scale + bias) per channel into three small buffers, which
+// stay in L1 (vectorized by the compiler; AVX2 where the CPU has it).
+FERRY_TARGET_CLONES_AVX2 void NormalizeChunk3(const uint8_t* __restrict px, int n, bool flip, const float* scale,
+                                              const float* bias, float* __restrict t0, float* __restrict t1,
+                                              float* __restrict t2) {
   const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
   const float b0 = bias[0], b1 = bias[1], b2 = bias[2];
+  if (!flip) {
+    for (int x = 0; x < n; ++x) {
+      t0[x] = float(px[3 * x]) * s0 + b0;
+      t1[x] = float(px[3 * x + 1]) * s1 + b1;
+      t2[x] = float(px[3 * x + 2]) * s2 + b2;
+    }
+  } else {  // px is the chunk's last pixel; it walks left
+    for (int x = 0; x < n; ++x) {
+      t0[x] = float(px[-3 * x]) * s0 + b0;
+      t1[x] = float(px[-3 * x + 1]) * s1 + b1;
+      t2[x] = float(px[-3 * x + 2]) * s2 + b2;
+    }
+  }
+}
+
+void NormalizeRows3(const uint8_t* __restrict hwc, size_t stride, int h, int w, bool flip, const float* scale,
+                    const float* bias, float* __restrict o0, float* __restrict o1, float* __restrict o2) {
+  constexpr int kChunk = 256;
+  alignas(64) float t0[kChunk], t1[kChunk], t2[kChunk];
   for (int y = 0; y < h; ++y) {
     const uint8_t* __restrict row = hwc + size_t(y) * stride;
     float* __restrict r0 = o0 + size_t(y) * w;
     float* __restrict r1 = o1 + size_t(y) * w;
     float* __restrict r2 = o2 + size_t(y) * w;
-    if (!flip) {
-      for (int x = 0; x < w; ++x) {
-        r0[x] = float(row[3 * x]) * s0 + b0;
-        r1[x] = float(row[3 * x + 1]) * s1 + b1;
-        r2[x] = float(row[3 * x + 2]) * s2 + b2;
-      }
-    } else {
-      const uint8_t* __restrict end = row + 3 * (w - 1);
-      for (int x = 0; x < w; ++x) {
-        r0[x] = float(end[-3 * x]) * s0 + b0;
-        r1[x] = float(end[-3 * x + 1]) * s1 + b1;
-        r2[x] = float(end[-3 * x + 2]) * s2 + b2;
-      }
+    for (int x0 = 0; x0 < w; x0 += kChunk) {
+      const int n = std::min(kChunk, w - x0);
+      const uint8_t* px = flip ? row + 3 * (w - 1 - x0) : row + 3 * x0;
+      NormalizeChunk3(px, n, flip, scale, bias, t0, t1, t2);
+      StreamFloats(r0 + x0, t0, n);
+      StreamFloats(r1 + x0, t1, n);
+      StreamFloats(r2 + x0, t2, n);
     }
   }
+  _mm_sfence();  // the streamed stores are ordered before whoever reads the batch next
 }
 
 }  // namespace
