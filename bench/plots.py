@@ -45,7 +45,7 @@ def per_core(s, out):
         values = [v for _, v in rows]
         colors = [FERRY if n == "Ferry" else PEER for n in names]
         if dtype == "float32" and "bare_decode" in pc:
-            names.append("bare libjpeg-turbo decode\n(full size, no transform)")
+            names.append("bare libjpeg-turbo decode\n(full size; bench/compare.py)")
             values.append(pc["bare_decode"])
             colors.append(ANCHOR)
         _bars(ax, names, values, colors, xlabel="images per CPU-second (one core)")
@@ -141,12 +141,13 @@ def dispatcher(s, out):
     names = ["1 worker", "%d workers" % sc["workers"], "%d x 1 worker (ideal)" % sc["workers"]]
     _bars(axes[0], names, [sc["single"], sc["aggregate"], sc["single"] * sc["workers"]], [FERRY, FERRY, PEER],
           fmt="{:,.1f}", xlabel="batches/s through one client")
-    axes[0].set_title("scale-out: efficiency %.3f" % (sc["aggregate"] / (sc["single"] * sc["workers"])), fontsize=10)
+    eff = sc.get("efficiency", sc["aggregate"] / (sc["single"] * sc["workers"]))
+    axes[0].set_title("scale-out: efficiency %.3f (as ferry-bench printed it)" % eff, fontsize=10)
     ld = d["load"]
     _bars(axes[1], ["p50", "p99"], [ld["p50_ms"], ld["p99_ms"]], [FERRY, FERRY], fmt="{:.2f} ms",
-          xlabel="heartbeat round trip, ms (%d workers, %s leases/s, journal fsynced)"
-          % (ld["workers"], "{:,.0f}".format(ld["leases_per_s"])))
-    axes[1].set_title("one dispatcher under %d workers" % ld["workers"], fontsize=10)
+          xlabel="heartbeat round trip, ms")
+    axes[1].set_title("one dispatcher, %d workers, %s leases/s, journal fsynced"
+                      % (ld["workers"], "{:,.0f}".format(ld["leases_per_s"])), fontsize=10)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "dispatcher.png"), dpi=110)
     plt.close(fig)

@@ -27,7 +27,7 @@ versions() {
 }
 echo "== the Python suite, $(versions "$venv/bin/python")"
 rc=0
-"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || rc=1
+"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/python "$@" || rc=1
 echo "== the DDP rank tests under torchrun ($venv/bin/python -m torch.distributed.run)"
 FERRY_TEST_TORCHRUN=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python/test_ddp.py "$@" || rc=1
 echo "== for comparison, CI's interpreter: $(versions /usr/bin/python3)"

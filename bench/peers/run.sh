@@ -5,7 +5,9 @@
 # cores (bench/peers/peers.py), printing one table per scenario.
 #
 #   bash bench/peers/run.sh [peers.py's flags, e.g. --seconds 10]
-# (then bench/peers/service.py: tf.data service against ferry-dispatcher and workers)
+# (then bench/peers/service.py: tf.data service against ferry-dispatcher and workers).
+# A current PyTorch from PyPI in the same environment, with the Python suite and the DDP
+# tests under torchrun: bash bench/peers/modern_torch.sh (about 5 GB of wheels).
 #
 # Environment: FERRY_PEERS_VENV (default ~/.cache/ferry/peers-venv), FERRY_PEERS_PYTHON
 # (the interpreter the environment is made from: a CPython 3.11 with venv; default
