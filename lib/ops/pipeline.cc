@@ -384,8 +384,15 @@ void Pipeline::WriteOutput(const cv::Mat& img, bool flip, uint64_t seed, uint64_
     return;
   }
   kernels::WriteFloatCHW(img.data, img.step, img.rows, img.cols, img.channels(), flip, scale_, bias_,
-                         static_cast<float*>(out));
+                         static_cast<float*>(out), !ReadsRowsBack());
   RunTensorOps(static_cast<float*>(out), seed, epoch, index);
+}
+
+bool Pipeline::ReadsRowsBack() const {
+  const size_t end = batch_op_ >= 0 ? size_t(batch_op_) : ops_.size();
+  for (size_t i = size_t(first_tensor_op_); i < end; ++i)
+    if (int(i) != normalize_op_) return true;  // a tensor op reads the row just written
+  return batch_op_ >= 0;                        // MixUp/CutMix read the batch's rows
 }
 
 void Pipeline::RunTensorOps(float* chw, uint64_t seed, uint64_t epoch, int64_t index) const {
@@ -417,7 +424,7 @@ void Pipeline::FinishOnTrainer(const uint8_t* images, int64_t rows, int64_t vali
       continue;
     }
     kernels::WriteFloatCHW(images + size_t(r) * in_row, size_t(out_.width) * out_.channels, out_.height, out_.width,
-                           out_.channels, false, scale_, bias_, o);
+                           out_.channels, false, scale_, bias_, o, !ReadsRowsBack());
     RunTensorOps(o, seed, epoch, indices[r]);
   }
   BatchView b;

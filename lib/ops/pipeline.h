@@ -125,6 +125,9 @@ class Pipeline {
                      void* out, StepTimes* times, TargetTracker* tracker) const;
   void WriteOutput(const cv::Mat& img, bool flip, uint64_t seed, uint64_t epoch, int64_t index, void* out) const;
   void RunTensorOps(float* chw, uint64_t seed, uint64_t epoch, int64_t index) const;
+  // Whether a tensor op (other than the fused normalize) or a batch op reads a row
+  // right after it is written: then it is written with plain stores, else streamed.
+  bool ReadsRowsBack() const;
   SampleRng Rng(size_t op, uint64_t seed, uint64_t epoch, int64_t index) const;
 
   PipelineSpec spec_, canonical_;

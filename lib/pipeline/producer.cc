@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <iterator>
+#include <system_error>
 #include <thread>
 
 #include <oneapi/tbb/blocked_range.h>
@@ -244,7 +245,9 @@ void BatchProducer::Stop() {
   for (std::thread& t : user_threads_) {
     if (!t.joinable()) continue;
     if (t.get_id() == std::this_thread::get_id()) {
-      t.detach();  // stopped from its own task (a done callback): it returns next
+      // Not reached today (Stop waits for every task first, so a task cannot be the
+      // caller); joining oneself would throw, so never try.
+      t.detach();
     } else {
       t.join();
     }
@@ -264,24 +267,39 @@ void BatchProducer::RunOnUserThread(std::function<void()> task) {
   // Threads are made as tasks outnumber idle ones, up to max_in_flight_ (the tasks in
   // flight never exceed it). Only Run's thread gets here.
   if (idle == 0 && user_threads_.size() < size_t(max_in_flight_)) {
-    user_threads_.emplace_back([this] {
-      MutexLock lock(&mu_);
-      for (;;) {
-        if (!user_tasks_.empty()) {
-          std::function<void()> t = std::move(user_tasks_.front());
-          user_tasks_.pop_front();
-          mu_.Unlock();
-          t();
-          t = nullptr;  // what it captured is released outside the lock
-          mu_.Lock();
-          continue;
-        }
-        if (user_exit_) return;
-        ++user_idle_;
-        user_cv_.Wait(&mu_);
-        --user_idle_;
+    try {
+      user_threads_.emplace_back([this] { UserThreadLoop(); });
+    } catch (const std::system_error& e) {
+      // No thread to be had (a process or pid limit): with none of its own yet, the
+      // producer hands its queued tasks to the arena, as before plain threads.
+      if (!user_threads_.empty()) return;
+      std::deque<std::function<void()>> tasks;
+      {
+        MutexLock lock(&mu_);
+        tasks.swap(user_tasks_);
       }
-    });
+      LogWarn("user code: no thread for a batch (%s): it runs in the decode arena", e.what());
+      for (auto& t : tasks) arena_->enqueue(std::move(t));
+    }
+  }
+}
+
+void BatchProducer::UserThreadLoop() {
+  MutexLock lock(&mu_);
+  for (;;) {
+    if (!user_tasks_.empty()) {
+      std::function<void()> t = std::move(user_tasks_.front());
+      user_tasks_.pop_front();
+      mu_.Unlock();
+      t();
+      t = nullptr;  // what it captured is released outside the lock
+      mu_.Lock();
+      continue;
+    }
+    if (user_exit_) return;
+    ++user_idle_;
+    user_cv_.Wait(&mu_);
+    --user_idle_;
   }
 }
 

@@ -269,6 +269,7 @@ class BatchProducer {
   // Runs `task` on one of this producer's plain threads (made as needed, up to
   // max_in_flight_, joined by Stop): for batches that only wait on a Python process.
   void RunOnUserThread(std::function<void()> task) LOCKS_EXCLUDED(mu_);
+  void UserThreadLoop() LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
   // whose rows are final (see producer.cc).

@@ -658,6 +658,10 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
         reply.meta = std::move(f.meta);
         reply.fds.swap(f.fds);
         got = true;
+        // The process counts a structure as sent once it sent it: keep it before any
+        // check below can give the process back with this reply unused.
+        if (auto it = reply.meta.find("structure"); it != reply.meta.end() && it->is_string())
+          p->last_structure = it->get<std::string>();
         break;
       }
     }
@@ -751,8 +755,6 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
       out.data = m;
       out.bytes = n;
     }
-    if (auto it = reply.meta.find("structure"); it != reply.meta.end() && it->is_string())
-      p->last_structure = it->get<std::string>();
     out.structure = p->last_structure;
     Release(std::move(p));
     for (size_t i = 0; i < samples.size(); ++i) {

@@ -205,6 +205,34 @@ TEST(PythonPoolTest, AnInterpreterThatCannotRunIsNamedNotABrokenPipe) {
   EXPECT_NE(st.message().find("no-such-python3) could not be executed"), std::string::npos) << st.ToString();
 }
 
+TEST(PythonPoolTest, AStructureIsLeftOutOnlyWhenItsTextRepeats) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir;
+  // Batches whose structures are equal as Python values (1 == True == 1.0) but not as
+  // JSON: each must come with its own; a repeat may leave it out.
+  const JobSpec job = JobOf(dir,
+                            "class D:\n"
+                            "    def __len__(self): return 8\n"
+                            "    def __getitem__(self, i): return i\n"
+                            "dataset = D()\n"
+                            "def collate_fn(rows):\n"
+                            "    return [[1, True, 1.0, 1][rows[0] // 2]]\n",
+                            8);
+  PythonPool pool(Options(1));
+  ASSERT_TRUE(pool.Check(job).ok());
+  std::vector<std::string> got;
+  for (int64_t first : {0, 2, 4, 6, 7}) {
+    Result<UserBatch> b = pool.MakeBatch(job, 0, {first}, 0);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    got.push_back(b->structure);
+  }
+  EXPECT_NE(got[0], got[1]);  // 1, then True
+  EXPECT_NE(got[1], got[2]);  // True, then 1.0
+  EXPECT_NE(got[2], got[3]);  // 1.0, then 1
+  EXPECT_EQ(got[3], got[4]);  // 1 again: the kept structure, and the same
+  EXPECT_NE(got[1].find("true"), std::string::npos) << got[1];
+}
+
 TEST(PythonPoolTest, ACancelEndsAWaitPromptly) {
   SKIP_WITHOUT_PYTHON();
   TempDir dir;

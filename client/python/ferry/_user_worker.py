@@ -577,10 +577,12 @@ def serve(fd, progress_fd=None):
                 m.close()
         del made, arena, native
         reply = {"kept": kept, "skipped": skipped, "bytes": size, "buf": buf}
-        if structure != last_structure:
-            # Left out while it repeats: the parent keeps the last one it got.
-            reply["structure"] = json.dumps(structure)
-            last_structure = structure
+        text = json.dumps(structure)
+        if text != last_structure:
+            # Left out while it repeats: the parent keeps the last one it got. (The
+            # text is compared: as Python values 1, 1.0 and True are equal.)
+            reply["structure"] = text
+            last_structure = text
         _send(sock, BATCH_OK, reply, fd_out)
         if fd_out is not None and buf < 0:
             os.close(fd_out)

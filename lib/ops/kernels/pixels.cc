@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define FERRY_STREAM_STORES 1
+#endif
 
 #include <opencv2/imgproc.hpp>
 
@@ -119,14 +123,23 @@ namespace {
 // float batch (38 MB for 64 images at 224x224x3) is written once and read by someone
 // else later (the trainer, the wire): streaming stores skip reading each destination
 // line into the cache first, half the memory traffic of plain stores.
-inline void StreamFloats(float* __restrict dst, const float* __restrict src, int n) {
-  int i = 0;
-  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) {
-    dst[i] = src[i];
-    ++i;
+// (Plain stores when `stream` is false: the caller reads the rows back at once, as a
+// pipeline's tensor and batch ops do, and wants them in the cache.)
+inline void StreamFloats(float* __restrict dst, const float* __restrict src, int n, bool stream) {
+#ifdef FERRY_STREAM_STORES
+  if (stream) {
+    int i = 0;
+    while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) {
+      dst[i] = src[i];
+      ++i;
+    }
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+    for (; i < n; ++i) dst[i] = src[i];
+    return;
   }
-  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
+#endif
+  (void)stream;
+  std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
 
 // One chunk of a row: (x * scale + bias) per channel into three small buffers, which
@@ -152,7 +165,7 @@ FERRY_TARGET_CLONES_AVX2 void NormalizeChunk3(const uint8_t* __restrict px, int 
 }
 
 void NormalizeRows3(const uint8_t* __restrict hwc, size_t stride, int h, int w, bool flip, const float* scale,
-                    const float* bias, float* __restrict o0, float* __restrict o1, float* __restrict o2) {
+                    const float* bias, float* __restrict o0, float* __restrict o1, float* __restrict o2, bool stream) {
   constexpr int kChunk = 256;
   alignas(64) float t0[kChunk], t1[kChunk], t2[kChunk];
   for (int y = 0; y < h; ++y) {
@@ -164,21 +177,23 @@ void NormalizeRows3(const uint8_t* __restrict hwc, size_t stride, int h, int w, 
       const int n = std::min(kChunk, w - x0);
       const uint8_t* px = flip ? row + 3 * (w - 1 - x0) : row + 3 * x0;
       NormalizeChunk3(px, n, flip, scale, bias, t0, t1, t2);
-      StreamFloats(r0 + x0, t0, n);
-      StreamFloats(r1 + x0, t1, n);
-      StreamFloats(r2 + x0, t2, n);
+      StreamFloats(r0 + x0, t0, n, stream);
+      StreamFloats(r1 + x0, t1, n, stream);
+      StreamFloats(r2 + x0, t2, n, stream);
     }
   }
-  _mm_sfence();  // the streamed stores are ordered before whoever reads the batch next
+#ifdef FERRY_STREAM_STORES
+  if (stream) _mm_sfence();  // the streamed stores are ordered before whoever reads the batch next
+#endif
 }
 
 }  // namespace
 
 void WriteFloatCHW(const uint8_t* hwc, size_t stride, int h, int w, int c, bool flip, const float* scale,
-                   const float* bias, float* out) {
+                   const float* bias, float* out, bool stream) {
   const size_t plane = size_t(h) * w;
   if (c == 3) {
-    NormalizeRows3(hwc, stride, h, w, flip, scale, bias, out, out + plane, out + 2 * plane);
+    NormalizeRows3(hwc, stride, h, w, flip, scale, bias, out, out + plane, out + 2 * plane, stream);
     return;
   }
   for (int y = 0; y < h; ++y) {

@@ -43,9 +43,10 @@ void ApplyJitter(uint8_t* pixels, int num_pixels, int channels, const JitterFact
 
 // Writes an interleaved uint8 H x W x C image as float32 C x H x W:
 // x * scale[c] + bias[c] (Normalize: scale = 1/(255 std), bias = -mean/std), mirrored
-// left-right when `flip`.
+// left-right when `flip`. `stream`: with non-temporal stores (x86), for output that
+// is not read back soon (a batch on its way out); false when the caller reads it next.
 void WriteFloatCHW(const uint8_t* hwc, size_t row_stride, int height, int width, int channels, bool flip,
-                   const float* scale, const float* bias, float* out);
+                   const float* scale, const float* bias, float* out, bool stream = true);
 
 }  // namespace ferry::kernels
 
