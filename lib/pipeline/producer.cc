@@ -238,10 +238,9 @@ void BatchProducer::Stop() {
   {
     MutexLock lock(&mu_);
     while (in_flight_ != 0 || done_running_) cv_.Wait(&mu_);
-    user_exit_ = true;
-    user_cv_.SignalAll();
   }
-  // Run has ended (joined above): user_threads_ no longer grows.
+  // Run has ended (joined above): user_threads_ no longer grows, and each of its loops
+  // sees stop_ before it plans again.
   for (std::thread& t : user_threads_) {
     if (!t.joinable()) continue;
     if (t.get_id() == std::this_thread::get_id()) {
@@ -256,53 +255,6 @@ void BatchProducer::Stop() {
   held_.clear();  // their buffers go back to the pool
 }
 
-void BatchProducer::RunOnUserThread(std::function<void()> task) {
-  size_t idle;
-  {
-    MutexLock lock(&mu_);
-    user_tasks_.push_back(std::move(task));
-    idle = size_t(user_idle_);
-    user_cv_.Signal();
-  }
-  // Threads are made as tasks outnumber idle ones, up to max_in_flight_ (the tasks in
-  // flight never exceed it). Only Run's thread gets here.
-  if (idle == 0 && user_threads_.size() < size_t(max_in_flight_)) {
-    try {
-      user_threads_.emplace_back([this] { UserThreadLoop(); });
-    } catch (const std::system_error& e) {
-      // No thread to be had (a process or pid limit): with none of its own yet, the
-      // producer hands its queued tasks to the arena, as before plain threads.
-      if (!user_threads_.empty()) return;
-      std::deque<std::function<void()>> tasks;
-      {
-        MutexLock lock(&mu_);
-        tasks.swap(user_tasks_);
-      }
-      LogWarn("user code: no thread for a batch (%s): it runs in the decode arena", e.what());
-      for (auto& t : tasks) arena_->enqueue(std::move(t));
-    }
-  }
-}
-
-void BatchProducer::UserThreadLoop() {
-  MutexLock lock(&mu_);
-  for (;;) {
-    if (!user_tasks_.empty()) {
-      std::function<void()> t = std::move(user_tasks_.front());
-      user_tasks_.pop_front();
-      mu_.Unlock();
-      t();
-      t = nullptr;  // what it captured is released outside the lock
-      mu_.Lock();
-      continue;
-    }
-    if (user_exit_) return;
-    ++user_idle_;
-    user_cv_.Wait(&mu_);
-    --user_idle_;
-  }
-}
-
 void BatchProducer::StopPlanning() {
   {
     MutexLock lock(&mu_);
@@ -313,76 +265,132 @@ void BatchProducer::StopPlanning() {
 }
 
 void BatchProducer::Run() {
+  if (user_code_ != nullptr && dataset_->kind() == "python") return RunUserCode();
   uint64_t seq = 0;
   Status status;
-  // A batch of a whole user-code dataset is made by a Python process: its task only
-  // waits on a socket. It runs on a plain thread of this producer's, not in the TBB
-  // arena: an arena thread would be held for the whole batch, and after each one TBB's
-  // workers spin looking for work (measured: most of the trainer's own CPU per batch
-  // of an in-process loader with Python processes).
-  const bool whole_user_code = user_code_ != nullptr && dataset_->kind() == "python";
   for (;;) {
     {
       MutexLock lock(&mu_);
       while (!stop_ && !stop_planning_ && in_flight_ >= max_in_flight_) cv_.Wait(&mu_);
       if (stop_ || stop_planning_ || !status_.ok()) break;
     }
-    std::optional<BatchPlan> plan;
-    try {
-      plan = plans_->Next();
-    } catch (const std::exception& e) {
-      status = Status::Internal(std::string("planning failed: ") + e.what());
-      break;
-    }
-    if (!plan) break;
-    auto batch = std::make_unique<ProducedBatch>();
-    batch->plan = std::move(*plan);
-    const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
-    const int64_t wait_from = MonoNs();
-    try {
-      batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
-    } catch (const std::bad_alloc&) {
-      // No exception leaves this thread: the stream ends with the error, the process
-      // goes on (workers also bound each stream's memory before it starts).
-      status = Status::ResourceExhausted("out of memory for a batch of " + std::to_string(rows) + " samples");
-      break;
-    }
-    if (batch->memory.owner == nullptr) break;  // cancelled
-    {
-      MutexLock lock(&mu_);
-      ++in_flight_;
-    }
-    const int64_t memory_wait_ns = MonoNs() - wait_from;
+    std::unique_ptr<ProducedBatch> batch;
+    int64_t memory_wait_ns = 0;
+    if (!PlanOne(&batch, &memory_wait_ns, &status)) break;
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
-    auto task = [this, my_seq, raw, memory_wait_ns] {
+    arena_->enqueue([this, my_seq, raw, memory_wait_ns] {
       FERRY_TSAN_ACQUIRE(raw);
-      std::unique_ptr<ProducedBatch> owned(raw);
-      // Busy while some batch is being made (PipelineStats::Busy).
-      if (stats_ != nullptr) stats_->Busy(true);
-      try {
-        Fill(owned.get(), memory_wait_ns);
-        if (!owned->failure.ok()) {
-          MutexLock lock(&mu_);
-          if (status_.ok()) status_ = owned->failure;
-        }
-      } catch (const std::bad_alloc&) {
-        MutexLock lock(&mu_);
-        if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
-      } catch (const std::exception& e) {
-        MutexLock lock(&mu_);
-        if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
-      }
-      if (stats_ != nullptr) stats_->Busy(false);
-      Finish(my_seq, std::move(owned));
-    };
-    if (whole_user_code) {
-      RunOnUserThread(std::move(task));
-    } else {
-      arena_->enqueue(std::move(task));
+      Make(my_seq, std::unique_ptr<ProducedBatch>(raw), memory_wait_ns);
+    });
+  }
+  EndPlanning(status);
+}
+
+// A batch of a whole user-code dataset is made by a Python process: making it only
+// waits on a socket. So it is made on plain threads of this producer's, one per batch
+// in flight (never more than the pool has processes), and each thread plans its own
+// next batch as soon as it has emitted one: no TBB arena thread is held for a whole
+// batch (after each one TBB's workers spin looking for work), and no hand-off from a
+// planning thread wakes a second thread per batch. Measured on the trainer of an
+// in-process loader with two Python processes: both were most of its own CPU per batch
+// (a context switch costs more than the rest of what the trainer does for a batch).
+void BatchProducer::RunUserCode() {
+  const int loops = std::max(1, std::min(max_in_flight_, user_code_->options().processes));
+  for (int i = 1; i < loops; ++i) {
+    try {
+      user_threads_.emplace_back([this] { UserCodeLoop(); });
+    } catch (const std::system_error& e) {
+      // No thread to be had (a process or pid limit): fewer batches in flight.
+      LogWarn("user code: %d of %d threads for batches (%s)", i, loops, e.what());
+      break;
     }
   }
+  UserCodeLoop();
+}
+
+void BatchProducer::UserCodeLoop() {
+  Status status;
+  for (;;) {
+    std::unique_ptr<ProducedBatch> batch;
+    int64_t memory_wait_ns = 0;
+    uint64_t my_seq;
+    {
+      // One loop plans at a time, so that sequence numbers follow the plan; a loop that
+      // ends planning ends it for all (a plan source is not asked again after its end).
+      MutexLock plan_lock(&plan_mu_);
+      if (planning_ended_) break;
+      bool go;
+      {
+        MutexLock lock(&mu_);
+        go = !stop_ && !stop_planning_ && status_.ok();
+      }
+      if (!go || !PlanOne(&batch, &memory_wait_ns, &status)) {
+        planning_ended_ = true;
+        break;
+      }
+      my_seq = user_seq_++;
+    }
+    Make(my_seq, std::move(batch), memory_wait_ns);
+  }
+  EndPlanning(status);
+}
+
+bool BatchProducer::PlanOne(std::unique_ptr<ProducedBatch>* out, int64_t* memory_wait_ns, Status* status) {
+  std::optional<BatchPlan> plan;
+  try {
+    plan = plans_->Next();
+  } catch (const std::exception& e) {
+    *status = Status::Internal(std::string("planning failed: ") + e.what());
+    return false;
+  }
+  if (!plan) return false;
+  auto batch = std::make_unique<ProducedBatch>();
+  batch->plan = std::move(*plan);
+  const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
+  const int64_t wait_from = MonoNs();
+  try {
+    batch->memory = allocator_->Allocate(batch->plan, rows, sample_bytes_);  // may block: outside the arena
+  } catch (const std::bad_alloc&) {
+    // No exception leaves this thread: the stream ends with the error, the process
+    // goes on (workers also bound each stream's memory before it starts).
+    *status = Status::ResourceExhausted("out of memory for a batch of " + std::to_string(rows) + " samples");
+    return false;
+  }
+  if (batch->memory.owner == nullptr) return false;  // cancelled
+  {
+    MutexLock lock(&mu_);
+    ++in_flight_;
+  }
+  *memory_wait_ns = MonoNs() - wait_from;
+  *out = std::move(batch);
+  return true;
+}
+
+void BatchProducer::Make(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) {
+  // Busy while some batch is being made (PipelineStats::Busy).
+  if (stats_ != nullptr) stats_->Busy(true);
+  try {
+    Fill(batch.get(), memory_wait_ns);
+    if (!batch->failure.ok()) {
+      MutexLock lock(&mu_);
+      if (status_.ok()) status_ = batch->failure;
+    }
+  } catch (const std::bad_alloc&) {
+    MutexLock lock(&mu_);
+    if (status_.ok()) status_ = Status::ResourceExhausted("out of memory while decoding a batch");
+  } catch (const std::exception& e) {
+    MutexLock lock(&mu_);
+    if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
+  }
+  if (stats_ != nullptr) stats_->Busy(false);
+  Finish(seq, std::move(batch));
+}
+
+// Planning has ended (for good: its end, an error, a stop). `done` is called here when
+// no batch is in flight, else by the last one's Finish. Called by each planning loop.
+void BatchProducer::EndPlanning(const Status& status) {
   bool call_done = false;
   Status final_status;
   {
@@ -391,6 +399,7 @@ void BatchProducer::Run() {
     planning_done_ = true;
     if (in_flight_ == 0 && !done_called_) {
       done_called_ = true;
+      done_running_ = true;  // Stop() waits for it: done_ may touch the owner
       call_done = true;
       final_status = status_;
     }
@@ -398,6 +407,9 @@ void BatchProducer::Run() {
   if (call_done) {
     DropHeld();
     if (done_) done_(final_status);
+    MutexLock lock(&mu_);
+    done_running_ = false;
+    cv_.SignalAll();
   }
 }
 

@@ -16,7 +16,9 @@
 //   arena; inside it a parallel_for decodes the samples. Up to `max_in_flight`
 //   batches of one producer are in the arena at once, so threads that finish their
 //   part of one batch start on the next instead of idling at batch boundaries.
-//   Finished batches are re-ordered and emitted strictly in plan order.
+//   Finished batches are re-ordered and emitted strictly in plan order. A whole
+//   user-code dataset is the exception: its batches wait on Python processes, so
+//   each is made on a plain thread that plans its own next one (RunUserCode).
 //
 // Bad files are skipped: the batch is compacted around them (or padded, under
 // LastBatch::kPad) and each is reported in ProducedBatch::skipped. Under
@@ -266,10 +268,16 @@ class BatchProducer {
   void FillSynthetic(ProducedBatch* batch, int64_t memory_wait_ns);
   void FillUserCode(ProducedBatch* batch, int64_t memory_wait_ns);
   void FinishInPython(ProducedBatch* batch);
-  // Runs `task` on one of this producer's plain threads (made as needed, up to
-  // max_in_flight_, joined by Stop): for batches that only wait on a Python process.
-  void RunOnUserThread(std::function<void()> task) LOCKS_EXCLUDED(mu_);
-  void UserThreadLoop() LOCKS_EXCLUDED(mu_);
+  // A whole user-code dataset: loops on plain threads that each plan and make one
+  // batch at a time (producer.cc says why).
+  void RunUserCode();
+  void UserCodeLoop() LOCKS_EXCLUDED(plan_mu_, mu_);
+  // Plans the next batch and takes its memory (counted in flight); false at the end of
+  // the plan, on a stop, or with *status set.
+  bool PlanOne(std::unique_ptr<ProducedBatch>* out, int64_t* memory_wait_ns, Status* status) LOCKS_EXCLUDED(mu_);
+  // Fills a planned batch and finishes it (emitted in sequence order).
+  void Make(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
+  void EndPlanning(const Status& status) LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
   // whose rows are final (see producer.cc).
@@ -298,6 +306,9 @@ class BatchProducer {
   std::atomic<bool> cancel_user_code_{false};  // Stop(): a batch waiting on Python returns
   std::thread thread_;
 
+  Mutex plan_mu_ ACQUIRED_BEFORE(mu_);  // UserCodeLoop: one loop plans at a time
+  bool planning_ended_ GUARDED_BY(plan_mu_) = false;
+  uint64_t user_seq_ GUARDED_BY(plan_mu_) = 0;
   Mutex emit_mu_ ACQUIRED_BEFORE(mu_);  // serializes emit_ calls
   Mutex mu_;
   CondVar cv_;
@@ -312,12 +323,9 @@ class BatchProducer {
   std::map<uint64_t, std::unique_ptr<ProducedBatch>> finished_ GUARDED_BY(mu_);
   // Refill: batches in plan order whose rows are not final yet (one refill group's).
   std::deque<std::unique_ptr<ProducedBatch>> held_ GUARDED_BY(emit_mu_);
-  // RunOnUserThread's threads (touched by Run's thread, then by Stop once Run ended).
+  // RunUserCode's other loops' threads (made by Run's thread, joined by Stop once Run
+  // ended).
   std::vector<std::thread> user_threads_;
-  CondVar user_cv_;
-  std::deque<std::function<void()>> user_tasks_ GUARDED_BY(mu_);
-  int user_idle_ GUARDED_BY(mu_) = 0;
-  bool user_exit_ GUARDED_BY(mu_) = false;
 };
 
 // An arena of exactly `threads` worker threads (0 = all cores) for BatchProducers.

@@ -76,6 +76,21 @@ struct PythonPool::Proc {
   // The structure of the process's last batch: a reply leaves it out while it repeats
   // (most batches of a job), so that neither side writes nor parses it again.
   std::string last_structure;
+  // This side's mapping of each of the process's pooled batch buffers, kept while the
+  // buffer stays the same file of the same size: a batch in buffer i maps nothing, and
+  // its release unmaps nothing (both were most of the trainer's own CPU per batch
+  // outside Python, with the page faults of reading a fresh mapping). Only the thread
+  // that holds the process touches this; a batch holds its mapping (it outlives Proc).
+  struct Mapping {
+    void* addr = MAP_FAILED;
+    size_t size = 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    ~Mapping() {
+      if (addr != MAP_FAILED) munmap(addr, size);
+    }
+  };
+  std::shared_ptr<Mapping> maps[kMaxBuffers];
   ~Proc() {
     if (fd >= 0) close(fd);
     if (pid > 0) {
@@ -734,25 +749,41 @@ Result<UserBatch> PythonPool::MakeBatch(const JobSpec& job, uint64_t epoch, cons
       }
       // Private and writable: a trainer that writes into its tensors (in-process)
       // writes into pages of its own (copy on write), never the process's.
-      void* m = mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, reply.fds[0], 0);
-      if (m == MAP_FAILED) {
-        Release(std::move(p));
-        return Status::ResourceExhausted(Errno("mapping a user-code batch"));
-      }
       const size_t n = size_t(bytes);
-      // A buffer of the process's pool (0 <= buf < 64) goes back to it once unmapped:
-      // its pages are written again, not freed and zeroed for every batch.
+      // A buffer of the process's pool (0 <= buf < 64) goes back to it once this side
+      // lets go (a byte of the shared page): its pages are written again, not freed
+      // and zeroed for every batch; and it stays mapped here (Proc::maps).
       const int64_t buf = reply.meta.value("buf", int64_t(-1));
-      std::shared_ptr<void> page = buf >= 0 && buf < kMaxBuffers ? p->page : nullptr;
-      out.owner = std::shared_ptr<void>(m, [n, page, buf](void* q) {
-        munmap(q, n);
+      const bool pooled = buf >= 0 && buf < kMaxBuffers;
+      std::shared_ptr<Proc::Mapping> map = pooled ? p->maps[buf] : nullptr;
+      if (map != nullptr && map->dev == st.st_dev && map->ino == st.st_ino && map->size == size_t(st.st_size)) {
+        // The buffer's pages as the process wrote them again: pages this side wrote
+        // (its private copies) are dropped, and read from the file again.
+        if (madvise(map->addr, map->size, MADV_DONTNEED) != 0) map = nullptr;
+      } else {
+        map = nullptr;
+      }
+      if (map == nullptr) {
+        map = std::make_shared<Proc::Mapping>();
+        map->size = pooled ? size_t(st.st_size) : n;
+        map->addr = mmap(nullptr, map->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, reply.fds[0], 0);
+        if (map->addr == MAP_FAILED) {
+          Release(std::move(p));
+          return Status::ResourceExhausted(Errno("mapping a user-code batch"));
+        }
+        map->dev = st.st_dev;
+        map->ino = st.st_ino;
+        if (pooled) p->maps[buf] = map;
+      }
+      std::shared_ptr<void> page = pooled ? p->page : nullptr;
+      out.owner = std::shared_ptr<void>(map->addr, [map, page, buf](void*) {
         if (page != nullptr) {
           auto* released = static_cast<std::atomic<uint8_t>*>(static_cast<void*>(
               static_cast<uint8_t*>(page.get()) + kReleasedOffset + size_t(buf)));
           released->store(1, std::memory_order_release);
         }
       });
-      out.data = m;
+      out.data = map->addr;
       out.bytes = n;
     }
     out.structure = p->last_structure;

@@ -287,6 +287,28 @@ def test_exceptions_on_one_percent_are_reported_and_each_batch_keeps_the_rest(fe
         (i, "KeyError: 'no sidecar for sample %d'" % i) for i in (37, 137, 237, 337)]
 
 
+def test_a_trainer_that_writes_into_its_batches_sees_every_new_batch(ferry):
+    """In process a batch's tensors map the Python process's buffer, which the process
+    writes again for a later batch, and which stays mapped in the trainer: what the
+    trainer writes into a batch (in place, as a normalize does) stays its own, and never
+    shows in a later batch from the same buffer."""
+    loader = ferry.Loader(dataset=Numbers(), batch_size=50, seed=3, drop_last=False, python_processes=1,
+                          epochs=None, prefetch=1)
+    batches = 0
+    for _ in range(3):
+        for x, i in loader:
+            assert torch.equal(x[:, 0], i.to(torch.float32)) and torch.equal(x[:, 3], i.to(torch.float32))
+            x.fill_(-7.0)
+            i.fill_(-1)
+            batches += 1
+    assert batches == 3 * 8
+    # The buffers were reused (mapped once each), not a mapping per batch.
+    with open("/proc/self/maps") as f:
+        mapped = [line for line in f if "ferry-batch" in line]
+    assert 0 < len(mapped) <= 8, mapped
+    loader.close()
+
+
 def test_exceptions_are_reported_and_the_rest_arrives(ferry, photos):
     """A sample whose code raises is left out with its exception's type and message;
     a custom collate function gets the rest."""
