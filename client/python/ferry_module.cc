@@ -156,12 +156,16 @@ class PyIterator {
   // before: a segfault.
   py::object Next() {
     std::shared_ptr<BatchIterator> it = Live();
+    std::optional<Result<Batch>> taken;
     for (;;) {
-      bool ready;
       {
+        // A batch that is ready is taken in the same release of the GIL (a signal
+        // that came meanwhile is Python's to raise once this returns, as between any
+        // two calls).
         py::gil_scoped_release release;
-        ready = it->WaitReady(kWaitSlice);
+        if (it->WaitReady(kWaitSlice)) taken.emplace(it->Next());
       }
+      if (taken) break;
       if (PyErr_CheckSignals() != 0) {
         Release(std::move(it));
         throw py::error_already_set();
@@ -170,19 +174,16 @@ class PyIterator {
         Release(std::move(it));
         throw std::runtime_error("ferry: the loader was closed while this iteration waited for a batch");
       }
-      if (ready) break;
     }
-    Result<Batch> b = [&] {
-      py::gil_scoped_release release;
-      return it->Next();
-    }();
     Release(std::move(it));
+    Result<Batch>& b = *taken;
     if (!b.ok()) {
       if (b.status().IsOutOfRange()) return py::none();
       Raise(b.status());
     }
     py::dict d;
-    d["images"] = View(b->images, b->keepalive);
+    // A user-code batch's images have no pixels: its tensors are in user_data.
+    d["images"] = b->structure.empty() ? py::object(View(b->images, b->keepalive)) : py::object(py::none());
     d["labels"] = View(b->labels, b->keepalive);
     d["indices"] = View(b->indices, b->keepalive);
     if (b->targets.rank == 2) d["targets"] = View(b->targets, b->keepalive);

@@ -162,16 +162,22 @@ class Loader::Impl {
       b.keepalive = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(b.keepalive),
                                                                                              std::move(p.user.owner));
     }
-    MutexLock lock(&mu_);
-    total_skipped_ += int64_t(p.skipped.size());
-    for (auto& s : p.skipped) skipped_.push_back(std::move(s));
-    // A batch emptied entirely by bad files is not delivered (there is nothing in it);
-    // its skips are reported. Under kPad it is delivered, so that shapes stay fixed,
-    // and so is an empty last batch of an epoch: it carries last_in_epoch.
-    if (rows > 0 || p.plan.last_in_epoch) {
-      ready_.push_back(std::move(b));
-      ready_cv_.Signal();
+    bool delivered = false;
+    {
+      MutexLock lock(&mu_);
+      total_skipped_ += int64_t(p.skipped.size());
+      for (auto& s : p.skipped) skipped_.push_back(std::move(s));
+      // A batch emptied entirely by bad files is not delivered (there is nothing in it);
+      // its skips are reported. Under kPad it is delivered, so that shapes stay fixed,
+      // and so is an empty last batch of an epoch: it carries last_in_epoch.
+      if (rows > 0 || p.plan.last_in_epoch) {
+        ready_.push_back(std::move(b));
+        delivered = true;
+      }
     }
+    // After the lock: the consumer it wakes does not wake only to wait for the lock.
+    // (The producer, whose thread this is, is stopped before this Impl goes.)
+    if (delivered) ready_cv_.Signal();
   }
 
   void OnDone(const Status& s) {

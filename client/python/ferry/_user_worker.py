@@ -15,7 +15,7 @@ worker's interpreter may not have. It talks to its parent over the socket FD:
                           ("input"), with its label
                    EXIT
   here -> parent   LOADED {"ok", "versions"} or {"ok": false, "error", "module", "versions"}
-                   BATCH  {"kept", "skipped", "structure", "bytes", "buf"}, and the
+                   BATCH  {"skipped", "structure", "bytes", "buf"}, and the
                           batch's memory as a memfd passed with SCM_RIGHTS (no copy, no
                           pickle); "structure" only when it differs from this process's
                           previous batch's (the parent keeps the last one)
@@ -576,7 +576,8 @@ def serve(fd, progress_fd=None):
             if buf < 0:
                 m.close()
         del made, arena, native
-        reply = {"kept": kept, "skipped": skipped, "bytes": size, "buf": buf}
+        # The kept samples are the request's less the skipped ones: not listed.
+        reply = {"skipped": skipped, "bytes": size, "buf": buf}
         text = json.dumps(structure)
         if text != last_structure:
             # Left out while it repeats: the parent keeps the last one it got. (The
