@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/philox.h"
 #include "data/job_listing.h"
+#include "pyrt/python_proc.h"
 
 extern char** environ;
 
@@ -34,248 +35,17 @@ namespace ferry {
 
 namespace {
 
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using namespace pyrt_internal;  // NOLINT: the process protocol's names (python_proc.h)
 
-constexpr uint32_t kMagic = 0x31595046;  // "FPY1"
-enum Kind : uint32_t { kLoad = 1, kBatch = 2, kExit = 3, kLoaded = 11, kBatchOk = 13, kFailed = 14 };
 constexpr uint32_t kPurposeUserCode = 0x55;  // the 4th Philox word's purpose byte ('U'): no op uses it
 constexpr int kMaxJobsPerProcess = 8;        // _user_worker.MAX_JOBS
 // A sample stuck where SIGALRM does not reach (C code) is given this long past the
 // timeout before its process is killed.
 constexpr double kWatchdogGraceS = 2.0;
-constexpr size_t kProgressBytes = 4096;
-constexpr size_t kReleasedOffset = 64;  // _user_worker.RELEASED
-constexpr int kMaxBuffers = 64;         // _user_worker.MAX_BUFFERS
 // A process answers Load within this (importing torch takes seconds on a busy node).
 constexpr double kLoadTimeoutS = 120.0;
-constexpr size_t kMaxReplyJson = size_t(64) << 20;
-// Once a frame's first byte is in, the rest follows at once (a process that stops
-// mid-frame is dead or broken).
-constexpr double kFrameTimeoutS = 60.0;
-
-Clock::duration Seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
-// Why a wait for a process's frame ended without one.
-enum class Ended { kNone, kEof, kCancelled, kTimedOut };
 
 }  // namespace
-
-struct PythonPool::Proc {
-  int pid = -1;          // -1 once reaped
-  int spawned_pid = -1;
-  int fd = -1;
-  // A page shared with the process (its fd 4): word 0 is the position, in the current
-  // request, of the sample it is making (-1: none yet); bytes kReleased.. say which of
-  // its batch buffers this side is done with (it sets 1, the process takes it back and
-  // sets 0). Shared: a batch outlives its process's Proc.
-  std::shared_ptr<void> page;
-  std::atomic<int32_t>* progress = nullptr;
-  std::deque<uint64_t> loaded;  // job keys, oldest first (the process keeps the last 8)
-  // The structure of the process's last batch: a reply leaves it out while it repeats
-  // (most batches of a job), so that neither side writes nor parses it again.
-  std::string last_structure;
-  // This side's mapping of each of the process's pooled batch buffers, kept while the
-  // buffer stays the same file of the same size: a batch in buffer i maps nothing, and
-  // its release unmaps nothing (both were most of the trainer's own CPU per batch
-  // outside Python, with the page faults of reading a fresh mapping). Only the thread
-  // that holds the process touches this; a batch holds its mapping (it outlives Proc).
-  struct Mapping {
-    void* addr = MAP_FAILED;
-    size_t size = 0;
-    dev_t dev = 0;
-    ino_t ino = 0;
-    ~Mapping() {
-      if (addr != MAP_FAILED) munmap(addr, size);
-    }
-  };
-  std::shared_ptr<Mapping> maps[kMaxBuffers];
-  ~Proc() {
-    if (fd >= 0) close(fd);
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  int32_t Progress() const { return progress != nullptr ? progress->load(std::memory_order_relaxed) : -1; }
-  void ResetProgress() {
-    if (progress != nullptr) progress->store(-1, std::memory_order_relaxed);
-  }
-
-  // Waits until a frame's first byte can be read (kNone), the process is gone (kEof:
-  // poll reports a hang-up with nothing to read), `until`, or a cancel.
-  Ended WaitReadable(Clock::time_point until, const std::atomic<bool>* cancel) {
-    for (;;) {
-      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return Ended::kCancelled;
-      const auto now = Clock::now();
-      if (now >= until) return Ended::kTimedOut;
-      const int ms =
-          int(std::min<int64_t>(250, std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
-      struct pollfd p {fd, POLLIN, 0};
-      const int r = poll(&p, 1, ms);
-      if (r < 0 && errno != EINTR) return Ended::kEof;
-      if (r > 0) return Ended::kNone;  // data, or a hang-up the read then sees
-    }
-  }
-
-  bool Has(uint64_t key) const {
-    for (uint64_t k : loaded)
-      if (k == key) return true;
-    return false;
-  }
-  // "exited with 3", "killed by signal 9", or "" when it is still running.
-  std::string Reap() {
-    if (pid <= 0) return "";
-    int status = 0;
-    const int r = waitpid(pid, &status, WNOHANG);
-    if (r != pid) {
-      // A closed socket from a process still running: end it.
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-    pid = -1;
-    return Describe(status);
-  }
-  // Reap, after waiting up to `seconds` for a process that is ending by itself (one
-  // that failed to start closes its socket as it exits).
-  std::string ReapWithin(double seconds) {
-    const auto until = Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
-    while (pid > 0 && Clock::now() < until) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return Describe(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return Reap();
-  }
-  static std::string Describe(int status) {
-    if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-    if (WIFEXITED(status)) {
-      switch (WEXITSTATUS(status)) {  // the child's own codes between fork and exec (Spawn)
-        case 127: return "could not be executed";
-        case 125: return "could not switch to --user-code-user's user";
-        case 126: return "could not set up its descriptors";
-      }
-      return "exited with status " + std::to_string(WEXITSTATUS(status));
-    }
-    return "ended";
-  }
-
-  Status Send(uint32_t kind, const std::string& json, std::string_view blob = {}, int pass_fd = -1) {
-    uint32_t header[4] = {kMagic, kind, uint32_t(json.size()), uint32_t(blob.size())};
-    struct iovec iov[3] = {{header, sizeof(header)},
-                           {const_cast<char*>(json.data()), json.size()},
-                           {const_cast<char*>(blob.data()), blob.size()}};
-    size_t total = sizeof(header) + json.size() + blob.size(), done = 0;
-    while (done < total) {
-      // Skip what was written already.
-      struct iovec cur[3];
-      int n = 0;
-      size_t skip = done;
-      for (const iovec& v : iov) {
-        if (skip >= v.iov_len) {
-          skip -= v.iov_len;
-          continue;
-        }
-        cur[n++] = {static_cast<char*>(v.iov_base) + skip, v.iov_len - skip};
-        skip = 0;
-      }
-      struct msghdr m {};
-      m.msg_iov = cur;
-      m.msg_iovlen = size_t(n);
-      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-      if (pass_fd >= 0 && done == 0) {  // with the frame's first byte
-        m.msg_control = control;
-        m.msg_controllen = sizeof(control);
-        cmsghdr* c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-      }
-      const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Status::Unavailable(Errno("writing to the Python process"));
-      }
-      done += size_t(w);
-    }
-    return Status::OK();
-  }
-
-  // Reads exactly n bytes (and any fd passed with them) before `deadline`.
-  Ended ReadExact(char* buf, size_t n, std::vector<int>* fds, Clock::time_point deadline,
-                  const std::atomic<bool>* cancel) {
-    size_t got = 0;
-    while (got < n) {
-      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return Ended::kCancelled;
-      const auto now = Clock::now();
-      if (now >= deadline) return Ended::kTimedOut;
-      const int ms = int(std::min<int64_t>(
-          50, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
-      struct pollfd p {fd, POLLIN, 0};
-      const int r = poll(&p, 1, ms);
-      if (r < 0 && errno != EINTR) return Ended::kEof;
-      if (r <= 0) continue;
-      struct iovec v {buf + got, n - got};
-      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-      struct msghdr m {};
-      m.msg_iov = &v;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof(control);
-      const ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
-      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int f;
-          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-          if (fds != nullptr) fds->push_back(f);
-          else close(f);
-        }
-      }
-      if (k <= 0) return Ended::kEof;
-      got += size_t(k);
-    }
-    return Ended::kNone;
-  }
-
-  struct Frame {
-    uint32_t kind = 0;
-    Json meta;
-    std::vector<int> fds;
-    ~Frame() {
-      for (int f : fds) close(f);
-    }
-  };
-
-  Ended Receive(Frame* f, Clock::time_point deadline, const std::atomic<bool>* cancel, std::string* error) {
-    uint32_t header[4];
-    Ended e = ReadExact(reinterpret_cast<char*>(header), sizeof(header), &f->fds, deadline, cancel);
-    if (e != Ended::kNone) return e;
-    if (header[0] != kMagic || header[2] > kMaxReplyJson || header[3] != 0) {
-      *error = "the Python process sent a malformed frame";
-      return Ended::kEof;
-    }
-    std::string json(header[2], '\0');
-    // The rest of a frame follows at once: a process that stops mid-frame is dead.
-    e = ReadExact(json.data(), json.size(), &f->fds, deadline, nullptr);
-    if (e != Ended::kNone) return e;
-    f->kind = header[1];
-    f->meta = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-    if (f->meta.is_discarded() || !f->meta.is_object()) {
-      *error = "the Python process sent malformed JSON";
-      return Ended::kEof;
-    }
-    return Ended::kNone;
-  }
-};
 
 const std::string& UserWorkerScript();  // user_worker_script.cc (generated)
 
