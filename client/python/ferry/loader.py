@@ -12,19 +12,11 @@ import torch
 
 from . import _ferry
 from . import _user_worker
+from .targets import batch_fields
 from .user_code import user_code_payload
 from .distributed import resolve_rank
 
 FerryError = RuntimeError
-
-
-def _parse_json(text):
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _pipeline_string(pipeline):
@@ -466,60 +458,7 @@ class Loader(torch.utils.data.IterableDataset):
 
     def _fields(self, b):
         """The batch's per-sample fields as targets_format says (see the class doc)."""
-        fields = b.get("fields") or {}
-        rows = b["images"].shape[0]
-        counts = None
-        out = {}
-        strings = {}
-        for name in self.targets:
-            values, offsets = fields[name]
-            if name == "tokens":
-                out[name] = (torch.from_numpy(values), None)
-                out["tokens_length"] = (torch.from_numpy(fields["tokens_length"][0]), None)
-                continue
-            if name in ("text", "meta", "key"):
-                # Bytes: the caption as str; the JSON parsed (as its str if it is not JSON).
-                o = offsets.tolist()
-                raw = values.tobytes()
-                texts = [raw[o[r]:o[r + 1]].decode("utf-8", errors="replace") for r in range(rows)]
-                if name == "meta":
-                    texts = [_parse_json(t) for t in texts]
-                strings[name] = texts
-                continue
-            values = torch.from_numpy(values)
-            if offsets is not None:
-                offsets = offsets.tolist()
-                counts = [offsets[r + 1] - offsets[r] for r in range(rows)]
-            out[name] = (values, offsets)
-        if self.targets_format == "list":
-            per_row = []
-            for r in range(rows):
-                d = {}
-                for name, (values, offsets) in out.items():
-                    if name in ("image_id", "tokens_length"):
-                        d[name] = int(values[r])
-                    elif offsets is None:
-                        d[name] = values[r]
-                    else:
-                        d[name] = values[offsets[r]:offsets[r + 1]]
-                for name, texts in strings.items():
-                    d[name] = texts[r]
-                per_row.append(d)
-            return per_row
-        padded = {}
-        n = max(counts) if counts else 0
-        for name, (values, offsets) in out.items():
-            if offsets is None:
-                padded[name] = values
-                continue
-            fill = -1 if name == "labels" else 0
-            t = torch.full((rows, n) + tuple(values.shape[1:]), fill, dtype=values.dtype)
-            for r in range(rows):
-                t[r, :offsets[r + 1] - offsets[r]] = values[offsets[r]:offsets[r + 1]]
-            padded[name] = t
-        padded["counts"] = torch.tensor(counts if counts is not None else [0] * rows, dtype=torch.int64)
-        padded.update(strings)  # a list per batch: strings have no static shape
-        return padded
+        return batch_fields(b, self.targets, self.targets_format)
 
     def _to_torch(self, b):
         """(images, labels), or (images, soft targets) when the pipeline has a batch op,
