@@ -24,6 +24,9 @@
 
 namespace ferry::kernels {
 
+// What these kernels take: a non-empty 8-bit image of 1 or 3 channels.
+inline bool IsImage(const cv::Mat& m) { return !m.empty() && (m.type() == CV_8UC1 || m.type() == CV_8UC3); }
+
 // ---------------------------------------------------------------------------------------------------
 // Greyscale.
 
