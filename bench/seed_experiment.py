@@ -72,16 +72,19 @@ def run_point(a, workers):
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             dispatcher = first_line(d)
             for i in range(1, workers + 1):
-                w = h.popen("w%d" % i, ["taskset", "-c", "1", os.path.join(a.bin_dir, "ferry-worker"), "--listen",
+                g = cpu_cgroup("w%d" % i, a.host_share)
+                groups.append(g)
+                # The worker joins its host's cgroup before it starts (a shell that moves
+                # itself, then execs it): its Python processes, which it starts at once,
+                # are in it too. (Moved after its start, they were not: they ran on CPU 1
+                # unthrottled, and one host did the work of two.) nsenter, sh and taskset
+                # exec in place: the pid is the daemon's.
+                w = h.popen("w%d" % i, ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', g,
+                                        "taskset", "-c", "1", os.path.join(a.bin_dir, "ferry-worker"), "--listen",
                                         h.ip("w%d" % i) + ":7100", "--threads", "1", "--dispatcher", dispatcher] +
                             (["--allow-user-code", "--python-processes", "1"] if a.python_transforms else []),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 first_line(w)
-                g = cpu_cgroup("w%d" % i, a.host_share)
-                groups.append(g)
-                with open(os.path.join(g, "cgroup.procs"), "w") as f:
-                    f.write(str(w.pid))
-                # nsenter execs the daemon in place: the pid is the daemon's.
             trainer_argv += ["--dispatcher", dispatcher]
         else:
             trainer_argv += ["--threads", "1"]
@@ -165,6 +168,7 @@ def main():
     ax1.bar(labels, [r["step_ms"] for r in rows], color="#4878a8")
     ax1.axhline(a.work_ms, color="gray", linestyle="--", label="the step's own CPU work (%g ms)" % a.work_ms)
     ax1.set_ylabel("step time (ms)")
+    ax1.set_ylim(0, 1.25 * max(r["step_ms"] for r in rows))  # room for the legend above the bars
     ax1.legend(loc="upper right", fontsize=8)
     ax2.bar(labels, [100 * r["input_wait"] for r in rows], color="#c05050")
     ax2.axhline(10, color="gray", linestyle="--", label="input-bound above 10%")
@@ -173,9 +177,11 @@ def main():
             ax2.annotate("advice: %d" % r["recommended"], (i, 100 * r["input_wait"]), ha="center", va="bottom",
                          fontsize=8)
     ax2.set_ylabel("input wait (% of the trainer's time)")
+    ax2.set_ylim(0, 1.25 * max(12, max(100 * r["input_wait"] for r in rows)))
     ax2.legend(loc="upper right", fontsize=8)
-    fig.suptitle("CPU-bound trainer on one core: input in-process vs offloaded to worker hosts (%g core each)"
-                 % a.host_share, fontsize=10)
+    fig.suptitle("CPU-bound trainer on one core: input %sin-process vs offloaded to worker hosts (%g core each)"
+                 % ("made in Python (a PIL Dataset, torchvision transforms),\n" if a.python_transforms else "",
+                    a.host_share), fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(a.out_png), exist_ok=True)
     fig.savefig(a.out_png, dpi=100)
