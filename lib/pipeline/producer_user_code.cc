@@ -14,14 +14,16 @@ namespace ferry {
 
 // A batch of a whole user-code dataset is made by a Python process: making it only
 // waits on a socket. So it is made on plain threads of this producer's, one per batch
-// in flight (never more than the pool has processes), and each thread plans its own
-// next batch as soon as it has emitted one: no TBB arena thread is held for a whole
-// batch (after each one TBB's workers spin looking for work), and no hand-off from a
-// planning thread wakes a second thread per batch. Measured on the trainer of an
-// in-process loader with two Python processes: both were most of its own CPU per batch
-// (a context switch costs more than the rest of what the trainer does for a batch).
+// in flight, and each thread plans its own next batch as soon as it has emitted one: no
+// TBB arena thread is held for a whole batch (after each one TBB's workers spin looking
+// for work), and no hand-off from a planning thread wakes a second thread per batch.
+// Measured on the trainer of an in-process loader with two Python processes: both were
+// most of its own CPU per batch (a context switch costs more than the rest of what the
+// trainer does for a batch). With more batches in flight than processes (a worker's
+// default with one process), the other loops plan ahead and wait for a process: a
+// split that has to come from the dispatcher is waited for while the process works.
 void BatchProducer::RunUserCode() {
-  const int loops = std::max(1, std::min(max_in_flight_, user_code_->options().processes));
+  const int loops = max_in_flight_;
   for (int i = 1; i < loops; ++i) {
     try {
       user_threads_.emplace_back([this] { UserCodeLoop(); });
