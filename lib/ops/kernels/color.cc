@@ -9,20 +9,7 @@
 
 #include "core/simd.h"
 
-// Each float expression below reproduces a sequence of separately rounded IEEE operations of Pillow's
-// C code or of PyTorch's kernels; a fused multiply-add (which -march=haswell and later would allow
-// the compiler to form) changes the rounding, and so the truncated results. No code here reads the
-// floating-point exception flags, so GCC may treat float operations as non-trapping (Clang's default)
-// and if-convert the branch-free selects of the hue loop; results are unchanged.
-// Pushed here and popped at the end of the file: in a unity build the files after this
-// one are compiled in the same translation unit, and must not inherit these settings
-// (GCC warned of it: a later declaration's optimize attributes did not match).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off", "no-trapping-math")
-#endif
+#include "ops/kernels/exact_float_begin.h"  // after every other include
 
 namespace ferry::kernels {
 namespace {
@@ -696,8 +683,4 @@ bool AutocontrastTensor(cv::Mat& img) {
 
 }  // namespace ferry::kernels
 
-#if defined(__clang__)
-#pragma clang fp contract(on)
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
+#include "ops/kernels/exact_float_end.h"
