@@ -441,6 +441,10 @@ void DispatcherService::Impl::Tick() {
     std::set<std::string> in_use;
     for (const auto& s : sessions_) in_use.insert(s->jobs().begin(), s->jobs().end());
     core_->Tick(NowMs(), in_use);
+    if (!core_->fatal().ok()) {  // the journal could not be sealed (Dispatcher::Tick)
+      Stop(core_->fatal());
+      return;
+    }
     if (core_->NeedsSync()) PostFlush();
     if (core_->ShouldExit()) {
       MutexLock lock(&idle_mu_);

@@ -1,12 +1,7 @@
 #include "dispatch/dispatcher.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <random>
 #include <tuple>
 
 #include "ops/pipeline.h"
@@ -15,53 +10,16 @@
 
 namespace ferry::dispatch {
 
-namespace {
-
-// The work dir's identity: drawn once, when the work dir is first used, and kept in
-// it. A dispatcher restarted on an empty or another work dir has another one, which
-// clients notice (they would otherwise take "no such job" for "the job finished").
-Result<std::string> StateId(const std::string& dir) {
-  const std::string path = dir + "/state-id";
-  {
-    std::ifstream in(path);
-    std::string id;
-    if (in >> id && id.size() == 16) return id;
-  }
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%08x%08x", unsigned(rd()), unsigned(rd()));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable("cannot write " + tmp);
-  const bool ok = ::write(fd, buf, 16) == 16 && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) return Status::Unavailable("cannot write " + path);
-  return std::string(buf);
-}
-
-}  // namespace
-
 Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& config, int64_t now_ms) {
   if (config.work_dir.empty()) return Status::InvalidArgument("--work-dir is required");
   std::unique_ptr<Dispatcher> d(new Dispatcher(config));
   std::vector<Update> replay;
-  FERRY_ASSIGN_OR_RETURN(d->journal_, Journal::Open(config.work_dir, &replay));
-  FERRY_ASSIGN_OR_RETURN(d->state_id_, StateId(config.work_dir));
+  // Reads and checks the work dir, replays it into the state, upgrades an older format;
+  // refuses (DataLoss, naming the file and offset) with the work dir untouched.
+  FERRY_ASSIGN_OR_RETURN(d->journal_, Journal::Open(config.work_dir, &replay, &d->state_));
+  d->state_id_ = d->journal_->state_id();
   d->journal_->set_sync(false);  // group commit: Sync() syncs
-  for (const Update& u : replay) {
-    Status s = d->state_.Apply(u);
-    if (!s.ok()) return Status::DataLoss("journal replay: " + s.ToString());
-  }
   d->replayed_ = int64_t(replay.size());
-  if (d->journal_->upgrade_due()) {
-    // A journal of format 1 or 2 (an older Ferry): its state, replayed (its jobs'
-    // epochs converted to counts), becomes a format 3 snapshot before anything is
-    // appended.
-    Status s = d->journal_->Compact(d->state_);
-    if (!s.ok()) return Status(s.code(), "upgrading the journal in " + config.work_dir + " to format 3: " + s.message());
-    Log("the journal in %s was of an older format: upgraded to format 3 (generation %llu)", config.work_dir.c_str(),
-        (unsigned long long)d->journal_->generation());
-  }
   for (const auto& [id, w] : d->state_.workers()) d->last_seen_ms_[id] = now_ms;
   if (!replay.empty())
     Log("replayed %zu journal updates: %zu job(s), %zu worker(s)", replay.size(), d->state_.jobs().size(),
@@ -120,6 +78,7 @@ Status Dispatcher::Sync() {
       return JournalDown(s);
     }
     JournalUp();
+    synced_since_tick_ = true;
   }
   dirty_ = false;
   if (journal_->records_since_snapshot() > config_.compact_every) {
@@ -581,6 +540,18 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
     journal_retry_ms_ = now_ms;
     if (journal_->Sync().ok()) JournalUp();
   }
+  // Idle for a tick (nothing synced since the last one): seal the journal, so that its
+  // header's committed length covers the last group commit too (Journal::Seal; under
+  // load each sync's header covers the one before it).
+  if (config_.sync && !dirty_ && !synced_since_tick_ && journal_->healthy() && !journal_->sealed()) {
+    Status s = journal_->Seal();
+    if (journal_->failed()) {
+      fatal_ = s;
+      LogError("%s: stopping, so that a restart recovers from what is on disk", s.ToString().c_str());
+      return;
+    }
+  }
+  synced_since_tick_ = false;
   // Consumers: the known ones get a full timeout from the first tick that sees them
   // (after a restart, too); entries of removed jobs and consumers go.
   std::map<std::pair<std::string, std::string>, int64_t> seen;

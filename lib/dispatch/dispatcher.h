@@ -167,6 +167,7 @@ class Dispatcher {
   std::string state_id_;
   std::unique_ptr<Journal> journal_;
   bool dirty_ = false;
+  bool synced_since_tick_ = false;  // a journal sync since the last Tick()
   bool journal_down_ = false;
   Status fatal_;  // a failed journal sync: final (see fatal())
   int64_t journal_retry_ms_ = 0;

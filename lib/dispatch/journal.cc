@@ -1,61 +1,33 @@
 #include "dispatch/journal.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <set>
 
 #include "core/log.h"
 #include "dispatch/journal_codec.h"
+#include "dispatch/journal_file.h"
 
 namespace ferry::dispatch {
 
 namespace {
 
-uint32_t Crc32(const std::string& data) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
+using internal::FileContents;
+using internal::FileHeader;
+using internal::FileKind;
+using internal::kFileHeaderSize;
 
-// Format 3 files start with this. Format 2 files (the same records) start with
-// kMagicV2, and files with neither are of format 1; both are read, then compacted into
-// format 3 at once (Journal::upgrade_due()). Format 3 differs from 2 in what a job's
-// `epochs` means: a count from its first_epoch, where formats 1 and 2 kept an end
-// epoch (CountEpochs converts).
-constexpr char kMagic[] = "FERRYJ3\n";
-constexpr char kMagicV2[] = "FERRYJ2\n";
-constexpr size_t kMagicSize = 8;
-
-// A job of format 1 or 2 ran over [first_epoch, epochs): its count is the difference
-// (CheckJob refused first_epoch >= epochs then, so it is > 0 when epochs was).
-void CountEpochs(std::vector<Update>* updates, size_t from) {
-  for (size_t i = from; i < updates->size(); ++i) {
-    if (auto* c = std::get_if<CreateJob>(&(*updates)[i]); c != nullptr && c->spec.epochs > 0) {
-      const uint64_t end = uint64_t(c->spec.epochs);
-      c->spec.epochs = end > c->spec.first_epoch ? int64_t(end - c->spec.first_epoch) : 1;
-    }
-  }
-}
-constexpr size_t kHeaderSize = 12;  // u32 length, u32 CRC of the payload, u32 CRC of those 8 bytes
-// No record is larger (a snapshot's lists are cut into records of at most
-// kMaxListedPerRecord entries); a length past it is corruption, not a torn write.
-constexpr uint32_t kMaxRecordBytes = 1u << 30;
+// A snapshot's lists are cut into records of at most this many entries, so that no
+// record nears the largest a reader accepts (journal_file.cc) however large the state.
 constexpr size_t kMaxListedPerRecord = size_t(1) << 20;
 
 // A snapshot's update, cut into updates of at most kMaxListedPerRecord listed splits
@@ -87,10 +59,10 @@ std::vector<Update> Chunked(Update&& u) {
 
 Status Io(const std::string& what) { return Status::Unavailable(what + ": " + std::strerror(errno)); }
 
-Status WriteAll(int fd, const std::string& bytes) {
+Status WriteAllAt(int fd, const std::string& bytes, uint64_t at) {
   size_t off = 0;
   while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    const ssize_t n = ::pwrite(fd, bytes.data() + off, bytes.size() - off, off_t(at + off));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Io("journal write");
@@ -100,139 +72,25 @@ Status WriteAll(int fd, const std::string& bytes) {
   return Status::OK();
 }
 
-uint32_t Crc32Of(const char* p, size_t n) { return Crc32(std::string(p, n)); }
+std::string GenName(const char* kind, uint64_t g) { return std::string(kind) + "-" + std::to_string(g); }
+std::string GenPath(const std::string& dir, const char* kind, uint64_t g) { return dir + "/" + GenName(kind, g); }
+constexpr char kReplaced[] = ".replaced";
 
-// A format 2 record: its 12-byte header (the header's own CRC tells a corrupt length
-// from a torn write), then the payload.
-std::string Record(const std::string& payload) {
-  std::string r(kHeaderSize, '\0');
-  const uint32_t len = uint32_t(payload.size()), crc = Crc32(payload);
-  std::memcpy(r.data(), &len, 4);
-  std::memcpy(r.data() + 4, &crc, 4);
-  const uint32_t hcrc = Crc32Of(r.data(), 8);
-  std::memcpy(r.data() + 8, &hcrc, 4);
-  return r + payload;
+// A work dir entry of a generation: "journal-G" or "snapshot-G", with `suffix` after
+// (".replaced", ".tmp" or nothing). False for anything else.
+bool ParseGenName(const std::string& name, const char** kind, uint64_t* g, std::string* suffix) {
+  for (const char* k : {"journal-", "snapshot-"}) {
+    const size_t n = std::strlen(k);
+    if (name.compare(0, n, k) != 0 || name.size() == n || !std::isdigit(uint8_t(name[n]))) continue;
+    size_t end = n;
+    while (end < name.size() && std::isdigit(uint8_t(name[end]))) ++end;
+    *kind = k;
+    *g = std::strtoull(name.c_str() + n, nullptr, 10);
+    *suffix = name.substr(end);
+    return true;
+  }
+  return false;
 }
-
-// The records of format 1 (u32 length, u32 CRC of the payload; read only) from `pos`.
-// Its header has no checksum of its own: a length running past the end can only be
-// taken for a torn write, as format 1 always did.
-Status ReadRecordsV1(const std::string& path, const std::string& data, std::vector<Update>* out, off_t* torn_at) {
-  size_t pos = 0;
-  while (pos < data.size()) {
-    if (std::all_of(data.begin() + ptrdiff_t(pos), data.end(), [](char c) { return c == 0; })) {
-      *torn_at = off_t(pos);
-      return Status::OK();
-    }
-    if (data.size() - pos < 8) {
-      *torn_at = off_t(pos);
-      return Status::OK();
-    }
-    uint32_t len, crc;
-    std::memcpy(&len, data.data() + pos, 4);
-    std::memcpy(&crc, data.data() + pos + 4, 4);
-    if (data.size() - pos - 8 < len) {
-      *torn_at = off_t(pos);
-      return Status::OK();
-    }
-    std::string payload = data.substr(pos + 8, len);
-    if (Crc32(payload) != crc) {
-      if (pos + 8 + len == data.size()) {
-        *torn_at = off_t(pos);
-        return Status::OK();
-      }
-      return Status::DataLoss(path + ": checksum mismatch at offset " + std::to_string(pos));
-    }
-    Result<Update> u = DecodeUpdateV1(payload);
-    if (!u.ok()) return Status::DataLoss(path + ": bad record at offset " + std::to_string(pos) + ": " + u.status().message());
-    out->push_back(std::move(*u));
-    pos += 8 + len;
-  }
-  return Status::OK();
-}
-
-// Reads the records of a file into *out. A torn tail, which only a crash during the
-// last append can leave, is reported through *torn_at (the offset to cut at): a tail of
-// zeros, a header cut short, a valid header whose payload is cut short at the very end
-// of the file, or a last record whose payload fails its checksum. Anything else is
-// DataLoss naming the offset: a header that fails its own checksum (a flipped bit in a
-// length) or a record that fails its checksum before the end, never a silent cut.
-// *format is 1, 2 or 3 (0 for an empty file). The jobs of formats 1 and 2 come out
-// with format 3's meaning of `epochs`.
-Status ReadRecordsAnyFormat(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
-  *torn_at = -1;
-  *format = 0;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Io("open " + path);
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Io("read " + path);
-    }
-    if (n == 0) break;
-    data.append(buf, size_t(n));
-  }
-  ::close(fd);
-  if (data.empty()) return Status::OK();
-  if (data.size() < kMagicSize && data.compare(0, data.size(), kMagic, data.size()) == 0) {
-    *torn_at = 0;  // created, and its magic cut short
-    return Status::OK();
-  }
-  if (data.compare(0, kMagicSize, kMagic, kMagicSize) == 0) {
-    *format = 3;
-  } else if (data.compare(0, kMagicSize, kMagicV2, kMagicSize) == 0) {
-    *format = 2;
-  } else {
-    *format = 1;
-    return ReadRecordsV1(path, data, out, torn_at);
-  }
-  size_t pos = kMagicSize;
-  while (pos < data.size()) {
-    const size_t left = data.size() - pos;
-    if (std::all_of(data.begin() + ptrdiff_t(pos), data.end(), [](char c) { return c == 0; }) ||
-        left < kHeaderSize) {
-      *torn_at = off_t(pos);
-      return Status::OK();
-    }
-    uint32_t len, crc, hcrc;
-    std::memcpy(&len, data.data() + pos, 4);
-    std::memcpy(&crc, data.data() + pos + 4, 4);
-    std::memcpy(&hcrc, data.data() + pos + 8, 4);
-    if (Crc32Of(data.data() + pos, 8) != hcrc || len > kMaxRecordBytes)
-      return Status::DataLoss(path + ": corrupt record header at offset " + std::to_string(pos) + " of " +
-                              std::to_string(data.size()) + " bytes (the records after it are not replayed)");
-    if (left - kHeaderSize < len) {  // a whole header, its payload cut short: the end
-      *torn_at = off_t(pos);
-      return Status::OK();
-    }
-    std::string payload = data.substr(pos + kHeaderSize, len);
-    if (Crc32(payload) != crc) {
-      if (pos + kHeaderSize + len == data.size()) {  // the last write's blocks never reached the disk
-        *torn_at = off_t(pos);
-        return Status::OK();
-      }
-      return Status::DataLoss(path + ": checksum mismatch at offset " + std::to_string(pos));
-    }
-    Result<Update> u = DecodeUpdate(payload);
-    if (!u.ok()) return Status::DataLoss(path + ": bad record at offset " + std::to_string(pos) + ": " + u.status().message());
-    out->push_back(std::move(*u));
-    pos += kHeaderSize + len;
-  }
-  return Status::OK();
-}
-
-Status ReadRecords(const std::string& path, std::vector<Update>* out, off_t* torn_at, int* format) {
-  const size_t before = out->size();
-  Status s = ReadRecordsAnyFormat(path, out, torn_at, format);
-  if (s.ok() && (*format == 1 || *format == 2)) CountEpochs(out, before);
-  return s;
-}
-
-std::string GenPath(const std::string& dir, const char* kind, uint64_t g) { return dir + "/" + kind + "-" + std::to_string(g); }
 
 Status SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -243,90 +101,226 @@ Status SyncDir(const std::string& dir) {
   return s;
 }
 
-// Removes what an interrupted Compact() or StateId() left: *.tmp files.
-void RemoveStaleTemporaries(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) std::filesystem::remove(entry.path(), ec);
+// Writes `bytes` as `path`, whole and durable: a temporary file, fsync, rename. Does
+// not sync the directory. On failure nothing is left under either name.
+Status WriteFileDurably(const std::string& path, const std::string& bytes, int* keep_open = nullptr) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Io("open " + tmp);
+  Status s = WriteAllAt(fd, bytes, 0);
+  if (s.ok() && ::fsync(fd) != 0) s = Io("fsync " + tmp);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Io("rename " + tmp);
+  if (!s.ok() || keep_open == nullptr) ::close(fd);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
   }
+  if (keep_open != nullptr) *keep_open = fd;
+  return Status::OK();
 }
+
+std::string NewStateId() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", unsigned(rd()), unsigned(rd()));
+  return buf;
+}
+
+// The files Open() read, with their paths, in replay order.
+struct Source {
+  std::string path;
+  FileContents contents;
+};
 
 }  // namespace
 
-Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay) {
+Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay,
+                                               DispatcherState* state) {
+  replay->clear();
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
-  // The newest generation with a journal file wins.
+  if (!std::filesystem::is_directory(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
+  }
+  // 1. What is there. The newest generation with a journal file is current.
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
+  if (ec) return Status::Unavailable("cannot list " + dir + ": " + ec.message());
   uint64_t gen = 0;
   bool found = false;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("journal-", 0) == 0) {
-      char* end = nullptr;
-      const uint64_t g = std::strtoull(name.c_str() + 8, &end, 10);
-      if (*end == '\0' && (!found || g > gen)) {
-        gen = g;
-        found = true;
-      }
+  for (const std::string& name : names) {
+    const char* kind;
+    uint64_t g;
+    std::string suffix;
+    if (ParseGenName(name, &kind, &g, &suffix) && kind[0] == 'j' && suffix.empty() && (!found || g > gen)) {
+      gen = g;
+      found = true;
     }
   }
-  RemoveStaleTemporaries(dir);
-  replay->clear();
-  bool upgrade = false;
+  const auto present = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  const std::string id_path = dir + "/state-id";
+  Result<std::string> id_bytes = internal::ReadWhole(id_path);
+  if (!id_bytes.ok() && id_bytes.status().code() != StatusCode::kNotFound) return id_bytes.status();
+  const bool has_id = id_bytes.ok();
+
+  // 2. Read and check everything, changing nothing.
+  std::vector<Source> sources;  // the snapshot (if any), then the journal
+  bool journal_remnant = false;
+  if (!found && has_id) {
+    return Status::DataLoss(id_path + ": offset 0: the work dir has an identity but no journal-N file beside it: "
+                            "its journal is missing (deleted or lost), and with it every job's progress; nothing "
+                            "was changed");
+  }
   if (found) {
-    off_t torn = -1;
-    int format = 0;
-    Status s = ReadRecords(GenPath(dir, "snapshot", gen), replay, &torn, &format);
-    // Generation 0 starts from nothing; every later one from its snapshot, which
-    // Compact() made durable before the journal that names the generation existed.
-    if (s.code() == StatusCode::kNotFound && gen > 0)
-      return Status::DataLoss("snapshot-" + std::to_string(gen) + " is missing beside journal-" + std::to_string(gen) +
-                              ": the state before that generation is lost");
-    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    if (torn >= 0) return Status::DataLoss("snapshot-" + std::to_string(gen) + " is incomplete");
-    upgrade = format == 1 || format == 2;
+    const std::string spath = GenPath(dir, "snapshot", gen);
+    Result<std::string> sbytes = internal::ReadWhole(spath);
+    if (!sbytes.ok() && (sbytes.status().code() != StatusCode::kNotFound || gen > 0)) {
+      // Generation 0 starts from nothing; every later one from its snapshot, which
+      // is durable before the journal that names the generation exists.
+      if (sbytes.status().code() == StatusCode::kNotFound)
+        return Status::DataLoss(spath + ": offset 0: missing beside journal-" + std::to_string(gen) +
+                                ": the state before that generation is lost");
+      return sbytes.status();
+    }
+    if (sbytes.ok()) {
+      Source snap{spath, {}};
+      FERRY_RETURN_IF_ERROR(internal::ParseFile(spath, *sbytes, FileKind::kSnapshot, &snap.contents));
+      if (snap.contents.remnant)
+        return Status::DataLoss(spath + ": offset " + std::to_string(sbytes->size()) +
+                                ": empty or cut short inside its header (a snapshot is renamed into place whole)");
+      sources.push_back(std::move(snap));
+    }
     const std::string jpath = GenPath(dir, "journal", gen);
-    s = ReadRecords(jpath, replay, &torn, &format);
-    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    upgrade = upgrade || format == 1 || format == 2;
-    if (torn >= 0) {
-      Log("%s: dropping a torn last record at offset %lld (a crash during its write)", jpath.c_str(),
-          (long long)torn);
-      if (::truncate(jpath.c_str(), torn) != 0) return Io("truncate " + jpath);
+    Result<std::string> jbytes = internal::ReadWhole(jpath);
+    if (!jbytes.ok()) return jbytes.status();
+    Source jour{jpath, {}};
+    FERRY_RETURN_IF_ERROR(internal::ParseFile(jpath, *jbytes, FileKind::kJournal, &jour.contents));
+    if (jour.contents.remnant) {
+      // What a crash while the journal was being created leaves (versions before
+      // format 4 wrote a new journal's magic in place): possible only where nothing can
+      // have been journaled in it, i.e. in a new work dir (no state-id yet: it is made
+      // after the journal) or beside the generation whose compaction made it.
+      const bool creating = (gen == 0 && !has_id) || (gen > 0 && present(GenName("journal", gen - 1)));
+      if (!creating)
+        return Status::DataLoss(jpath + ": offset " + std::to_string(jbytes->size()) +
+                                ": the journal is empty or cut short inside its header, yet this work dir has " +
+                                (gen > 0 ? "a snapshot" : "an identity") +
+                                ": it was truncated, and its records are lost; nothing was changed");
+      journal_remnant = true;
+    } else {
+      sources.push_back(std::move(jour));
     }
   }
-  const std::string jpath = GenPath(dir, "journal", gen);
-  const int fd = ::open(jpath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Io("open journal in " + dir);
-  auto j = std::unique_ptr<Journal>(new Journal(dir, gen, fd));
-  const off_t end = ::lseek(fd, 0, SEEK_END);
-  if (end < 0) return Io("seek journal in " + dir);
-  j->size_ = j->synced_size_ = uint64_t(end);
-  j->upgrade_due_ = upgrade;
-  if (end == 0) {  // a new file: format 3's magic first, durable before any record
-    FERRY_RETURN_IF_ERROR(WriteAll(fd, std::string(kMagic, kMagicSize)));
-    if (::fdatasync(fd) != 0) return Io("fdatasync " + jpath);
-    j->size_ = j->synced_size_ = kMagicSize;
+  int format = 4;
+  for (const Source& src : sources) format = std::min(format, src.contents.format);
+  std::string id;
+  bool legacy_id = false;
+  if (has_id) {
+    FERRY_ASSIGN_OR_RETURN(id, internal::ParseStateId(id_path, *id_bytes, &legacy_id));
+  } else if (found && format == 4 && (gen > 0 || !sources.empty())) {
+    // A format 4 work dir always has one (made right after its first journal).
+    return Status::DataLoss(id_path + ": offset 0: missing beside journal-" + std::to_string(gen) +
+                            ": the work dir's identity is lost (clients would take a new one for a lost state); "
+                            "nothing was changed");
   }
+  const bool upgrade = found && format < 4;
+  DispatcherState local;
+  DispatcherState* into = state != nullptr ? state : upgrade ? &local : nullptr;
+  for (const Source& src : sources) {
+    for (size_t i = 0; i < src.contents.updates.size(); ++i) {
+      if (into != nullptr) {
+        Status s = into->Apply(src.contents.updates[i]);
+        if (!s.ok())
+          return Status::DataLoss(src.path + ": offset " + std::to_string(src.contents.offsets[i]) +
+                                  ": a record the state replayed before it refuses: " + s.ToString());
+      }
+      replay->push_back(src.contents.updates[i]);
+    }
+  }
+
+  // 3. Everything read and accepted: only now is anything changed.
+  auto j = std::unique_ptr<Journal>(new Journal(dir, gen));
+  j->format_read_ = found ? format : 4;
+  std::set<std::string> keep;  // files this start must not remove
+  if (upgrade) {
+    int fd = -1;
+    Status s = j->WriteGeneration(*into, gen + 1, &fd);
+    if (!s.ok()) {
+      if (fd >= 0) ::close(fd);
+      return Status(s.code(), "upgrading the journal in " + dir + " from format " + std::to_string(format) +
+                                  " to format 4: " + s.message() + " (the work dir is as it was)");
+    }
+    j->Retire(gen);
+    keep = {GenName("journal", gen) + kReplaced, GenName("snapshot", gen) + kReplaced};
+    j->SwitchTo(gen + 1, fd);
+    Log("the journal in %s was of format %d: upgraded to format 4 (generation %llu); the files it was read from "
+        "are kept as *%s until the next start",
+        dir.c_str(), format, (unsigned long long)j->generation_, kReplaced);
+  } else if (!found || journal_remnant) {
+    int fd = -1;
+    FERRY_RETURN_IF_ERROR(WriteFileDurably(GenPath(dir, "journal", gen), FileHeader(kFileHeaderSize), &fd));
+    j->SwitchTo(gen, fd);
+  } else {
+    const Source& jour = sources.back();
+    const std::string& jpath = jour.path;
+    uint64_t end = jour.contents.size;
+    if (jour.contents.torn_at >= 0) {
+      end = uint64_t(jour.contents.torn_at);
+      Log("%s: dropping a torn last record at offset %llu, past the %llu bytes committed (a crash during its "
+          "write)",
+          jpath.c_str(), (unsigned long long)end, (unsigned long long)jour.contents.committed);
+      if (::truncate(jpath.c_str(), off_t(end)) != 0) return Io("truncate " + jpath);
+    }
+    j->fd_ = ::open(jpath.c_str(), O_WRONLY | O_CLOEXEC);
+    if (j->fd_ < 0) return Io("open " + jpath);
+    j->size_ = j->synced_size_ = end;
+    j->header_committed_ = jour.contents.committed;
+    j->records_ = jour.contents.updates.size();
+  }
+  // What earlier crashes and compactions left, now that the current generation has
+  // been read whole: temporaries, older generations (the generation read is the proof
+  // that their successor is good) and a newer snapshot whose journal was never made.
+  for (const std::string& name : names) {
+    const char* kind;
+    uint64_t g;
+    std::string suffix;
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    const bool stale = ParseGenName(name, &kind, &g, &suffix) && g != j->generation_ && !keep.count(name);
+    if (tmp || stale) std::filesystem::remove(dir + "/" + name, ec);
+  }
+  if (!has_id) id = NewStateId();
+  // A new work dir's identity (after its journal: a state-id never stands without one),
+  // or an older one written again with its checksum.
+  if (!has_id || legacy_id) FERRY_RETURN_IF_ERROR(WriteFileDurably(id_path, internal::FormatStateId(id)));
+  j->state_id_ = id;
   FERRY_RETURN_IF_ERROR(SyncDir(dir));
   return j;
 }
 
 Journal::~Journal() {
+  if (fd_ < 0) return;
+  (void)Seal();
+  ::close(fd_);
+}
+
+void Journal::SwitchTo(uint64_t next, int fd) {
   if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+  generation_ = next;
+  records_ = 0;
+  size_ = synced_size_ = header_committed_ = kFileHeaderSize;
+  unsynced_.clear();  // in the snapshot, which is durable
 }
 
 Status Journal::Append(const Update& u) {
   if (failed()) return sync_error_;
-  std::string record = Record(EncodeUpdate(u));
+  std::string record = internal::Record(EncodeUpdate(u));
   ++records_;
   if (broken_) {
     unsynced_.push_back(std::move(record));  // written by the next Sync() that can
     return last_error_;
   }
-  Status s = WriteAll(fd_, record);
+  Status s = WriteAllAt(fd_, record, size_);
   if (!s.ok()) {
     // A full disk, say: part of the record may be on disk. Cut it off (shrinking needs
     // no space), so that the file ends with whole records; the record waits in memory.
@@ -355,10 +349,18 @@ Status Journal::Sync() {
     if (::ftruncate(fd_, off_t(synced_size_)) != 0) return last_error_ = Io("journal truncate");
     size_ = synced_size_;
     for (const std::string& r : unsynced_) {
-      Status s = WriteAll(fd_, r);
+      Status s = WriteAllAt(fd_, r, size_);
       if (!s.ok()) return Break(s);
       size_ += r.size();
     }
+  }
+  // The header claims what the previous fdatasync made durable, never a length whose
+  // bytes this one may still be writing: pages reach the disk in no set order, and a
+  // crash mid-sync must not leave a header that promises more than is there.
+  const uint64_t committed = synced_size_;
+  if (committed != header_committed_) {
+    Status s = WriteAllAt(fd_, FileHeader(committed), 0);
+    if (!s.ok()) return Break(s);
   }
   const int64_t t0 = MonoNs();
   if (::fdatasync(fd_) != 0) {
@@ -371,6 +373,7 @@ Status Journal::Sync() {
     return sync_error_;
   }
   sync_seconds_.ObserveNs(MonoNs() - t0);
+  header_committed_ = committed;
   synced_size_ = size_;
   unsynced_.clear();
   broken_ = false;
@@ -378,77 +381,92 @@ Status Journal::Sync() {
   return Status::OK();
 }
 
-Status Journal::Compact(const DispatcherState& state) {
+Status Journal::Seal() {
   if (failed()) return sync_error_;
-  if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
-  const uint64_t next = generation_ + 1;
-  const std::string tmp = GenPath(dir_, "snapshot", next) + ".tmp";
+  if (size_ != synced_size_ || broken_) FERRY_RETURN_IF_ERROR(Sync());
+  if (header_committed_ == synced_size_) return Status::OK();
+  // Everything up to synced_size_ is durable: the header may now say so.
+  return Sync();
+}
+
+Status Journal::WriteGeneration(const DispatcherState& state, uint64_t next, int* fd) {
+  *fd = -1;
+  const std::string snap = GenPath(dir_, "snapshot", next), tmp = snap + ".tmp";
   const int sfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (sfd < 0) return Io("open " + tmp);
-  // Written a record at a time: a large state's snapshot is never held whole as bytes.
-  Status s = WriteAll(sfd, std::string(kMagic, kMagicSize));
+  // Written a record at a time (a large state's snapshot is never held whole as
+  // bytes), then its header with the length, then made durable.
+  uint64_t at = kFileHeaderSize;
+  Status s = WriteAllAt(sfd, FileHeader(0), 0);
   for (Update& whole : state.Snapshot()) {
     for (const Update& u : Chunked(std::move(whole))) {
-      if (s.ok()) s = WriteAll(sfd, Record(EncodeUpdate(u)));
+      if (!s.ok()) break;
+      const std::string r = internal::Record(EncodeUpdate(u));
+      s = WriteAllAt(sfd, r, at);
+      at += r.size();
     }
   }
+  if (s.ok()) s = WriteAllAt(sfd, FileHeader(at), 0);
   if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
   ::close(sfd);
+  if (s.ok() && ::rename(tmp.c_str(), snap.c_str()) != 0) s = Io("rename " + tmp);
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (::rename(tmp.c_str(), GenPath(dir_, "snapshot", next).c_str()) != 0) {
-    s = Io("rename " + tmp);
     ::unlink(tmp.c_str());
     return s;
   }
   const std::string jnext = GenPath(dir_, "journal", next);
-  const int jfd = ::open(jnext.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (jfd < 0) {
-    s = Io("open " + jnext);
-    ::unlink(GenPath(dir_, "snapshot", next).c_str());
-    return s;
-  }
-  // Its magic, durable before the directory entry that makes the generation current
-  // (a crash before then leaves an empty or short file, which Open() takes as new).
-  s = WriteAll(jfd, std::string(kMagic, kMagicSize));
-  if (s.ok() && ::fdatasync(jfd) != 0) s = Io("fdatasync " + jnext);
-  if (!s.ok()) {
-    ::close(jfd);
-    ::unlink(jnext.c_str());
-    ::unlink(GenPath(dir_, "snapshot", next).c_str());
+  if (s = WriteFileDurably(jnext, FileHeader(kFileHeaderSize), fd); !s.ok()) {
+    ::unlink(snap.c_str());
     return s;
   }
   if (s = SyncDir(dir_); !s.ok()) {
     // Start-up reads the newest journal: journal-(G+1) must go, or appends to G would
-    // be lost behind it. Should it not go, switch to it (its snapshot is complete).
-    ::close(jfd);
+    // be lost behind it. Should it not go, the caller switches to it (its snapshot is
+    // complete).
     if (::unlink(jnext.c_str()) == 0) {
-      ::unlink(GenPath(dir_, "snapshot", next).c_str());
-      return s;
+      ::close(*fd);
+      *fd = -1;
+      ::unlink(snap.c_str());
     }
-    const int again = ::open(jnext.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (again < 0) return Break(Io("reopen " + jnext));  // nothing is safe to append to
-    ::close(fd_);
-    fd_ = again;
-    generation_ = next;
-    records_ = 0;
-    size_ = synced_size_ = kMagicSize;
-    unsynced_.clear();  // in the snapshot, which is durable
-    upgrade_due_ = false;
     return s;
   }
-  // Generation `next` is complete on disk: the old one can go.
-  ::close(fd_);
-  fd_ = jfd;
-  ::unlink(GenPath(dir_, "journal", generation_).c_str());
-  ::unlink(GenPath(dir_, "snapshot", generation_).c_str());
-  generation_ = next;
-  records_ = 0;
-  size_ = synced_size_ = kMagicSize;
-  unsynced_.clear();  // in the snapshot, which is durable
-  upgrade_due_ = false;
+  return Status::OK();
+}
+
+void Journal::Retire(uint64_t g) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > std::strlen(kReplaced) &&
+        name.compare(name.size() - std::strlen(kReplaced), std::strlen(kReplaced), kReplaced) == 0)
+      std::filesystem::remove(entry.path(), ec);
+  }
+  for (const char* kind : {"journal", "snapshot"}) {
+    const std::string path = GenPath(dir_, kind, g);
+    if (::rename(path.c_str(), (path + kReplaced).c_str()) != 0 && errno != ENOENT)
+      LogWarn("cannot rename %s to %s%s: %s (the next start removes it)", path.c_str(), path.c_str(), kReplaced,
+              std::strerror(errno));
+  }
+}
+
+Status Journal::Compact(const DispatcherState& state) {
+  if (failed()) return sync_error_;
+  if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
+  const uint64_t next = generation_ + 1;
+  int fd = -1;
+  Status s = WriteGeneration(state, next, &fd);
+  if (!s.ok()) {
+    if (fd < 0) return s;
+    // The new generation could not be removed: it is the one a start reads, so
+    // appends must go there (its snapshot is complete).
+    SwitchTo(next, fd);
+    return s;
+  }
+  // Generation `next` is complete on disk: the old one is kept, renamed, until the
+  // next compaction or start.
+  const uint64_t old = generation_;
+  SwitchTo(next, fd);
+  Retire(old);
   return Status::OK();
 }
 

@@ -1,25 +1,33 @@
-// Journal: the dispatcher's write-ahead log, with snapshots.
+// Journal: the dispatcher's write-ahead log, with snapshots, and the work dir's identity.
 //
 // Files in the work dir, for generation G:
-//   snapshot-G   the updates that rebuild the state as of G's start (may be absent for G=0)
+//   snapshot-G   the updates that rebuild the state as of G's start (absent for G=0)
 //   journal-G    updates applied since, one record each
-// A file starts with "FERRYJ3\n". Record: u32 payload length, u32 CRC-32 of the payload,
-// u32 CRC-32 of those 8 bytes, payload (EncodeUpdate: a Cap'n Proto Update,
-// schemas/journal.capnp). Older files are read, and compacted into format 3 at once
-// (upgrade_due()): format 2 ("FERRYJ2\n", the same records, a job's `epochs` an end
-// epoch rather than a count) and format 1 (no magic, no header checksum, hand-kept
-// varints).
+//   state-id     the work dir's identity (sent to clients: a dispatcher restarted on
+//                another work dir has another one)
+//   *.replaced   the generation a compaction or an upgrade replaced, kept until the next
+//                compaction or successful start
+// The bytes of each, and the rules by which they are read, are in journal_file.h
+// (format 4: a header with the committed length, then checksummed records). Files of
+// formats 1 to 3 (older Ferry versions) are read and upgraded at once.
+//
+// Opening is two phases. First everything is read and checked, and the updates are
+// replayed into the caller's state, changing nothing: a file that is no journal of a
+// known format, a record that fails its checksum before the true tail, a file cut
+// short before its committed length, a missing snapshot or journal, a state-id that
+// fails its checksum, or an update the state refuses is DataLoss naming the file and
+// the offset, and the work dir is left exactly as it was. Only then are changes made:
+// an upgrade (a new generation written and made durable, then its sources renamed to
+// *.replaced), a torn tail cut, what earlier crashes and compactions left removed, a
+// state-id drawn for a new work dir.
 //
 // Append() writes and fdatasync()s a record before returning: the service applies an
 // update, appends it, and only then sends the reply that depends on it. Compact()
-// writes snapshot-(G+1) from the state, fsyncs it, renames it into place, starts
-// journal-(G+1) and deletes generation G. A crash at any point leaves either the old
-// or the new generation complete. A torn final record (crash mid-append: a header cut
-// short, or a valid header whose payload is cut short at the very end) is dropped on
-// open, and so is a tail of zeros; a header that fails its checksum, or a record that
-// fails its checksum before the end, is an error (DataLoss, naming the offset), never
-// a silent cut. A generation past 0 without its snapshot is DataLoss too. Open
-// removes *.tmp files a crash left.
+// writes snapshot-(G+1) and journal-(G+1) whole under temporary names, makes them
+// durable, renames them into place, syncs the directory, and only then renames
+// generation G's files to *.replaced. A crash at any point leaves either the old or
+// the new generation complete, and never a file that a start could take for a newer
+// empty one.
 //
 // Failures of write() (a full disk) do not lose records: a record that cannot be
 // written, and every record since the last successful Sync(), is kept in memory, the
@@ -32,6 +40,8 @@
 // error; the dispatcher stops, and a restart recovers from what is truly on disk.
 #ifndef FERRY_DISPATCH_JOURNAL_H_
 #define FERRY_DISPATCH_JOURNAL_H_
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
@@ -48,9 +58,12 @@ namespace ferry::dispatch {
 
 class Journal {
  public:
-  // Opens (creating the dir if needed) and returns the updates to replay, in order.
-  static Result<std::unique_ptr<Journal>> Open(const std::string& dir, std::vector<Update>* replay);
-  ~Journal();
+  // Opens the work dir `dir` (creating it if needed; see "opening" above): the updates
+  // replayed, in order, go to *replay and, when `state` is given (a fresh one), are
+  // applied to it. On an error nothing in the work dir has changed.
+  static Result<std::unique_ptr<Journal>> Open(const std::string& dir, std::vector<Update>* replay,
+                                               DispatcherState* state = nullptr);
+  ~Journal();  // seals (see Seal())
 
   // Appends a record; with sync (the default, see set_sync) also fdatasync()s it. On
   // a failure the record is kept in memory (see above) and the error returned; while
@@ -58,8 +71,14 @@ class Journal {
   Status Append(const Update& u);
   // Makes every record appended so far durable (group commit: many unsynced
   // Append()s, then one Sync() before the replies that depend on them). When broken,
-  // first tries to write again what is queued.
+  // first tries to write again what is queued. The file's header is rewritten first
+  // with the length the previous Sync() made durable.
   Status Sync();
+  // Makes the header's committed length the whole file (syncing first what is not):
+  // from then on a truncation anywhere is DataLoss at start. Costs one fdatasync when
+  // the header is behind, none otherwise. The dispatcher seals when idle, and closing
+  // does.
+  Status Seal();
   // Starts a new generation from `state` (whose updates must all be appended). On
   // failure the current generation goes on.
   Status Compact(const DispatcherState& state);
@@ -71,29 +90,51 @@ class Journal {
   const Histogram& sync_seconds() const { return sync_seconds_; }
 
   uint64_t generation() const { return generation_; }
-  // Whether what Open() read was of format 1 or 2: the caller compacts at once
-  // (Compact() writes format 3), since a file holds records of one format.
-  bool upgrade_due() const { return upgrade_due_; }
+  // The work dir's identity: drawn when the work dir was first used, kept in state-id.
+  const std::string& state_id() const { return state_id_; }
+  // The format Open() read (1 to 4; 4 for a new work dir). Below 4, Open() upgraded it.
+  int format_read() const { return format_read_; }
   uint64_t records_since_snapshot() const { return records_; }
   // Whether Append syncs to disk (default true). Tests and benchmarks may turn it off.
   void set_sync(bool sync) { sync_ = sync; }
+  // Whether the header's committed length is the whole file (see Seal()).
+  bool sealed() const { return header_committed_ == size_; }
+  // For tests: closes the file as a crash would, without sealing it (the records
+  // synced since the header was last written stay past its committed length).
+  void TEST_CrashClose() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
 
  private:
-  Journal(std::string dir, uint64_t generation, int fd) : dir_(std::move(dir)), generation_(generation), fd_(fd) {}
+  Journal(std::string dir, uint64_t generation) : dir_(std::move(dir)), generation_(generation) {}
   // Marks the journal broken with `s`, and cuts the file back to its durable size.
   Status Break(const Status& s);
+  // Writes generation `next` from `state` (a snapshot and an empty journal, each made
+  // whole and durable under a temporary name, renamed into place, the directory
+  // synced). On success *fd is the new journal's, open for writing. On failure the new
+  // generation's files are gone, except when the directory could not be synced and the
+  // new journal could not be removed either: then *fd is set too (see Compact()).
+  Status WriteGeneration(const DispatcherState& state, uint64_t next, int* fd);
+  // Generation `g`'s files become *.replaced; any older *.replaced go.
+  void Retire(uint64_t g);
+  // Switches appends to the new generation's journal `fd`.
+  void SwitchTo(uint64_t next, int fd);
+
   std::string dir_;
   uint64_t generation_;
-  int fd_;
+  int fd_ = -1;
+  std::string state_id_;
+  int format_read_ = 4;
   uint64_t records_ = 0;
   bool sync_ = true;
-  uint64_t size_ = 0;         // bytes of whole records in the file
-  uint64_t synced_size_ = 0;  // of which known durable
+  uint64_t size_ = 0;              // bytes of whole records in the file
+  uint64_t synced_size_ = 0;       // of which known durable
+  uint64_t header_committed_ = 0;  // what the file's header says (durable)
   std::vector<std::string> unsynced_;  // records since the last good Sync(), encoded
   bool broken_ = false;
   Status last_error_;
   Status sync_error_;  // the failed fdatasync, final
-  bool upgrade_due_ = false;
   Histogram sync_seconds_;
 };
 

@@ -3,6 +3,7 @@
 // creating jobs, garbage collection, the idle exit, reported workers, draining and
 // leaving, durability (NeedsSync) and a restart that replays the journal.
 #include "dispatch/dispatcher.h"
+#include "dispatch/journal_file.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -500,9 +501,9 @@ TEST_F(DispatcherTest, RestoreReopensAndStatusListsMySplits) {
 }
 
 // A work dir of an older Ferry (journal format 1: no magic, 8-byte record headers,
-// hand-kept varints): Open replays it and rewrites the state as a format 2 snapshot at
-// once (format 2 records cannot follow format 1 ones in one file), and the next start
-// reads format 2 only.
+// hand-kept varints): Open replays it and rewrites the state as a format 4 snapshot at
+// once (format 4 records cannot follow format 1 ones in one file), keeping the file it
+// read as journal-0.replaced until the next start, which reads format 4 only.
 TEST_F(DispatcherTest, AJournalOfFormatOneIsUpgradedOnOpen) {
   // Format 1's RegisterWorker: tag 3, then the id and the address, each a varint length and its bytes.
   testing::WriteFile(dir_.path() + "/journal-0",
@@ -516,13 +517,32 @@ TEST_F(DispatcherTest, AJournalOfFormatOneIsUpgradedOnOpen) {
   }
   namespace fs = std::filesystem;
   EXPECT_FALSE(fs::exists(dir_.path() + "/journal-0")) << "generation 0 was left";
+  EXPECT_TRUE(fs::exists(dir_.path() + "/journal-0.replaced")) << "the source, kept until the next start";
   ASSERT_TRUE(fs::exists(dir_.path() + "/snapshot-1"));
-  EXPECT_EQ(testing::ReadFile(dir_.path() + "/snapshot-1").compare(0, 8, "FERRYJ3\n"), 0);
-  EXPECT_EQ(testing::ReadFile(dir_.path() + "/journal-1"), "FERRYJ3\n");
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/snapshot-1").compare(0, 8, "FERRYJ4\n"), 0);
+  EXPECT_EQ(testing::ReadFile(dir_.path() + "/journal-1"), internal::FileHeader(internal::kFileHeaderSize));
   auto again = Open();
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->state().workers().size(), 2u);
   EXPECT_EQ(again->state().workers().at("w0").address, "a:100");
+  EXPECT_FALSE(fs::exists(dir_.path() + "/journal-0.replaced")) << "a successful start removes it";
+}
+
+// Each sync's header covers the sync before it; a tick with no sync since the last
+// (idle) seals the journal, so that a crash after it leaves no record past the
+// committed length.
+TEST_F(DispatcherTest, AnIdleTickSealsTheJournal) {
+  DispatcherConfig c = Config(dir_.path());
+  c.sync = true;
+  auto d = Dispatcher::Open(c, 0);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_TRUE((*d)->RegisterWorker({"w1", "a:1"}, 0).ok());
+  ASSERT_TRUE((*d)->Sync().ok());
+  EXPECT_FALSE((*d)->journal().sealed()) << "the header covers the sync before this one";
+  (*d)->Tick(10, {});
+  EXPECT_FALSE((*d)->journal().sealed()) << "a sync since the last tick: not idle yet";
+  (*d)->Tick(20, {});
+  EXPECT_TRUE((*d)->journal().sealed());
 }
 
 }  // namespace

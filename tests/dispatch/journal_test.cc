@@ -2,6 +2,7 @@
 // without compaction; a torn tail is dropped and a corrupt middle is DataLoss; every
 // update round-trips through its record and garbage never crashes the decoder.
 #include "dispatch/journal.h"
+#include "dispatch/journal_file.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <string>
 #include <vector>
@@ -98,6 +100,7 @@ TEST(JournalFileTest, TornTailIsDroppedCorruptMiddleIsAnError) {
     auto j = Journal::Open(dir.path(), &replay);
     ASSERT_TRUE(j.ok());
     for (int i = 0; i < 3; ++i) ASSERT_TRUE((*j)->Append(RegisterWorker{"w" + std::to_string(i), "a"}).ok());
+    (*j)->TEST_CrashClose();  // the last record is past the header's committed length
   }
   const std::string path = dir.path() + "/journal-0";
   std::string bytes = testing::ReadFile(path);
@@ -115,7 +118,7 @@ TEST(JournalFileTest, TornTailIsDroppedCorruptMiddleIsAnError) {
     EXPECT_EQ(std::get<RegisterWorker>(replay[2]).worker, "w9");
   }
   bytes = testing::ReadFile(path);
-  bytes[22] ^= 0x55;  // inside the first record's payload (after the magic and its header)
+  bytes[internal::kFileHeaderSize + 14] ^= 0x55;  // inside the first record's payload (after the file's header and its own)
   testing::WriteFile(path, bytes);
   auto bad = Journal::Open(dir.path(), &replay);
   ASSERT_FALSE(bad.ok());
@@ -257,16 +260,16 @@ TEST(JournalFileTest, AFlippedBitInALengthBeforeTheEndIsDataLossNotACut) {
   }
   const std::string path = dir.path() + "/journal-0";
   std::string bytes = testing::ReadFile(path);
-  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ3\n"), 0) << "format 3's magic";
+  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ4\n"), 0) << "format 4's magic";
   uint32_t first = 0;
-  std::memcpy(&first, bytes.data() + 8, 4);
-  const size_t second = 8 + 12 + first;  // the second record's header
+  std::memcpy(&first, bytes.data() + internal::kFileHeaderSize, 4);
+  const size_t second = internal::kFileHeaderSize + 12 + first;  // the second record's header
   bytes[second + 2] ^= 0x04;             // its length grows by 2^18: past the end
   testing::WriteFile(path, bytes);
   auto bad = Journal::Open(dir.path(), &replay);
   ASSERT_FALSE(bad.ok()) << "a corrupt length was taken for a torn write";
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(bad.status().message().find("corrupt record header at offset " + std::to_string(second)),
+  EXPECT_NE(bad.status().message().find("journal-0: offset " + std::to_string(second) + ": corrupt record header"),
             std::string::npos)
       << bad.status().ToString();
   EXPECT_EQ(testing::ReadFile(path), bytes) << "nothing was cut";
@@ -281,43 +284,37 @@ TEST(JournalFileTest, AMissingSnapshotIsDataLoss) {
   auto j = Journal::Open(dir.path(), &replay);
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(j.status().message().find("snapshot-3 is missing"), std::string::npos) << j.status().ToString();
+  EXPECT_NE(j.status().message().find("snapshot-3: offset 0: missing beside journal-3"), std::string::npos) << j.status().ToString();
 }
 
-// Format 2 kept a job's `epochs` as its end epoch, [first_epoch, epochs); format 3
-// keeps a count. A format 2 file (the same records, another magic) replays with its
-// jobs' epochs converted, so that a job resumed at epoch 2 of 5 still ends at 5, and
-// asks for the upgrade. A format 3 file is taken as written.
+// Format 2 kept a job's `epochs` as its end epoch, [first_epoch, epochs); formats 3 and
+// 4 keep a count. A format 2 file (the same records, another magic) replays with its
+// jobs' epochs converted, so that a job resumed at epoch 2 of 5 still ends at 5. A
+// format 3 file is taken as written. Both are upgraded to format 4 on opening.
 TEST(JournalFileTest, AFormatTwoJobsEndEpochBecomesItsCount) {
-  testing::TempDir dir;
-  std::vector<Update> replay;
   JobSpec resumed = Spec();
   resumed.first_epoch = 2;
   resumed.epochs = 5;  // format 2: epochs 2, 3 and 4
   JobSpec endless = Spec();
   endless.first_epoch = 7;
   endless.epochs = 0;
+  const std::string records = internal::Record(EncodeUpdate(CreateJob{"resumed", resumed})) +
+                              internal::Record(EncodeUpdate(CreateJob{"endless", endless}));
+  std::vector<Update> replay;
   {
+    testing::TempDir dir;
+    testing::WriteFile(dir.path() + "/journal-0", "FERRYJ3\n" + records);
     auto j = Journal::Open(dir.path(), &replay);
-    ASSERT_TRUE(j.ok());
-    ASSERT_TRUE((*j)->Append(CreateJob{"resumed", resumed}).ok());
-    ASSERT_TRUE((*j)->Append(CreateJob{"endless", endless}).ok());
-  }
-  const std::string path = dir.path() + "/journal-0";
-  std::string bytes = testing::ReadFile(path);
-  ASSERT_EQ(bytes.compare(0, 8, "FERRYJ3\n"), 0);
-  {
-    auto j = Journal::Open(dir.path(), &replay);
-    ASSERT_TRUE(j.ok());
-    EXPECT_FALSE((*j)->upgrade_due());
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_EQ((*j)->format_read(), 3);
     ASSERT_EQ(replay.size(), 2u);
     EXPECT_EQ(std::get<CreateJob>(replay[0]).spec.epochs, 5) << "format 3: a count, as written";
   }
-  bytes.replace(0, 8, "FERRYJ2\n");
-  testing::WriteFile(path, bytes);
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/journal-0", "FERRYJ2\n" + records);
   auto j = Journal::Open(dir.path(), &replay);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
-  EXPECT_TRUE((*j)->upgrade_due());
+  EXPECT_EQ((*j)->format_read(), 2);
   ASSERT_EQ(replay.size(), 2u);
   const JobSpec& got = std::get<CreateJob>(replay[0]).spec;
   EXPECT_EQ(got.epochs, 3);
@@ -328,17 +325,220 @@ TEST(JournalFileTest, AFormatTwoJobsEndEpochBecomesItsCount) {
 }
 
 // A journal of format 1 (an older Ferry: no magic, 8-byte headers, varints) replays,
-// and says that it must be upgraded: the records that follow are format 2's.
-TEST(JournalFileTest, AJournalOfFormatOneReplaysAndAsksForTheUpgrade) {
+// and is upgraded: generation 1 in format 4, the file it was read from kept.
+TEST(JournalFileTest, AJournalOfFormatOneReplaysAndIsUpgraded) {
   testing::TempDir dir;
-  testing::WriteFile(dir.path() + "/journal-0",
-                    FormatOneJournal({std::string("\x03\x02w0\x01" "a", 6), std::string("\x03\x02w1\x01" "b", 6)}));
+  const std::string v1 =
+      FormatOneJournal({std::string("\x03\x02w0\x01" "a", 6), std::string("\x03\x02w1\x01" "b", 6)});
+  testing::WriteFile(dir.path() + "/journal-0", v1);
   std::vector<Update> replay;
   auto j = Journal::Open(dir.path(), &replay);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   ASSERT_EQ(replay.size(), 2u);
   EXPECT_EQ(std::get<RegisterWorker>(replay[1]).address, "b");
-  EXPECT_TRUE((*j)->upgrade_due());
+  EXPECT_EQ((*j)->format_read(), 1);
+  EXPECT_EQ((*j)->generation(), 1u);
+  EXPECT_EQ(testing::ReadFile(dir.path() + "/journal-0.replaced"), v1) << "the source, kept whole";
+}
+
+// Every file of a work dir, by name: what a refused start must leave as it was.
+std::map<std::string, std::string> WorkDirFiles(const std::string& dir) {
+  std::map<std::string, std::string> all;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    all[e.path().filename().string()] = testing::ReadFile(e.path().string());
+  return all;
+}
+
+void WriteJournalOf(const std::string& dir, int records, bool crash = false) {
+  std::vector<Update> none;
+  auto j = Journal::Open(dir, &none);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  for (int i = 0; i < records; ++i) ASSERT_TRUE((*j)->Append(RegisterWorker{"w" + std::to_string(i), "a"}).ok());
+  if (crash) (*j)->TEST_CrashClose();
+}
+
+// Issue 37: a file is read as an older format only when it positively is one. Any byte
+// of the magic changed (to anything) is DataLoss naming that offset, and the work dir is
+// left as it was; so is a file of no format at all.
+TEST(JournalFileTest, AMagicOfNoKnownFormatIsDataLossAndChangesNothing) {
+  for (size_t at = 0; at < 8; ++at) {
+    for (const uint8_t mask : {uint8_t(0x01), uint8_t(0x80), uint8_t(0xff)}) {
+      testing::TempDir dir;
+      WriteJournalOf(dir.path(), 3);
+      const std::string path = dir.path() + "/journal-0";
+      std::string bytes = testing::ReadFile(path);
+      bytes[at] = char(uint8_t(bytes[at]) ^ mask);
+      testing::WriteFile(path, bytes);
+      const auto before = WorkDirFiles(dir.path());
+      std::vector<Update> replay;
+      auto j = Journal::Open(dir.path(), &replay);
+      ASSERT_FALSE(j.ok()) << "byte " << at << " ^ " << int(mask);
+      EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+      EXPECT_NE(j.status().message().find("journal-0: offset " + std::to_string(at) + ": not a journal"),
+                std::string::npos)
+          << j.status().ToString();
+      EXPECT_EQ(WorkDirFiles(dir.path()), before);
+    }
+  }
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/journal-0", "this is no journal at all, but it is not empty");
+  std::vector<Update> replay;
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(testing::ReadFile(dir.path() + "/journal-0"), "this is no journal at all, but it is not empty");
+}
+
+// A closed journal is sealed: its header's committed length is the whole file, and a
+// cut anywhere, even between two records, is DataLoss. After a crash the records of the
+// last sync lie past the committed length: a cut there is a torn tail, dropped (and
+// only there: a cut before the committed length is still DataLoss).
+TEST(JournalFileTest, ACutBeforeTheCommittedLengthIsDataLossAndOnlyATailIsTorn) {
+  std::vector<Update> replay;
+  {
+    testing::TempDir dir;
+    WriteJournalOf(dir.path(), 4);
+    const std::string path = dir.path() + "/journal-0";
+    const std::string bytes = testing::ReadFile(path);
+    const std::string last = internal::Record(EncodeUpdate(RegisterWorker{"w3", "a"}));
+    testing::WriteFile(path, bytes.substr(0, bytes.size() - last.size()));  // at a record's boundary
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok()) << "a sealed journal lost its last record in silence";
+    EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(j.status().message().find("journal-0: offset"), std::string::npos) << j.status().ToString();
+  }
+  testing::TempDir dir;
+  WriteJournalOf(dir.path(), 4, /*crash=*/true);
+  const std::string path = dir.path() + "/journal-0";
+  const std::string bytes = testing::ReadFile(path);
+  const size_t record = internal::Record(EncodeUpdate(RegisterWorker{"w3", "a"})).size();
+  testing::WriteFile(path, bytes.substr(0, bytes.size() - record - 3));  // into the third record
+  auto refused = Journal::Open(dir.path(), &replay);
+  ASSERT_FALSE(refused.ok()) << "the third record was synced before the header was last written";
+  testing::WriteFile(path, bytes.substr(0, bytes.size() - 3));  // into the fourth: the last sync's
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(replay.size(), 3u);
+}
+
+// An upgrade writes the new generation whole before it touches its source, and keeps
+// the source (renamed) until the next start; an upgrade that fails leaves the work dir
+// as it was.
+TEST(JournalFileTest, AnUpgradeKeepsItsSourceAndAFailedOneChangesNothing) {
+  const std::string records = internal::Record(EncodeUpdate(RegisterWorker{"w0", "a"})) +
+                              internal::Record(EncodeUpdate(RegisterWorker{"w1", "b"}));
+  std::vector<Update> replay;
+  {
+    testing::TempDir dir;
+    testing::WriteFile(dir.path() + "/journal-0", "FERRYJ3\n" + records);
+    testing::WriteFile(dir.path() + "/state-id", "0123456789abcdef");  // before its checksum
+    // The snapshot cannot be written: its temporary name is taken by a directory.
+    std::filesystem::create_directory(dir.path() + "/snapshot-1.tmp");
+    const auto before = WorkDirFiles(dir.path());
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok());
+    EXPECT_NE(j.status().message().find("(the work dir is as it was)"), std::string::npos) << j.status().ToString();
+    EXPECT_EQ(WorkDirFiles(dir.path()), before);
+    EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/snapshot-1.tmp"));
+  }
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/journal-0", "FERRYJ3\n" + records);
+  testing::WriteFile(dir.path() + "/state-id", "0123456789abcdef");
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_EQ((*j)->format_read(), 3);
+    EXPECT_EQ((*j)->state_id(), "0123456789abcdef");
+  }
+  auto files = WorkDirFiles(dir.path());
+  EXPECT_EQ(files["journal-0.replaced"], "FERRYJ3\n" + records) << "the source, whole";
+  EXPECT_FALSE(files.count("journal-0"));
+  EXPECT_EQ(files["state-id"], internal::FormatStateId("0123456789abcdef")) << "the same id, with its checksum";
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(replay.size(), 2u);
+  EXPECT_EQ((*j)->format_read(), 4);
+  files = WorkDirFiles(dir.path());
+  EXPECT_FALSE(files.count("journal-0.replaced")) << "the next successful start removes it";
+  EXPECT_TRUE(files.count("journal-1") && files.count("snapshot-1"));
+}
+
+// A compaction keeps the generation it replaced until the next compaction or start.
+TEST(JournalFileTest, ACompactionKeepsTheGenerationItReplacedUntilTheNextStart) {
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  {
+    DispatcherState s;
+    auto j = Journal::Open(dir.path(), &replay, &s);
+    ASSERT_TRUE(j.ok());
+    for (int round = 0; round < 3; ++round) {
+      const Update u = RegisterWorker{"w" + std::to_string(round), "a"};
+      ASSERT_TRUE(s.Apply(u).ok());
+      ASSERT_TRUE((*j)->Append(u).ok());
+      ASSERT_TRUE((*j)->Compact(s).ok());
+    }
+    const auto files = WorkDirFiles(dir.path());
+    EXPECT_TRUE(files.count("journal-2.replaced") && files.count("snapshot-2.replaced"));
+    EXPECT_FALSE(files.count("journal-1.replaced")) << "only the last one replaced";
+    EXPECT_TRUE(files.count("journal-3") && files.count("snapshot-3"));
+  }
+  DispatcherState s;
+  auto j = Journal::Open(dir.path(), &replay, &s);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(s.workers().size(), 3u);
+  EXPECT_FALSE(WorkDirFiles(dir.path()).count("journal-2.replaced"));
+}
+
+// The same rules for the work dir's identity: a state-id that fails its checksum, or
+// one that stands without a journal, or a format 4 journal without one, is DataLoss.
+TEST(JournalFileTest, TheStateIdIsCheckedLikeTheJournal) {
+  std::vector<Update> replay;
+  {
+    testing::TempDir dir;
+    WriteJournalOf(dir.path(), 2);
+    std::string id = testing::ReadFile(dir.path() + "/state-id");
+    ASSERT_EQ(id.size(), 26u);
+    id[5] = id[5] == 'a' ? 'b' : 'a';  // still 16 hex digits: only the checksum tells
+    testing::WriteFile(dir.path() + "/state-id", id);
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok());
+    EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(j.status().message().find("state-id: offset"), std::string::npos) << j.status().ToString();
+    EXPECT_EQ(testing::ReadFile(dir.path() + "/state-id"), id);
+  }
+  {
+    testing::TempDir dir;
+    WriteJournalOf(dir.path(), 2);
+    std::filesystem::remove(dir.path() + "/journal-0");
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok()) << "a new journal beside the old identity: clients would take lost jobs for finished";
+    EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/journal-0"));
+  }
+  {
+    testing::TempDir dir;
+    WriteJournalOf(dir.path(), 2);
+    std::filesystem::remove(dir.path() + "/state-id");
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok());
+    EXPECT_EQ(j.status().code(), StatusCode::kDataLoss);
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/state-id"));
+  }
+  {
+    testing::TempDir dir;
+    WriteJournalOf(dir.path(), 2);
+    testing::WriteFile(dir.path() + "/journal-0", "");  // truncated to nothing, its identity beside it
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_FALSE(j.ok());
+    EXPECT_NE(j.status().message().find("truncated"), std::string::npos) << j.status().ToString();
+  }
+  // A new work dir whose first start crashed before its identity was written: the
+  // empty journal is taken as new, and the identity made.
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/journal-0", "");
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ((*j)->state_id().size(), 16u);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ DispatcherOptions DispatcherOpts(const TestClusterOptions& o, const std::string&
   d.core.lease.max_outstanding = o.leases_ahead;
   d.core.exit_when_idle = o.exit_when_idle;
   d.core.sync = false;  // no power loss in a test
+  d.core.compact_every = o.compact_every;
   return d;
 }
 

@@ -29,6 +29,7 @@ struct TestClusterOptions {
   int heartbeat_timeout_ms = 500;
   int leases_ahead = 4;
   bool exit_when_idle = false;
+  uint64_t compact_every = 50000;  // journal records between snapshots
 };
 
 class TestCluster {
@@ -55,6 +56,13 @@ class TestCluster {
   // Stops the dispatcher and starts a new one on the same address and work dir (its
   // journal replays); workers and clients reconnect by themselves.
   Status RestartDispatcher();
+  // Stops the dispatcher as its process does on SIGTERM (the journal closed, and
+  // sealed); RestartDispatcher() starts it again.
+  void StopDispatcher() { dispatcher_.reset(); }
+  // The options; a change to the dispatcher's takes effect at RestartDispatcher().
+  TestClusterOptions& options() { return o_; }
+  // The dispatcher's work dir (its journal, snapshots and identity).
+  std::string dispatcher_work_dir() const { return work_dir_ / "journal"; }
 
   // Client options for `job` through this cluster's dispatcher.
   ClientOptions ClientFor(const std::string& job_name, const JobSpec& job) const;

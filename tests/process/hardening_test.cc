@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -365,13 +366,16 @@ TEST_F(HardeningTest, HealthzAnswersWhileAThousandIdleConnectionsAreOpen) {
 }
 
 // The journal's records as the file holds them: the offset of each record's header
-// and its payload's length. Both kinds: formats 2 and 3 ("FERRYJ2\n" or "FERRYJ3\n", then 12-byte headers)
-// and format 1 (8-byte headers; what the dispatcher wrote before the fix of defect 5).
+// and its payload's length. All kinds: format 4 ("FERRYJ4\n" and its committed length,
+// then 12-byte headers), formats 2 and 3 ("FERRYJ2\n" or "FERRYJ3\n", then 12-byte
+// headers) and format 1 (8-byte headers; what the dispatcher wrote before the fix of
+// defect 5).
 std::vector<std::pair<size_t, uint32_t>> JournalRecords(const std::string& bytes) {
-  const bool v2 = bytes.compare(0, 8, "FERRYJ2\n") == 0 || bytes.compare(0, 8, "FERRYJ3\n") == 0;
+  const bool v4 = bytes.compare(0, 8, "FERRYJ4\n") == 0;
+  const bool v2 = v4 || bytes.compare(0, 8, "FERRYJ2\n") == 0 || bytes.compare(0, 8, "FERRYJ3\n") == 0;
   const size_t header = v2 ? 12 : 8;
   std::vector<std::pair<size_t, uint32_t>> out;
-  for (size_t at = v2 ? 8 : 0; at + header <= bytes.size();) {
+  for (size_t at = v4 ? 20 : v2 ? 8 : 0; at + header <= bytes.size();) {
     uint32_t len = 0;
     std::memcpy(&len, bytes.data() + at, 4);
     out.emplace_back(at, len);
@@ -413,9 +417,48 @@ TEST_F(HardeningTest, AFlippedBitInAJournalLengthIsDataLossNotATruncation) {
   ASSERT_TRUE(refused.has_value()) << "the dispatcher started on a corrupt journal: " << again.err();
   EXPECT_NE(*refused, 0);
   EXPECT_NE(again.err().find("DataLoss"), std::string::npos) << again.err();
-  EXPECT_NE(again.err().find("corrupt record header at offset " + std::to_string(victim)), std::string::npos)
+  EXPECT_NE(again.err().find("offset " + std::to_string(victim) + ": corrupt record header"), std::string::npos)
       << again.err();
   EXPECT_EQ(ReadFile(path), bytes) << "the journal was cut";
+}
+
+// Issue 37: one corrupted byte of the journal's magic made the file "format 1", whose
+// first "record" ran past the end: taken for a torn write, cut to nothing, "upgraded",
+// and every job's progress was gone while the log called it routine. Now a file is
+// read as a format only when it positively is one: the real dispatcher refuses to
+// start, names the file and the offset, and changes nothing in its work dir.
+TEST_F(HardeningTest, ACorruptByteInTheJournalsMagicIsDataLossAndChangesNothing) {
+  std::string listen;
+  auto d = StartDispatcher({}, &listen);
+  auto w = StartWorker({"--dispatcher", listen});
+  auto c = Consume(listen, {"--job", "magic", "--batches-per-split", "1", "--epochs", "1"}, "consume");
+  const std::optional<int> rc = c->Wait(60);
+  ASSERT_TRUE(rc.has_value()) << c->err();
+  ASSERT_EQ(*rc, 0) << c->err();
+  w.reset();
+  ASSERT_TRUE(d->Stop()) << d->err();
+
+  const std::filesystem::path work = dir_ / "journal";
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::directory_iterator(work)) before[e.path().filename()] = ReadFile(e.path());
+  ASSERT_TRUE(before.count("journal-0") && before.count("state-id")) << "one generation and the identity";
+  std::string bytes = before["journal-0"];
+  ASSERT_GE(JournalRecords(bytes).size(), 10u);
+  bytes[3] = '\x7f';  // the issue's own: printf '\x7f' | dd of=journal-0 bs=1 seek=3 conv=notrunc
+  testing::WriteFile(work / "journal-0", bytes);
+  before["journal-0"] = bytes;
+
+  Child again({dispatcher_bin_, "--listen", "127.0.0.1:0", "--work-dir", work}, dir_ / "magic.out",
+              dir_ / "magic.err");
+  const std::optional<int> refused = again.Wait(10);
+  ASSERT_TRUE(refused.has_value()) << "the dispatcher started on a journal of no known format: " << again.err();
+  EXPECT_NE(*refused, 0);
+  EXPECT_NE(again.err().find("DataLoss"), std::string::npos) << again.err();
+  EXPECT_NE(again.err().find("journal-0: offset 3: not a journal of any format"), std::string::npos) << again.err();
+  EXPECT_EQ(again.err().find("upgraded"), std::string::npos) << again.err();
+  std::map<std::string, std::string> after;
+  for (const auto& e : std::filesystem::directory_iterator(work)) after[e.path().filename()] = ReadFile(e.path());
+  EXPECT_TRUE(after == before) << "the work dir changed";
 }
 
 // Defect 5: snapshot lists longer than 2^24 entries were written, and refused on
