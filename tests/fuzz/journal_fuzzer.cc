@@ -201,7 +201,7 @@ void WriteSeeds(const std::string& out) {
     auto j = Journal::Open(dir, &none, &s);
     FUZZ_CHECK(j.ok());
     for (size_t i = 0; i < all.size(); ++i) {
-      FUZZ_CHECK(s.Apply(all[i]).ok());
+      if (!s.Apply(all[i]).ok()) continue;  // the list is every kind, not a history
       FUZZ_CHECK((*j)->Append(all[i]).ok());
       if (i == all.size() / 2) FUZZ_CHECK((*j)->Compact(s).ok());
     }
