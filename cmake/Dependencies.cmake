@@ -5,8 +5,11 @@ find_package(TBB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 
-# OpenCVConfig.cmake ships only in the large libopencv-dev, so the three component
-# libraries we need are found by hand from libopencv-{core,imgproc,imgcodecs}-dev.
+# OpenCVConfig.cmake ships only in the large libopencv-dev, so the component libraries
+# are found by hand from libopencv-{core,imgproc,imgcodecs}-dev. Ferry's libraries and
+# programs link core and imgproc only; imgcodecs (whose Debian build pulls in GDAL and a
+# hundred more libraries) is for the tests, which compare Ferry's decoders with it, and
+# the benchmark tools, which encode images.
 find_path(OPENCV_INCLUDE_DIR opencv2/core.hpp PATH_SUFFIXES opencv4 REQUIRED)
 foreach(m core imgproc imgcodecs)
   find_library(OPENCV_${m}_LIB opencv_${m} REQUIRED)
@@ -15,6 +18,13 @@ foreach(m core imgproc imgcodecs)
     IMPORTED_LOCATION ${OPENCV_${m}_LIB}
     INTERFACE_INCLUDE_DIRECTORIES ${OPENCV_INCLUDE_DIR})
 endforeach()
+
+# The other formats' own libraries (lib/image/format_decoders.h): libpng, libtiff (CMake's
+# find modules), libwebp (pkg-config).
+find_package(PNG REQUIRED)
+find_package(TIFF REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp)
 
 # libjpeg-turbo: the libjpeg API (ROI/DCT-scaled decode) and TurboJPEG (the baseline).
 # Its CMake config names a static archive Debian does not ship, so find by hand too.

@@ -3,16 +3,15 @@
 #include <cstring>
 #include <string>
 
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
+#include "image/format_decoders.h"
 
 namespace ferry {
 
 namespace {
-uint32_t Le32(const unsigned char* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+using internal::Le16;
+using internal::Le32;
 uint32_t Be32(const unsigned char* p) { return uint32_t(p[3]) | uint32_t(p[2]) << 8 | uint32_t(p[1]) << 16 | uint32_t(p[0]) << 24; }
 uint32_t Le24(const unsigned char* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16; }
-uint16_t Le16(const unsigned char* p) { return uint16_t(p[0] | p[1] << 8); }
 
 Result<ImageSize> Truncated(ImageFormat f) {
   return Status::DataLoss("corrupt " + std::string(ImageFormatName(f)) + ": header truncated");
@@ -145,31 +144,28 @@ Result<ImageSize> PeekImageSize(ImageFormat f, std::string_view d) {
   }
 }
 
-Result<cv::Mat> DecodeWithOpenCV(ImageFormat f, std::string_view d, bool gray, int64_t max_pixels) {
+Result<cv::Mat> DecodeImage(ImageFormat f, std::string_view d, bool gray, int64_t max_pixels) {
   FERRY_ASSIGN_OR_RETURN(ImageSize size, PeekImageSize(f, d));
   if (int64_t(size.width) * size.height > max_pixels) {
     return Status::ResourceExhausted("image too large: " + std::to_string(size.width) + "x" +
                                      std::to_string(size.height) + " exceeds the limit of " +
                                      std::to_string(max_pixels) + " pixels");
   }
-  cv::Mat img;
   try {
-    cv::Mat buf(1, int(d.size()), CV_8UC1, const_cast<char*>(d.data()));
-    img = cv::imdecode(buf, gray ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+    switch (f) {
+      case ImageFormat::kPng: return DecodePng(d, gray, max_pixels);
+      case ImageFormat::kWebp: return DecodeWebp(d, gray, max_pixels);
+      case ImageFormat::kTiff: return DecodeTiff(d, gray, max_pixels);
+      case ImageFormat::kBmp: return DecodeBmp(d, gray, max_pixels);
+      case ImageFormat::kPnm: return DecodePnm(d, gray, max_pixels);
+      default: break;
+    }
   } catch (const cv::Exception& e) {
     return Status::DataLoss("corrupt " + std::string(ImageFormatName(f)) + ": " + e.msg);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted("out of memory decoding " + std::string(ImageFormatName(f)));
   }
-  if (img.empty()) return Status::DataLoss("corrupt or unsupported " + std::string(ImageFormatName(f)) + " image");
-  if (int64_t(img.cols) * img.rows > max_pixels) {
-    return Status::ResourceExhausted("image too large: " + std::to_string(img.cols) + "x" +
-                                     std::to_string(img.rows) + " exceeds the limit of " +
-                                     std::to_string(max_pixels) + " pixels");
-  }
-  if (img.depth() != CV_8U) img.convertTo(img, CV_8U, 1.0 / 257.0);
-  if (!gray) cv::cvtColor(img, img, cv::COLOR_BGR2RGB);
-  return img;
+  return Status::DataLoss("unsupported " + std::string(ImageFormatName(f)) + " image");
 }
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
-// Format sniffing and header parsing for the non-JPEG formats OpenCV decodes.
-// The header parse exists for one reason: refuse pixel bombs before OpenCV allocates.
+// Format sniffing, header parsing and decoding of the formats other than JPEG (their
+// decoders: image/format_decoders.h). The header parse exists for one reason: refuse
+// pixel bombs before anything allocates.
 #ifndef FERRY_IMAGE_IMAGE_DECODER_H_
 #define FERRY_IMAGE_IMAGE_DECODER_H_
 
@@ -21,13 +22,13 @@ struct ImageSize {
   int width = 0;
   int height = 0;
 };
-// Width and height from the header of a PNG, BMP, WebP or PNM image; {0,0} when the
-// format's header is not parsed here (TIFF), in which case OpenCV's own limit applies.
+// Width and height from the header of a PNG, BMP, WebP, PNM, TIFF or GIF image.
 Result<ImageSize> PeekImageSize(ImageFormat format, std::string_view data);
 
-// Decodes a non-JPEG image with OpenCV (alpha dropped, 16-bit reduced to 8-bit, EXIF
-// orientation applied), refusing more than max_pixels. RGB (CV_8UC3) or gray (CV_8UC1).
-Result<cv::Mat> DecodeWithOpenCV(ImageFormat format, std::string_view data, bool gray, int64_t max_pixels);
+// Decodes a PNG, WebP, TIFF, BMP or PNM image (alpha dropped, 16-bit reduced to 8-bit),
+// refusing more than max_pixels from its header. RGB (CV_8UC3) or gray (CV_8UC1), as
+// OpenCV's imdecode gave them (format_decoders.h). GIF is unsupported, as it was.
+Result<cv::Mat> DecodeImage(ImageFormat format, std::string_view data, bool gray, int64_t max_pixels);
 
 }  // namespace ferry
 

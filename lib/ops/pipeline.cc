@@ -213,7 +213,7 @@ Status Pipeline::Process(std::string_view encoded, uint64_t seed, uint64_t epoch
       }
       region = ApplyOrientation(raw, info.orientation);
     } else {
-      FERRY_ASSIGN_OR_RETURN(cv::Mat img, DecodeWithOpenCV(format, encoded, gray, spec_.max_pixels));
+      FERRY_ASSIGN_OR_RETURN(cv::Mat img, DecodeImage(format, encoded, gray, spec_.max_pixels));
       plan = plan_prefix(img.cols, img.rows, &consumed);
       region = plan ? img(plan->window) : img;
       full_w = img.cols, full_h = img.rows;

@@ -4,9 +4,15 @@
 #include <cstring>
 #include <unordered_map>
 
-#include <opencv2/imgcodecs.hpp>
+#include "image/format_decoders.h"
 
 namespace ferry {
+
+namespace {
+// A mask has its image's pixels, checked against the job's limit when the image was
+// decoded; this bounds a mask's own header (OpenCV's default limit, which applied here).
+constexpr int64_t kMaxMaskPixels = int64_t(1) << 30;
+}  // namespace
 
 Result<cv::Mat> DecodeClassMask(const std::string& png) {
   static const unsigned char kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -15,15 +21,14 @@ Result<cv::Mat> DecodeClassMask(const std::string& png) {
   const int depth = static_cast<unsigned char>(png[24]), color = static_cast<unsigned char>(png[25]);
   if (depth != 8 && !(color == 3 && depth < 8))
     return Status::InvalidArgument("the mask is a " + std::to_string(depth) + "-bit PNG: class masks are 8-bit");
-  const cv::Mat raw(1, int(png.size()), CV_8UC1, const_cast<char*>(png.data()));
   if (color == 0) {  // gray: the values are the classes
-    cv::Mat m = cv::imdecode(raw, cv::IMREAD_GRAYSCALE);
-    if (m.empty()) return Status::DataLoss("the mask PNG does not decode");
+    Result<cv::Mat> m = DecodePng(png, /*gray=*/true, kMaxMaskPixels);
+    if (!m.ok()) return Status::DataLoss("the mask PNG does not decode: " + m.status().message());
     return m;
   }
   if (color != 3) return Status::InvalidArgument("the mask is an RGB PNG: class masks are palette or gray PNGs");
-  // Palette (VOC's form): OpenCV expands it to colours, so each colour is mapped back to
-  // its index through the PLTE chunk.
+  // Palette (VOC's form): the decoder expands it to colours, so each colour is mapped back
+  // to its index through the PLTE chunk.
   std::unordered_map<uint32_t, uint8_t> index;
   size_t p = 8;
   bool found = false;
@@ -44,16 +49,17 @@ Result<cv::Mat> DecodeClassMask(const std::string& png) {
     p += 12 + len;
   }
   if (!found) return Status::InvalidArgument("the palette mask PNG has no PLTE chunk");
-  cv::Mat bgr = cv::imdecode(raw, cv::IMREAD_COLOR);
-  if (bgr.empty()) return Status::DataLoss("the mask PNG does not decode");
-  cv::Mat out(bgr.rows, bgr.cols, CV_8UC1);
-  for (int y = 0; y < bgr.rows; ++y) {
-    const cv::Vec3b* in = bgr.ptr<cv::Vec3b>(y);
+  Result<cv::Mat> decoded = DecodePng(png, /*gray=*/false, kMaxMaskPixels);
+  if (!decoded.ok()) return Status::DataLoss("the mask PNG does not decode: " + decoded.status().message());
+  const cv::Mat& rgb_mask = *decoded;
+  cv::Mat out(rgb_mask.rows, rgb_mask.cols, CV_8UC1);
+  for (int y = 0; y < rgb_mask.rows; ++y) {
+    const cv::Vec3b* in = rgb_mask.ptr<cv::Vec3b>(y);
     uint8_t* o = out.ptr<uint8_t>(y);
     uint32_t last = 0xffffffffu;
     uint8_t last_index = 0;
-    for (int x = 0; x < bgr.cols; ++x) {
-      const uint32_t rgb = uint32_t(in[x][2]) << 16 | uint32_t(in[x][1]) << 8 | in[x][0];
+    for (int x = 0; x < rgb_mask.cols; ++x) {
+      const uint32_t rgb = uint32_t(in[x][0]) << 16 | uint32_t(in[x][1]) << 8 | in[x][2];
       if (rgb != last) {
         const auto it = index.find(rgb);
         if (it == index.end()) return Status::DataLoss("the mask PNG has a colour outside its palette");

@@ -1,5 +1,5 @@
 // Tests of lib/image/image_decoder.h: SniffFormat, PeekImageSize (on encoded files,
-// hand-made and truncated headers) and DecodeWithOpenCV, directly and through
+// hand-made and truncated headers) and DecodeImage, directly and through
 // SampleProcessor, with the pixel limit for the non-JPEG formats.
 #include <gtest/gtest.h>
 
@@ -181,7 +181,7 @@ TEST(PeekImageSizeTest, HandMadeHeaders) {
 TEST(PixelLimitTest, HugeHeadersOfOtherFormats) {
   // IHDR patched (CRC left stale: the size check comes before any decoding).
   const std::string png = WithPngSize(EncodePng(16, 16, 11), 70000, 70000);
-  Result<cv::Mat> decoded = DecodeWithOpenCV(ImageFormat::kPng, png, false, kDefaultMaxPixels);
+  Result<cv::Mat> decoded = DecodeImage(ImageFormat::kPng, png, false, kDefaultMaxPixels);
   EXPECT_EQ(decoded.status().code(), StatusCode::kResourceExhausted) << decoded.status().ToString();
   EXPECT_TRUE(Contains(decoded.status().message(), "70000x70000"));
 
@@ -293,7 +293,7 @@ TEST(OtherFormatsTest, BmpPnmTiffDecodeLikeOpenCV) {
     std::vector<uint8_t> buf;
     ASSERT_TRUE(cv::imencode(ext, bgr, buf)) << ext;
     const std::string bytes(buf.begin(), buf.end());
-    Result<cv::Mat> img = DecodeWithOpenCV(SniffFormat(bytes), bytes, false, kDefaultMaxPixels);
+    Result<cv::Mat> img = DecodeImage(SniffFormat(bytes), bytes, false, kDefaultMaxPixels);
     ASSERT_TRUE(img.ok()) << ext << ": " << img.status().ToString();
     EXPECT_TRUE(SameBytes(*img, rgb)) << ext;  // lossless formats, RGB order
     PipelineSpec spec = Uint8Spec(30);
