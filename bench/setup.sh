@@ -35,7 +35,7 @@ readonly TEST_PACKAGES=(
 )
 main_only() { [[ "${FERRY_SETUP:-}" == main ]]; }
 PACKAGES=("${BUILD_PACKAGES[@]}")
-main_only || PACKAGES+=("${TEST_PACKAGES[@]}")
+main_only || [[ "${FERRY_SETUP:-}" == packages ]] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 install_packages() {
   local missing=()
@@ -70,5 +70,7 @@ sample_data() {
 }
 
 install_packages
+# FERRY_SETUP=packages: the build's packages only (client/wheel/build.sh builds itself).
+[[ "${FERRY_SETUP:-}" == packages ]] && exit 0
 build
 sample_data

@@ -110,6 +110,10 @@ def test_flags_from_the_environment_and_a_config_file(ferry_local, tmp_path):
 
 
 def ferry_ctl(ferry_local):
+    """ferry-ctl beside ferry-local (an installed wheel's ferry/bin), or in the build's client/."""
+    beside = os.path.join(os.path.dirname(ferry_local), "ferry-ctl")
+    if os.path.exists(beside):
+        return beside
     return os.path.join(os.path.dirname(os.path.dirname(ferry_local)), "client", "ferry-ctl")
 
 
