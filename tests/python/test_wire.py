@@ -82,6 +82,49 @@ def test_cuda_device_equals_the_cpu_result(ferry, small_tree, cluster):
         assert torch.allclose(gpu[i][0].cpu(), cpu[i][0], atol=1e-5)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_copies_wait_for_nothing_and_never_read_a_recycled_buffer(ferry, small_tree, cluster):
+    """Ferry's copy stream held back (a spin kernel of about 20 ms queued on it before each
+    batch's copies) while the trainer takes batch after batch with one batch of credit:
+    every device batch still equals the CPU loader's (a receive buffer recycled under an
+    in-flight copy would carry another batch's pixels into it), the labels too; and next()
+    does not wait for the spin (the copies are still queued when it returns)."""
+    import time
+
+    def remote(job, device):
+        return ferry.Loader(data=small_tree, pipeline=TRAIN, batch_size=10, seed=3, dispatcher=cluster.dispatcher,
+                            job_name=job, device=device, prefetch=1)
+    cpu, _ = by_index(remote("recycle-ref", None))
+    loader = remote("recycle", "cuda")
+    upload = loader._upload
+
+    def held_back(*args):
+        if loader._copy_stream is None:
+            loader._copy_stream = torch.cuda.Stream(device=loader.device)
+        with torch.cuda.stream(loader._copy_stream):
+            torch.cuda._sleep(40_000_000)  # cycles: about 20 ms at 2 GHz
+        return upload(*args)
+    loader._upload = held_back
+    got, waits = {}, []
+    it = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            break
+        waits.append(time.perf_counter() - t0)
+        info = loader.last_batch_info()
+        for row, i in enumerate(info["indices"].tolist()):
+            got[i] = (x[row].clone(), y[row].clone())  # on the trainer's stream: after the copy
+    torch.cuda.synchronize()
+    assert sorted(got) == sorted(cpu)
+    for i, (image, label) in got.items():
+        assert torch.allclose(image.cpu(), cpu[i][0], atol=1e-5), i
+        assert int(label) == cpu[i][1], i
+    assert sorted(waits)[len(waits) // 2] < 0.015, "next() waited for the copy stream: %s" % waits
+
+
 def test_batches_export_dlpack(ferry, small_tree):
     u8 = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 32}]}
     loader = ferry.Loader(data=small_tree, pipeline=u8, batch_size=8, threads=1)

@@ -276,6 +276,8 @@ class Loader(torch.utils.data.IterableDataset):
         self._wire_pipeline = self.pipeline
         self._post = None
         self._finish = None
+        self._copy_stream = None  # Ferry's CUDA stream for batches (see _upload), made on first use
+        self._inflight = []       # (host tensors, event) of copies that may still be running
         normalizing = spec["output"] == {"dtype": "float32", "layout": "NCHW"}
         cuda = self.device is not None and self.device.type == "cuda"
         if trainer_normalize is None:
@@ -294,29 +296,51 @@ class Loader(torch.utils.data.IterableDataset):
         else:
             self._finish = compiled
 
-    def _normalize(self, images):
-        """uint8 NHWC (numpy) -> float32 NCHW torch tensor on the CUDA device."""
+    def _normalize_on_device(self, x):
+        """uint8 NHWC (a device tensor) -> float32 NCHW, on the current stream."""
         mean, std = self._post
-        x = self._to_cuda(torch.from_numpy(images))
         if self.device not in self._post_device:
             # The worker's arithmetic: x * (1 / (255 std)) + (-mean / std), in float32.
             m = torch.tensor(mean, dtype=torch.float32)
             sd = torch.tensor(std, dtype=torch.float32)
-            scale = (1.0 / (255.0 * sd)).view(1, -1, 1, 1).to(self.device)
-            bias = (-m / sd).view(1, -1, 1, 1).to(self.device)
+            scale = (1.0 / (255.0 * sd)).view(1, -1, 1, 1).to(self.device, non_blocking=True)
+            bias = (-m / sd).view(1, -1, 1, 1).to(self.device, non_blocking=True)
             self._post_device[self.device] = (scale, bias)
         scale, bias = self._post_device[self.device]
         return torch.addcmul(bias, x.permute(0, 3, 1, 2).float(), scale).contiguous()
 
-    def _to_cuda(self, host):
-        """A host tensor (a view of a receive buffer; pinned when the client allocated
-        it with cudaHostAlloc) copied to the device asynchronously; the host tensor is
-        kept until the copy is done, so its buffer is not recycled under the copy."""
-        out = host.to(self.device, non_blocking=host.is_pinned())
-        event = torch.cuda.Event()
-        event.record()
-        self._inflight = [(h, e) for h, e in getattr(self, "_inflight", []) if not e.query()] + [(host, event)]
-        return out
+    def _upload(self, images, labels, normalize):
+        """The batch's host tensors (views of its receive buffer, pinned when the client
+        allocated it with cudaHostAlloc) to the device, without waiting for any GPU work:
+          - the copies (and the normalize, if asked) run on Ferry's own CUDA stream, so
+            they never queue behind the training step's kernels on the trainer's stream
+            (a copy on that stream, such as `labels.to(device)` was, blocks next() until
+            the step before is done);
+          - the trainer's stream waits for them on the GPU (wait_event), not the host;
+          - the device tensors are marked as used on the trainer's stream
+            (record_stream), so that the caching allocator does not hand their memory
+            to a later copy of Ferry's while a step still reads them;
+          - the host tensors, and with them the receive buffer, are kept until the
+            copy's event has completed (checked without waiting on each call), so a
+            buffer is never recycled under an in-flight copy.
+        Nothing here waits, except the client itself when every receive buffer is still
+        held by a pending copy (the ring is full)."""
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(device=self.device)
+        trainer = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self._copy_stream):
+            x = images.to(self.device, non_blocking=True)
+            if normalize:
+                x = self._normalize_on_device(x)
+            y = labels.to(self.device, non_blocking=True) if labels is not None else None
+            done = torch.cuda.Event()
+            done.record(self._copy_stream)
+        trainer.wait_event(done)
+        x.record_stream(trainer)
+        if y is not None:
+            y.record_stream(trainer)
+        self._inflight = [(h, e) for h, e in self._inflight if not e.query()] + [((images, labels), done)]
+        return x, y
 
     def _host_alloc(self):
         """(cudaHostAlloc, cudaFreeHost) addresses from the CUDA runtime torch loaded,
@@ -472,8 +496,9 @@ class Loader(torch.utils.data.IterableDataset):
             return self._decoder(b["user_data"])
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
+        cuda = self.device is not None and self.device.type == "cuda"
         if self._post is not None:
-            images = self._normalize(b["images"])
+            images = torch.from_numpy(b["images"])  # uint8: normalized on the device
         elif self._finish is not None:
             images, targets = self._finish.finish(b["images"], b["indices"], b["labels"], int(b["valid"]), self.seed,
                                                   int(b["epoch"]), int(b["batch_in_epoch"]))
@@ -482,18 +507,17 @@ class Loader(torch.utils.data.IterableDataset):
             images = torch.from_numpy(b["images"])
         if targets is not None:
             labels = torch.from_numpy(targets)
-        cuda = self.device is not None and self.device.type == "cuda"
-        if cuda and self._post is None:
-            images = self._to_cuda(images)
         if self.targets:
             # The targets stay on the host, views of the batch (the reference scripts
             # move them to the device themselves).
-            if self.pin_memory and not cuda:
+            if cuda:
+                images, _ = self._upload(images, None, self._post is not None)
+            elif self.pin_memory:
                 images = images.pin_memory()
             return images, self._fields(b)
         if cuda:
-            labels = labels.to(self.device)
-        elif self.pin_memory:
+            return self._upload(images, labels, self._post is not None)
+        if self.pin_memory:
             images, labels = images.pin_memory(), labels.pin_memory()
         return images, labels
 
