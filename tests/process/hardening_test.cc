@@ -74,6 +74,21 @@ class HardeningTest : public testing::DaemonTest {
     return std::make_unique<Child>(argv, dir_ / (name + ".out"), dir_ / (name + ".err"));
   }
 
+  // A real ferry-dispatcher and ferry-worker; ferry-consume reads job `job` (one epoch,
+  // a split a batch) to its end; then both daemons stop as SIGTERM stops them, leaving
+  // the dispatcher's work dir (dir_/journal) as a finished run leaves it.
+  void RunAJobThenStopTheDispatcher(const std::string& job) {
+    std::string listen;
+    auto d = StartDispatcher({}, &listen);
+    auto w = StartWorker({"--dispatcher", listen});
+    auto c = Consume(listen, {"--job", job, "--batches-per-split", "1", "--epochs", "1"}, "consume-" + job);
+    const std::optional<int> rc = c->Wait(60);
+    ASSERT_TRUE(rc.has_value()) << c->err();
+    ASSERT_EQ(*rc, 0) << c->err();
+    w.reset();
+    ASSERT_TRUE(d->Stop()) << d->err();
+  }
+
   // A request by hand on a connection of its own (a daemon closes a connection after
   // an error reply) and the answer: the reply's type, or its error.
   static Result<MessageType> Ask(const std::string& daemon, const wire::OutFrame& request, double timeout_s,
@@ -392,15 +407,8 @@ std::vector<std::pair<size_t, uint32_t>> JournalRecords(const std::string& bytes
 // a checksum of its own: the dispatcher refuses to start, names the offset, and leaves
 // the file as it is for a person to look at.
 TEST_F(HardeningTest, AFlippedBitInAJournalLengthIsDataLossNotATruncation) {
-  std::string listen;
-  auto d = StartDispatcher({}, &listen);
-  auto w = StartWorker({"--dispatcher", listen});
-  auto c = Consume(listen, {"--job", "bits", "--batches-per-split", "1", "--epochs", "1"}, "consume");
-  const std::optional<int> rc = c->Wait(60);
-  ASSERT_TRUE(rc.has_value()) << c->err();
-  ASSERT_EQ(*rc, 0) << c->err();
-  w.reset();
-  ASSERT_TRUE(d->Stop()) << d->err();
+  RunAJobThenStopTheDispatcher("bits");
+  if (HasFatalFailure()) return;
 
   const std::string path = dir_ / "journal/journal-0";
   std::string bytes = ReadFile(path);
@@ -428,15 +436,8 @@ TEST_F(HardeningTest, AFlippedBitInAJournalLengthIsDataLossNotATruncation) {
 // read as a format only when it positively is one: the real dispatcher refuses to
 // start, names the file and the offset, and changes nothing in its work dir.
 TEST_F(HardeningTest, ACorruptByteInTheJournalsMagicIsDataLossAndChangesNothing) {
-  std::string listen;
-  auto d = StartDispatcher({}, &listen);
-  auto w = StartWorker({"--dispatcher", listen});
-  auto c = Consume(listen, {"--job", "magic", "--batches-per-split", "1", "--epochs", "1"}, "consume");
-  const std::optional<int> rc = c->Wait(60);
-  ASSERT_TRUE(rc.has_value()) << c->err();
-  ASSERT_EQ(*rc, 0) << c->err();
-  w.reset();
-  ASSERT_TRUE(d->Stop()) << d->err();
+  RunAJobThenStopTheDispatcher("magic");
+  if (HasFatalFailure()) return;
 
   const std::filesystem::path work = dir_ / "journal";
   std::map<std::string, std::string> before;
