@@ -208,3 +208,28 @@ def test_a_transform_class_of_your_own_runs_the_dataset_in_python(ferry, small_t
     assert "runs whole in Python" in loader.placement_note and "MyCrop" in loader.placement_note
     x, y = next(iter(loader))
     assert x.shape == (8, 3, 32, 32) and y.tolist() == [0] * 8
+
+
+def test_pin_memory_on_a_cuda_host_means_batches_on_the_gpu(ferry, small_tree):
+    """The rule (ferry.DataLoader's doc): device= when given; else pin_memory on a CUDA
+    host puts batches on pin_memory_device or the current CUDA device, so a script's own
+    .to(device) is a no-op; else host tensors. Here, with no CUDA, pin_memory keeps them
+    on the host."""
+    from ferry.dataloader import batch_device
+    assert batch_device(True, "", None, True) == "cuda"
+    assert batch_device(True, "cuda:1", None, True) == "cuda:1"
+    assert batch_device(True, "cuda:1", "cpu", True) == "cpu"
+    assert batch_device(False, "", None, True) is None
+    assert batch_device(True, "", None, False) is None
+    assert batch_device(False, "", "cuda:0", True) == "cuda:0"
+    import torchvision
+    dataset = torchvision.datasets.ImageFolder(small_tree, transform=torchvision.transforms.Compose(
+        [torchvision.transforms.CenterCrop(32), torchvision.transforms.ToTensor()]))
+    if torch.cuda.is_available():
+        loader = ferry.DataLoader(dataset, batch_size=8, pin_memory=True)
+    else:
+        with pytest.warns(UserWarning):  # pin_memory without CUDA does nothing, and says so
+            loader = ferry.DataLoader(dataset, batch_size=8, pin_memory=True)
+    x, y = next(iter(loader))
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert x.device.type == want and y.device.type == want

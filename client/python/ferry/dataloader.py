@@ -54,7 +54,15 @@ class DataLoader(Loader):
       (affinity and cgroup limit, split across LOCAL_WORLD_SIZE ranks); 0 = the share.
     seed: None = torch.initial_seed() (rank 0's, broadcast over torch.distributed).
     epochs: None (no limit): each pass is one epoch, as a DataLoader's.
-    persistent_workers, prefetch_factor (batches prefetched), pin_memory: accepted.
+    persistent_workers, prefetch_factor (batches prefetched): accepted.
+    pin_memory=True on a CUDA host: the batches come out on the GPU already, received
+      into pinned memory and copied on Ferry's own stream (Loader's device="cuda"), so the
+      script's own `.to(device, non_blocking=True)` is a no-op; on the device
+      pin_memory_device names, else on the current CUDA device (a DDP script's
+      torch.cuda.set_device(local_rank) before the loader is made picks it). device="cpu"
+      keeps host tensors in pinned memory, as torch's DataLoader gives them. Without CUDA,
+      pin_memory warns and does nothing. (Ferry's own images and labels; a user's
+      Dataset run on Ferry's processes keeps what its collate_fn made.)
 
     Detection: `dataset` may be a torchvision.datasets.CocoDetection (or a subclass, as
     the detection reference's coco_utils.CocoDetection), or the Subset the reference's
@@ -93,8 +101,6 @@ class DataLoader(Loader):
         if timeout:
             raise ValueError("ferry.DataLoader has no timeout: remote workers that fail are replaced, and a "
                              "dispatcher that cannot be reached raises")
-        if pin_memory_device:
-            raise ValueError("pin_memory_device is not supported; use device= to get batches on a GPU")
         if batch_size is None or batch_size <= 0:
             raise ValueError("batch_size must be > 0 (Ferry batches)")
         import torch.utils.data as tud
@@ -221,6 +227,8 @@ class DataLoader(Loader):
                              shuffle=bool(shuffle), drop_last=drop_last, epochs=epochs, pin_memory=pin_memory,
                              rank=rank, world_size=world_size, **kwargs)
         else:
+            kwargs["device"] = batch_device(pin_memory, pin_memory_device, kwargs.get("device"),
+                                            torch.cuda.is_available())
             super().__init__(data=data, pipeline=pipeline, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
                              drop_last=drop_last, epochs=epochs, threads=threads, pin_memory=pin_memory, rank=rank,
                              world_size=world_size, python_steps=python_steps, **kwargs)
@@ -372,3 +380,14 @@ def _with_collate(pipeline, collate_fn):
 
 def _fn_name(f):
     return getattr(f, "__qualname__", None) or type(f).__name__
+
+
+def batch_device(pin_memory, pin_memory_device, device, cuda_available):
+    """Where ferry.DataLoader's batches go (see the class doc): `device` when given;
+    else, with pin_memory on a CUDA host, pin_memory_device or the current CUDA device;
+    else the host (None)."""
+    if device is not None:
+        return device
+    if pin_memory and cuda_available:
+        return pin_memory_device or "cuda"
+    return None
