@@ -611,6 +611,57 @@ class PyPipeline {
     return py::make_tuple(out, targets);
   }
 
+  // The same batch's finish as a plan for the trainer's GPU (Pipeline::PlanOnTrainer):
+  // {"scale", "bias": per channel, "erase_rows": int64 [E], "erase_boxes": int32 [E, 4]
+  // (top, left, height, width), "erase_fills": E float32 arrays (C values, or C x h x w),
+  // "mixed", "cutmix", "flip_partner", "lam", "box": (x1, y1, x2, y2), "targets":
+  // float32 [rows, K] or None}; None when the pipeline cannot be finished that way.
+  py::object Plan(py::array_t<int64_t, py::array::c_style> indices, py::array_t<int64_t, py::array::c_style> labels,
+                  int64_t valid, uint64_t seed, uint64_t epoch, int64_t batch_in_epoch) const {
+    const int64_t rows = indices.size();
+    if (labels.size() != rows || valid < 0 || valid > rows)
+      throw py::value_error("plan wants one index and one label per row, and valid <= rows");
+    py::object targets = py::none();
+    float* t = nullptr;
+    if (p_->num_classes() > 0) {
+      py::array_t<float> tt({py::ssize_t(rows), py::ssize_t(p_->num_classes())});
+      t = tt.mutable_data();
+      targets = tt;
+    }
+    std::vector<std::pair<int64_t, ErasePlan>> erases;
+    MixPlan batch;
+    const int64_t* idx = indices.data();
+    if (!p_->PlanOnTrainer(rows, valid, idx, labels.data(), seed, epoch, Pipeline::BatchKey(batch_in_epoch, idx, valid),
+                           &erases, &batch, t))
+      return py::none();
+    const int channels = p_->output_shape().channels;
+    py::array_t<int64_t> erase_rows(py::ssize_t(erases.size()));
+    py::array_t<int32_t> erase_boxes({py::ssize_t(erases.size()), py::ssize_t(4)});
+    py::list fills;
+    for (size_t k = 0; k < erases.size(); ++k) {
+      const ErasePlan& e = erases[k].second;
+      erase_rows.mutable_at(py::ssize_t(k)) = erases[k].first;
+      int32_t* box = erase_boxes.mutable_data(py::ssize_t(k));
+      box[0] = e.top, box[1] = e.left, box[2] = e.height, box[3] = e.width;
+      py::array_t<float> fill(py::ssize_t(e.fill.size()));
+      std::copy(e.fill.begin(), e.fill.end(), fill.mutable_data());
+      fills.append(fill);
+    }
+    py::dict d;
+    d["scale"] = std::vector<float>(p_->float_scale(), p_->float_scale() + channels);
+    d["bias"] = std::vector<float>(p_->float_bias(), p_->float_bias() + channels);
+    d["erase_rows"] = erase_rows;
+    d["erase_boxes"] = erase_boxes;
+    d["erase_fills"] = fills;
+    d["mixed"] = batch.mixed;
+    d["cutmix"] = batch.cutmix;
+    d["flip_partner"] = batch.flip_partner;
+    d["lam"] = batch.lam;
+    d["box"] = py::make_tuple(batch.x1, batch.y1, batch.x2, batch.y2);
+    d["targets"] = targets;
+    return d;
+  }
+
  private:
   std::shared_ptr<const Pipeline> p_;
 };
@@ -691,7 +742,10 @@ PYBIND11_MODULE(_ferry, m) {
            py::arg("index") = 0, "([(parameter, value)] the ops drew, error or '') for one sample")
       .def("finish", &PyPipeline::Finish, py::arg("images"), py::arg("indices"), py::arg("labels"), py::arg("valid"),
            py::arg("seed"), py::arg("epoch"), py::arg("batch_in_epoch"), py::arg("record") = false,
-           "(float32 images, targets[, draws when record]) of a uint8 batch");
+           "(float32 images, targets[, draws when record]) of a uint8 batch")
+      .def("plan", &PyPipeline::Plan, py::arg("indices"), py::arg("labels"), py::arg("valid"), py::arg("seed"),
+           py::arg("epoch"), py::arg("batch_in_epoch"),
+           "finish's work as a plan for the trainer's GPU (a dict), or None when it cannot be one");
   m.def("user_sample_seed", &PythonPool::SampleSeed, py::arg("seed"), py::arg("epoch"), py::arg("index"),
         "the seed user code's random, numpy and torch get before sample `index` of `epoch`");
   m.def("registered_ops", &Ops, "the names of every op a pipeline may use");

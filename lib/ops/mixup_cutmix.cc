@@ -36,15 +36,29 @@ class MixupCutmix final : public Op {
   int num_classes() const override { return p_.num_classes; }
 
   void ApplyBatch(const BatchView& b, SampleRng& rng) const override {
+    const MixPlan plan = Draw(b, rng);
+    if (plan.mixed && plan.cutmix) Paste(b, plan);
+    else if (plan.mixed) Mix(b, plan);
+    WriteTargets(b, plan);
+  }
+
+  bool PlanBatch(const BatchView& b, SampleRng& rng, MixPlan* plan) const override {
+    *plan = Draw(b, rng);
+    WriteTargets(b, *plan);
+    return true;
+  }
+
+ private:
+  // The batch's draws: CutMix or MixUp, whether it mixes, lam, CutMix's box.
+  MixPlan Draw(const BatchView& b, SampleRng& rng) const {
     const int64_t n = b.valid;
-    const int K = p_.num_classes;
-    const int H = b.shape.height, W = b.shape.width, C = b.shape.channels;
-    const size_t plane = size_t(H) * W, row = plane * C;
+    const int H = b.shape.height, W = b.shape.width;
+    MixPlan plan;
+    plan.flip_partner = p_.flip_partner;
     bool cutmix = p_.cutmix_alpha > 0;
     if (p_.mixup_alpha > 0 && p_.cutmix_alpha > 0) cutmix = rng.Bernoulli(p_.switch_prob);
     double lam = 1.0;
     const bool mix = (p_.mixup_alpha > 0 || p_.cutmix_alpha > 0) && rng.Bernoulli(p_.prob);
-    auto partner = [&](int64_t i) { return p_.flip_partner ? n - 1 - i : (i + n - 1) % n; };
     if (mix && n > 0) {
       const double alpha = cutmix ? p_.cutmix_alpha : p_.mixup_alpha;
       lam = Beta(alpha, alpha, rng);
@@ -63,75 +77,97 @@ class MixupCutmix final : public Op {
           x1 = std::max(rx - rw, 0), y1 = std::max(ry - rh, 0);
           x2 = std::min(rx + rw, W), y2 = std::min(ry + rh, H);
         }
-        const int bw = x2 - x1, bh = y2 - y1;
-        if (bw > 0 && bh > 0 && n > 1) {
-          // Each row takes its partner's box: the flip pairs swap theirs; the roll moves
-          // each box one row down, the last row's (saved first) going to row 0. One box
-          // of scratch, whatever the batch.
-          std::vector<float> saved(size_t(C) * bh * bw), tmp(saved.size());
-          auto copy_box = [&](float* dst, const float* src, bool to_rows) {  // rows <-> a packed box
-            for (int c = 0; c < C; ++c)
-              for (int y = 0; y < bh; ++y) {
-                float* r = (to_rows ? dst : const_cast<float*>(src)) + c * plane + size_t(y1 + y) * W + x1;
-                float* p = (to_rows ? const_cast<float*>(src) : dst) + (size_t(c) * bh + y) * bw;
-                if (to_rows) std::memcpy(r, p, sizeof(float) * bw);
-                else std::memcpy(p, r, sizeof(float) * bw);
-              }
-          };
-          auto row_of = [&](int64_t i) { return b.images + i * row; };
-          if (p_.flip_partner) {
-            for (int64_t i = 0; i < n / 2; ++i) {
-              copy_box(saved.data(), row_of(i), false);
-              copy_box(tmp.data(), row_of(n - 1 - i), false);
-              copy_box(row_of(i), tmp.data(), true);
-              copy_box(row_of(n - 1 - i), saved.data(), true);
-            }
-          } else {
-            copy_box(saved.data(), row_of(n - 1), false);
-            for (int64_t i = n - 1; i >= 1; --i) {
-              copy_box(tmp.data(), row_of(i - 1), false);
-              copy_box(row_of(i), tmp.data(), true);
-            }
-            copy_box(row_of(0), saved.data(), true);
-          }
-        }
-        lam = 1.0 - double(bw) * bh / (double(W) * H);
-      } else {
-        // x_i = lam x_i + (1 - lam) x_partner, in float32 as torch computes it. Rows are
-        // read before they are written: the flip pairs (i, n-1-i) go together; the roll
-        // keeps the last row's original for row 0.
-        const float l = float(lam), m = float(1.0 - lam);
-        std::vector<float> saved(row);
-        if (!p_.flip_partner) std::memcpy(saved.data(), b.images + (n - 1) * row, sizeof(float) * row);
-        if (p_.flip_partner) {
-          for (int64_t i = 0; i < n / 2; ++i) {
-            float* a = b.images + i * row;
-            float* z = b.images + (n - 1 - i) * row;
-            for (size_t k = 0; k < row; ++k) {
-              const float va = a[k], vz = z[k];
-              a[k] = va * l + vz * m;
-              z[k] = vz * l + va * m;
-            }
-          }
-        } else {
-          for (int64_t i = n - 1; i >= 0; --i) {
-            float* a = b.images + i * row;
-            const float* prev = i > 0 ? b.images + (i - 1) * row : saved.data();
-            for (size_t k = 0; k < row; ++k) a[k] = a[k] * l + prev[k] * m;
-          }
-        }
+        plan.x1 = x1, plan.y1 = y1, plan.x2 = x2, plan.y2 = y2;
+        lam = 1.0 - double(x2 - x1) * (y2 - y1) / (double(W) * H);
       }
+      plan.mixed = true;
+      plan.cutmix = cutmix;
     }
+    plan.lam = lam;
     RecordDraw("cutmix", cutmix);
     RecordDraw("mixed", mix);
     RecordDraw("lam", lam);
+    return plan;
+  }
+
+  int64_t Partner(int64_t i, int64_t n) const { return p_.flip_partner ? n - 1 - i : (i + n - 1) % n; }
+
+  // CutMix: each valid row takes its partner's box.
+  void Paste(const BatchView& b, const MixPlan& plan) const {
+    const int64_t n = b.valid;
+    const int H = b.shape.height, W = b.shape.width, C = b.shape.channels;
+    const size_t plane = size_t(H) * W, row = plane * C;
+    const int x1 = plan.x1, y1 = plan.y1, bw = plan.x2 - plan.x1, bh = plan.y2 - plan.y1;
+    if (bw <= 0 || bh <= 0 || n <= 1) return;
+    // The flip pairs swap their boxes; the roll moves each box one row down, the last
+    // row's (saved first) going to row 0. One box of scratch, whatever the batch.
+    std::vector<float> saved(size_t(C) * bh * bw), tmp(saved.size());
+    auto copy_box = [&](float* dst, const float* src, bool to_rows) {  // rows <-> a packed box
+      for (int c = 0; c < C; ++c)
+        for (int y = 0; y < bh; ++y) {
+          float* r = (to_rows ? dst : const_cast<float*>(src)) + c * plane + size_t(y1 + y) * W + x1;
+          float* p = (to_rows ? const_cast<float*>(src) : dst) + (size_t(c) * bh + y) * bw;
+          if (to_rows) std::memcpy(r, p, sizeof(float) * bw);
+          else std::memcpy(p, r, sizeof(float) * bw);
+        }
+    };
+    auto row_of = [&](int64_t i) { return b.images + i * row; };
+    if (p_.flip_partner) {
+      for (int64_t i = 0; i < n / 2; ++i) {
+        copy_box(saved.data(), row_of(i), false);
+        copy_box(tmp.data(), row_of(n - 1 - i), false);
+        copy_box(row_of(i), tmp.data(), true);
+        copy_box(row_of(n - 1 - i), saved.data(), true);
+      }
+    } else {
+      copy_box(saved.data(), row_of(n - 1), false);
+      for (int64_t i = n - 1; i >= 1; --i) {
+        copy_box(tmp.data(), row_of(i - 1), false);
+        copy_box(row_of(i), tmp.data(), true);
+      }
+      copy_box(row_of(0), saved.data(), true);
+    }
+  }
+
+  // MixUp: x_i = lam x_i + (1 - lam) x_partner, in float32 as torch computes it. Rows
+  // are read before they are written: the flip pairs (i, n-1-i) go together; the roll
+  // keeps the last row's original for row 0.
+  void Mix(const BatchView& b, const MixPlan& plan) const {
+    const int64_t n = b.valid;
+    const size_t row = size_t(b.shape.height) * b.shape.width * b.shape.channels;
+    const float l = float(plan.lam), m = float(1.0 - plan.lam);
+    if (p_.flip_partner) {
+      for (int64_t i = 0; i < n / 2; ++i) {
+        float* a = b.images + i * row;
+        float* z = b.images + (n - 1 - i) * row;
+        for (size_t k = 0; k < row; ++k) {
+          const float va = a[k], vz = z[k];
+          a[k] = va * l + vz * m;
+          z[k] = vz * l + va * m;
+        }
+      }
+    } else {
+      std::vector<float> saved(b.images + (n - 1) * row, b.images + n * row);
+      for (int64_t i = n - 1; i >= 0; --i) {
+        float* a = b.images + i * row;
+        const float* prev = i > 0 ? b.images + (i - 1) * row : saved.data();
+        for (size_t k = 0; k < row; ++k) a[k] = a[k] * l + prev[k] * m;
+      }
+    }
+  }
+
+  // lam * onehot(y) + (1 - lam) * onehot(y_partner), label smoothing's on/off values;
+  // padding rows zeros.
+  void WriteTargets(const BatchView& b, const MixPlan& plan) const {
     if (b.targets == nullptr) return;
+    const int64_t n = b.valid;
+    const int K = p_.num_classes;
     std::memset(b.targets, 0, sizeof(float) * size_t(b.rows) * K);
     const float off = float(p_.smoothing / K), on = float(1.0 - p_.smoothing + p_.smoothing / K);
-    const float l = float(lam), m = float(1.0 - lam);
+    const float l = float(plan.lam), m = float(1.0 - plan.lam);
     for (int64_t i = 0; i < n; ++i) {
       float* t = b.targets + i * K;
-      const int64_t y = b.labels[i], yp = b.labels[partner(i)];
+      const int64_t y = b.labels[i], yp = b.labels[Partner(i, n)];
       for (int k = 0; k < K; ++k) {
         const float a = k == y ? on : off, z = k == yp ? on : off;
         t[k] = a * l + z * m;
@@ -139,7 +175,6 @@ class MixupCutmix final : public Op {
     }
   }
 
- private:
   const Params p_;
 };
 

@@ -89,6 +89,22 @@ struct BatchView {
   int num_classes = 0;
 };
 
+// For a trainer that finishes batches on its GPU (Pipeline::PlanOnTrainer): what a
+// tensor op does to one sample, a box of its C x H x W tensor set to a fill
+// (RandomErasing), and what the batch op does (MixUp/CutMix), each drawn exactly as
+// ApplyTensor / ApplyBatch draw it.
+struct ErasePlan {
+  int top = 0, left = 0, height = 0, width = 0;
+  std::vector<float> fill;  // C values (one per channel), or C x height x width
+};
+struct MixPlan {
+  bool mixed = false;         // the batch is mixed (else lam is 1 and it is left as it is)
+  bool cutmix = false;        // CutMix (a box pasted), else MixUp
+  bool flip_partner = false;  // row i mixes with row valid-1-i, else with row i-1 (row 0 with the last)
+  double lam = 1.0;           // MixUp's weight of the row itself; CutMix's share left of it
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // CutMix's box (empty: nothing pasted)
+};
+
 class Op {
  public:
   enum class Stage : uint8_t { kImage, kTensor, kBatch };
@@ -141,8 +157,15 @@ class Op {
   // Tensor ops: one sample, float32 planar C x H x W.
   virtual void ApplyTensor(float* chw, const Shape& shape, SampleRng& rng) const {}
 
+  // The trainer's GPU: the boxes ApplyTensor would erase, drawing exactly what it
+  // draws, touching no pixel. False: this op cannot say (the host finishes the batch).
+  virtual bool PlanTensor(const Shape& shape, SampleRng& rng, std::vector<ErasePlan>* erases) const { return false; }
+
   // Batch ops: the batch (see BatchView). num_classes() > 0 for ops that write targets.
   virtual void ApplyBatch(const BatchView& batch, SampleRng& rng) const {}
+  // The trainer's GPU: the plan ApplyBatch would carry out, and batch.targets written
+  // as it writes them (batch.images unused). False: this op cannot say.
+  virtual bool PlanBatch(const BatchView& batch, SampleRng& rng, MixPlan* plan) const { return false; }
   virtual int num_classes() const { return 0; }
 
   // The normalize op: per-channel mean and std in [0, 1] units.

@@ -436,6 +436,37 @@ void Pipeline::FinishOnTrainer(const uint8_t* images, int64_t rows, int64_t vali
   ApplyBatchOps(b, seed, epoch, batch_key);
 }
 
+bool Pipeline::PlanOnTrainer(int64_t rows, int64_t valid, const int64_t* indices, const int64_t* labels,
+                             uint64_t seed, uint64_t epoch, uint64_t batch_key,
+                             std::vector<std::pair<int64_t, ErasePlan>>* erases, MixPlan* batch,
+                             float* targets) const {
+  erases->clear();
+  const size_t end = batch_op_ >= 0 ? size_t(batch_op_) : ops_.size();
+  for (size_t i = size_t(first_tensor_op_); i < end; ++i) {
+    float mean[3], std[3];
+    if (int(i) != normalize_op_ && ops_[i]->Normalizes(mean, std)) return false;  // a normalize pass of its own
+  }
+  std::vector<ErasePlan> boxes;
+  for (int64_t r = 0; r < valid; ++r) {
+    for (size_t i = size_t(first_tensor_op_); i < end; ++i) {
+      if (int(i) == normalize_op_) continue;  // fused with the write
+      SampleRng rng = Rng(i, seed, epoch, indices[r]);
+      if (!ops_[i]->PlanTensor(out_, rng, &boxes)) return false;
+      for (ErasePlan& e : boxes) erases->emplace_back(r, std::move(e));
+    }
+  }
+  if (batch_op_ < 0) return true;
+  BatchView b;
+  b.rows = rows;
+  b.valid = valid;
+  b.shape = out_;
+  b.labels = labels;
+  b.targets = targets;
+  b.num_classes = num_classes_;
+  SampleRng r(seed, epoch, batch_key, kRngBatch);
+  return ops_[size_t(batch_op_)]->PlanBatch(b, r, batch);
+}
+
 // ---------------------------------------------------------------------------------
 // CheckJob
 

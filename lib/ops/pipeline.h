@@ -116,6 +116,20 @@ class Pipeline {
                        const int64_t* labels, uint64_t seed, uint64_t epoch, uint64_t batch_key, float* out,
                        float* targets) const;
 
+  // For a trainer that finishes batches on its GPU (client/python/ferry/device_finish.py):
+  // what FinishOnTrainer does after the normalize, drawn from the same streams but
+  // touching no pixel: each valid row's erase boxes (row, box) in the order they are
+  // applied, the batch op's plan (*batch untouched without one), and `targets` (rows x
+  // num_classes() floats) as FinishOnTrainer writes them. The normalize is
+  // float_scale() / float_bias(). False when an op cannot plan (a plugin's tensor op,
+  // a normalize that is not the first tensor op): the host finishes such batches.
+  bool PlanOnTrainer(int64_t rows, int64_t valid, const int64_t* indices, const int64_t* labels, uint64_t seed,
+                     uint64_t epoch, uint64_t batch_key, std::vector<std::pair<int64_t, ErasePlan>>* erases,
+                     MixPlan* batch, float* targets) const;
+  // x * scale + bias, per channel: the float32 write of a uint8 sample (the fused normalize).
+  const float* float_scale() const { return scale_; }
+  const float* float_bias() const { return bias_; }
+
   // REQUIRES: created by Compile.
   Pipeline() = default;
 

@@ -49,13 +49,35 @@ class RandomErasing final : public Op {
   Stage stage() const override { return Stage::kTensor; }
 
   void ApplyTensor(float* chw, const Shape& s, SampleRng& rng) const override {
+    const size_t plane = size_t(s.height) * s.width;
+    for (const ErasePlan& e : Draw(s, rng)) {
+      const bool per_pixel = e.fill.size() != size_t(s.channels);
+      for (int c = 0; c < s.channels; ++c) {
+        for (int y = 0; y < e.height; ++y) {
+          float* row = chw + c * plane + size_t(e.top + y) * s.width + e.left;
+          for (int x = 0; x < e.width; ++x)
+            row[x] = per_pixel ? e.fill[(size_t(c) * e.height + y) * e.width + x] : e.fill[size_t(c)];
+        }
+      }
+    }
+  }
+
+  bool PlanTensor(const Shape& s, SampleRng& rng, std::vector<ErasePlan>* erases) const override {
+    *erases = Draw(s, rng);
+    return true;
+  }
+
+ private:
+  // The boxes, drawn as torchvision's get_params draws them (see above), with their
+  // fills: C values, or C x h x w for value "random".
+  std::vector<ErasePlan> Draw(const Shape& s, SampleRng& rng) const {
+    std::vector<ErasePlan> boxes;
     const bool applied = rng.Bernoulli(p_);
     RecordDraw("applied", applied);
-    if (!applied) return;
+    if (!applied) return boxes;
     const int count = max_count_ <= 1 ? 1 : 1 + int(rng.Below(uint64_t(max_count_)));
     const double area = double(s.height) * s.width;
     const double log_lo = std::log(ratio_.first), log_hi = std::log(ratio_.second);
-    const size_t plane = size_t(s.height) * s.width;
     Normals normal(rng);
     for (int k = 0; k < count; ++k) {
       for (int attempt = 0; attempt < 10; ++attempt) {
@@ -64,38 +86,30 @@ class RandomErasing final : public Op {
         const int h = int(std::nearbyint(std::sqrt(erase_area * aspect)));
         const int w = int(std::nearbyint(std::sqrt(erase_area / aspect)));
         if (!(h < s.height && w < s.width)) continue;
+        ErasePlan e;
+        e.height = h, e.width = w;
         // torchvision draws the random values before the position.
-        std::vector<float> fill;
         if (kind_ == Value::kRandomPixel) {
-          fill.resize(size_t(s.channels) * h * w);
-          for (float& v : fill) v = normal.Next();
+          e.fill.resize(size_t(s.channels) * h * w);
+          for (float& v : e.fill) v = normal.Next();
         } else if (kind_ == Value::kRandomChannel) {
-          for (int c = 0; c < s.channels; ++c) fill.push_back(normal.Next());
+          for (int c = 0; c < s.channels; ++c) e.fill.push_back(normal.Next());
+        } else {
+          for (int c = 0; c < s.channels; ++c) e.fill.push_back(values_.size() == 1 ? values_[0] : values_[size_t(c)]);
         }
-        const int top = int(rng.Below(uint64_t(s.height - h + 1)));
-        const int left = int(rng.Below(uint64_t(s.width - w + 1)));
-        RecordDraw("i", top);
-        RecordDraw("j", left);
+        e.top = int(rng.Below(uint64_t(s.height - h + 1)));
+        e.left = int(rng.Below(uint64_t(s.width - w + 1)));
+        RecordDraw("i", e.top);
+        RecordDraw("j", e.left);
         RecordDraw("h", h);
         RecordDraw("w", w);
-        for (int c = 0; c < s.channels; ++c) {
-          for (int y = 0; y < h; ++y) {
-            float* row = chw + c * plane + size_t(top + y) * s.width + left;
-            for (int x = 0; x < w; ++x) {
-              switch (kind_) {
-                case Value::kConstant: row[x] = values_.size() == 1 ? values_[0] : values_[size_t(c)]; break;
-                case Value::kRandomPixel: row[x] = fill[(size_t(c) * h + y) * w + x]; break;
-                case Value::kRandomChannel: row[x] = fill[size_t(c)]; break;
-              }
-            }
-          }
-        }
+        boxes.push_back(std::move(e));
         break;
       }
     }
+    return boxes;
   }
 
- private:
   const double p_;
   const std::pair<double, double> scale_, ratio_;
   const Value kind_;

@@ -2,6 +2,8 @@
 (a quarter of float32's bytes) and is normalized on the trainer, equal to what a worker's
 float32 output is; device= puts batches on a GPU (tested when one is present); batches
 export DLPack."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -138,3 +140,60 @@ def test_batches_export_dlpack(ferry, small_tree):
     assert np.array_equal(np.from_dlpack(y), y.numpy())
     back = torch.from_dlpack(x.__dlpack__())
     assert back.data_ptr() == x.data_ptr()
+
+
+NORM = {"op": "normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+DEVICE_RECIPES = {
+    "normalize": [NORM],
+    "erasing": [NORM, {"op": "random_erasing", "p": 0.9}, {"op": "random_erasing", "p": 0.7, "value": "random"},
+                {"op": "random_erasing", "p": 0.6, "value": [0.1, 0.2, 0.3]}],
+    "torchvision mixup/cutmix": [NORM, {"op": "random_erasing", "p": 0.5},
+                                 {"op": "mixup_cutmix", "num_classes": 7, "mixup_alpha": 0.2, "cutmix_alpha": 1.0}],
+    "timm mixup/cutmix": [NORM, {"op": "random_erasing", "p": 0.5, "value": "random_channel", "max_count": 3},
+                          {"op": "mixup_cutmix", "num_classes": 7, "mixup_alpha": 0.8, "cutmix_alpha": 1.0,
+                           "partner": "flip", "cutmix_box": "timm", "label_smoothing": 0.1}],
+    "mixup alone": [NORM, {"op": "mixup_cutmix", "num_classes": 7, "mixup_alpha": 0.4, "partner": "flip"}],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(DEVICE_RECIPES))
+def test_the_gpu_finish_equals_the_hosts_within_float_tolerance(ferry, recipe):
+    """device_finish.finish (what device="cuda" runs on the GPU, here on the CPU's torch)
+    against the host's finish (Pipeline.finish, the workers' arithmetic) for 40 batches
+    of each recipe, padding rows included: the same targets and erased, pasted or zeroed
+    values bit for bit, and every value within 1e-6 relative (the normalize and MixUp's
+    blend may be fused into multiply-adds on a device)."""
+    from ferry import _ferry, device_finish
+    spec = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 24}] + DEVICE_RECIPES[recipe],
+            "output": {"dtype": "float32", "layout": "NCHW"}}
+    compiled = _ferry.Pipeline(json.dumps(spec))
+    rng = np.random.default_rng(7)
+    mixed = 0
+    for batch in range(40):
+        rows, valid = 9, 9 - batch % 3  # odd and even batches, with and without padding
+        images = rng.integers(0, 256, (rows, 24, 24, 3), dtype=np.uint8)
+        indices = np.arange(batch * rows, batch * rows + rows, dtype=np.int64)
+        labels = rng.integers(0, 7, rows).astype(np.int64)
+        labels[valid:] = -1
+        want, want_targets = compiled.finish(images, indices, labels, valid, 5, 2, batch)
+        plan = compiled.plan(indices, labels, valid, 5, 2, batch)
+        assert plan is not None
+        got = device_finish.finish(torch.from_numpy(images), plan, valid).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        if want_targets is not None:
+            assert np.array_equal(plan["targets"], want_targets)
+        mixed += bool(plan["mixed"])
+    if "mixup" in recipe:
+        assert mixed >= 20, "the batch op mixed too few batches to test"
+
+
+def test_a_pipeline_the_gpu_cannot_finish_is_finished_on_the_host(ferry):
+    """A normalize after another tensor op is a pass of its own: no plan (None), and the
+    loader keeps the host's finish for such a pipeline."""
+    from ferry import _ferry
+    spec = {"decode": "rgb", "ops": [{"op": "center_crop", "size": 24}, {"op": "random_erasing", "p": 1.0}, NORM],
+            "output": {"dtype": "float32", "layout": "NCHW"}}
+    compiled = _ferry.Pipeline(json.dumps(spec))
+    probe = np.zeros(1, dtype=np.int64)
+    assert compiled.plan(probe, probe, 1, 0, 0, 0) is None

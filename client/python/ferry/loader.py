@@ -8,10 +8,12 @@ import sys
 import time
 import warnings
 
+import numpy as np
 import torch
 
 from . import _ferry
 from . import _user_worker
+from . import device_finish
 from .targets import batch_fields
 from .user_code import user_code_payload
 from .distributed import resolve_rank
@@ -267,8 +269,9 @@ class Loader(torch.utils.data.IterableDataset):
         (a quarter of the bytes) and makes the float32 here: the normalize, then the
         tensor ops (RandomErasing) of each sample and the batch op (MixUp/CutMix), by the
         same code and from the same random streams a worker's float32 output uses (equal
-        to it, bit for bit). With a CUDA device and nothing but the normalize, that runs
-        on the GPU. trainer_normalize: None = when remote or on CUDA; True/False forces."""
+        to it, bit for bit). With a CUDA device all of it runs on the GPU, from the same
+        draws (device_finish.py: equal within float tolerance), unless a tensor op cannot
+        (a plugin's). trainer_normalize: None = when remote or on CUDA; True/False forces."""
         compiled = _ferry.Pipeline(self.pipeline)
         self._compiled = compiled
         self.num_classes = compiled.num_classes  # > 0: batches yield soft targets
@@ -288,31 +291,19 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("trainer_normalize=True, but the pipeline outputs uint8 (nothing to normalize)")
         self._wire_pipeline = compiled.image_spec_json
         tensor_ops = [op for op in spec["ops"][len(json.loads(self._wire_pipeline)["ops"]):]]
-        if cuda and [op["op"] for op in tensor_ops] == ["normalize"]:
-            channels = compiled.output_shape[2]
-            norm = tensor_ops[0]
-            self._post = ([float(x) for x in norm["mean"]][:channels], [float(x) for x in norm["std"]][:channels])
-            self._post_device = {}  # device -> (scale, bias) tensors of shape [1, C, 1, 1]
+        # On a GPU the whole finish runs there when every tensor op can say what it will
+        # do (normalize, RandomErasing, MixUp/CutMix; not a plugin's): device_finish.py.
+        probe = np.zeros(1, dtype=np.int64)
+        if cuda and compiled.plan(probe, probe, 1, 0, 0, 0) is not None:
+            self._post = compiled
         else:
             self._finish = compiled
 
-    def _normalize_on_device(self, x):
-        """uint8 NHWC (a device tensor) -> float32 NCHW, on the current stream."""
-        mean, std = self._post
-        if self.device not in self._post_device:
-            # The worker's arithmetic: x * (1 / (255 std)) + (-mean / std), in float32.
-            m = torch.tensor(mean, dtype=torch.float32)
-            sd = torch.tensor(std, dtype=torch.float32)
-            scale = (1.0 / (255.0 * sd)).view(1, -1, 1, 1).to(self.device, non_blocking=True)
-            bias = (-m / sd).view(1, -1, 1, 1).to(self.device, non_blocking=True)
-            self._post_device[self.device] = (scale, bias)
-        scale, bias = self._post_device[self.device]
-        return torch.addcmul(bias, x.permute(0, 3, 1, 2).float(), scale).contiguous()
-
-    def _upload(self, images, labels, normalize):
+    def _upload(self, images, labels, finish=None):
         """The batch's host tensors (views of its receive buffer, pinned when the client
         allocated it with cudaHostAlloc) to the device, without waiting for any GPU work:
-          - the copies (and the normalize, if asked) run on Ferry's own CUDA stream, so
+          - the copies (and `finish` of the images, the float32 made there) run on
+            Ferry's own CUDA stream, so
             they never queue behind the training step's kernels on the trainer's stream
             (a copy on that stream, such as `labels.to(device)` was, blocks next() until
             the step before is done);
@@ -330,8 +321,8 @@ class Loader(torch.utils.data.IterableDataset):
         trainer = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self._copy_stream):
             x = images.to(self.device, non_blocking=True)
-            if normalize:
-                x = self._normalize_on_device(x)
+            if finish is not None:
+                x = finish(x)
             y = labels.to(self.device, non_blocking=True) if labels is not None else None
             done = torch.cuda.Event()
             done.record(self._copy_stream)
@@ -497,8 +488,13 @@ class Loader(torch.utils.data.IterableDataset):
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         cuda = self.device is not None and self.device.type == "cuda"
-        if self._post is not None:
-            images = torch.from_numpy(b["images"])  # uint8: normalized on the device
+        finish = None
+        if self._post is not None:  # uint8 up, the float32 made on the GPU (device_finish.py)
+            valid = int(b["valid"])
+            plan = self._post.plan(b["indices"], b["labels"], valid, self.seed, int(b["epoch"]),
+                                   int(b["batch_in_epoch"]))
+            images, targets = torch.from_numpy(b["images"]), plan["targets"]
+            finish = lambda x: device_finish.finish(x, plan, valid)  # noqa: E731
         elif self._finish is not None:
             images, targets = self._finish.finish(b["images"], b["indices"], b["labels"], int(b["valid"]), self.seed,
                                                   int(b["epoch"]), int(b["batch_in_epoch"]))
@@ -511,12 +507,12 @@ class Loader(torch.utils.data.IterableDataset):
             # The targets stay on the host, views of the batch (the reference scripts
             # move them to the device themselves).
             if cuda:
-                images, _ = self._upload(images, None, self._post is not None)
+                images, _ = self._upload(images, None, finish)
             elif self.pin_memory:
                 images = images.pin_memory()
             return images, self._fields(b)
         if cuda:
-            return self._upload(images, labels, self._post is not None)
+            return self._upload(images, labels, finish)
         if self.pin_memory:
             images, labels = images.pin_memory(), labels.pin_memory()
         return images, labels
