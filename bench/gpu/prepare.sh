@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Here, before a device call: what bench/gpu/run.sh needs on the GPU machine, in .gpu/
 # (ignored by git; carried by the device tool, 64 MiB at most): the cp312 wheel (the
-# machine's python3 is 3.12; client/wheel/build.sh makes it when dist/ has none) and a
+# machine's python3 is 3.12; client/wheel/build.sh makes it) and a
 # corpus of real photographs, the first 75 of each class of the sample set (about 26 MB).
+# The wheel is rebuilt (incrementally) so that it is this checkout's.
 #   bash bench/gpu/prepare.sh      then the device tool: run "bash bench/gpu/run.sh", carry [".gpu"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
-ls dist/ferry-*-cp312-cp312-*manylinux*.whl >/dev/null 2>&1 || bash client/wheel/build.sh
+bash client/wheel/build.sh >/dev/null  # incremental: the wheel of this checkout
 [[ -d data/sample ]] || bash bench/setup.sh
 rm -rf .gpu && mkdir -p .gpu/corpus
 cp dist/ferry-*-cp312-cp312-*manylinux*.whl .gpu/
