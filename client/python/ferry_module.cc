@@ -621,10 +621,12 @@ class PyPipeline {
     const int64_t rows = indices.size();
     if (labels.size() != rows || valid < 0 || valid > rows)
       throw py::value_error("plan wants one index and one label per row, and valid <= rows");
+    // Strides given (CStrides): pybind11 2.10 works them out wrong under numpy 2.
     py::object targets = py::none();
     float* t = nullptr;
     if (p_->num_classes() > 0) {
-      py::array_t<float> tt({py::ssize_t(rows), py::ssize_t(p_->num_classes())});
+      const std::vector<py::ssize_t> shape = {py::ssize_t(rows), py::ssize_t(p_->num_classes())};
+      py::array_t<float> tt(shape, CStrides(shape, sizeof(float)));
       t = tt.mutable_data();
       targets = tt;
     }
@@ -635,15 +637,18 @@ class PyPipeline {
                            &erases, &batch, t))
       return py::none();
     const int channels = p_->output_shape().channels;
-    py::array_t<int64_t> erase_rows(py::ssize_t(erases.size()));
-    py::array_t<int32_t> erase_boxes({py::ssize_t(erases.size()), py::ssize_t(4)});
+    const std::vector<py::ssize_t> n = {py::ssize_t(erases.size())}, n4 = {py::ssize_t(erases.size()), 4};
+    py::array_t<int64_t> erase_rows(n, CStrides(n, sizeof(int64_t)));
+    py::array_t<int32_t> erase_boxes(n4, CStrides(n4, sizeof(int32_t)));
+    int64_t* row_at = erase_rows.mutable_data();
+    int32_t* box = erase_boxes.mutable_data();
     py::list fills;
     for (size_t k = 0; k < erases.size(); ++k) {
       const ErasePlan& e = erases[k].second;
-      erase_rows.mutable_at(py::ssize_t(k)) = erases[k].first;
-      int32_t* box = erase_boxes.mutable_data(py::ssize_t(k));
-      box[0] = e.top, box[1] = e.left, box[2] = e.height, box[3] = e.width;
-      py::array_t<float> fill(py::ssize_t(e.fill.size()));
+      row_at[k] = erases[k].first;
+      box[4 * k] = e.top, box[4 * k + 1] = e.left, box[4 * k + 2] = e.height, box[4 * k + 3] = e.width;
+      const std::vector<py::ssize_t> len = {py::ssize_t(e.fill.size())};
+      py::array_t<float> fill(len, CStrides(len, sizeof(float)));
       std::copy(e.fill.begin(), e.fill.end(), fill.mutable_data());
       fills.append(fill);
     }
