@@ -116,7 +116,7 @@ def trainer(s, out):
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.0))
     names = list(t["step_ms"].keys())
     _bars(axes[0], names, [t["step_ms"][n] for n in names],
-          [ANCHOR if i == 0 else FERRY if "offloaded" in n else PEER for i, n in enumerate(names)],
+          [ANCHOR if i == 0 else FERRY if "remote" in n or "offloaded" in n else PEER for i, n in enumerate(names)],
           fmt="{:.1f}", xlabel="step ms (a CPU-bound trainer on one core; median of the runs)")
     axes[0].set_title("the trainer's step", fontsize=10)
     runs = t["overhead_runs"]

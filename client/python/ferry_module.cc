@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cpu_set.h"
 #include "data/dataset.h"
 #include "ferry/client.h"
 #include "ferry/loader.h"
@@ -406,7 +407,7 @@ std::unique_ptr<PyIterator> OpenLocal(const py::dict& options) {
 }
 
 // Remote: the job's keys, and rank, workers, dispatcher, job_name, first_epoch,
-// credits, token_file, consumer_id, resume_state.
+// credits, token_file, consumer_id, resume_state, io_cpus.
 std::unique_ptr<PyIterator> Connect(const py::dict& options) {
   Options in(options);
   ClientOptions o;
@@ -426,6 +427,9 @@ std::unique_ptr<PyIterator> Connect(const py::dict& options) {
   std::optional<std::pair<uintptr_t, uintptr_t>> host_alloc;
   in.Get("host_alloc", &host_alloc);
   if (host_alloc) o.buffers = HostAllocator(host_alloc->first, host_alloc->second);
+  std::string io_cpus;
+  in.Get("io_cpus", &io_cpus);
+  if (!io_cpus.empty()) o.io_cpus = Check(ParseCpuList(io_cpus));
   in.CheckAllUsed();
   std::unique_ptr<Client> c;
   {
@@ -719,6 +723,18 @@ PYBIND11_MODULE(_ferry, m) {
       .def("close", &PyIterator::Close);
   m.def("open_local", &OpenLocal, py::arg("options"), "the in-process pipeline (options: a dict)");
   m.def("connect", &Connect, py::arg("options"), "a remote client (options: a dict)");
+  m.def(
+      "cpu_list",
+      [](const std::string& s) {
+        Result<std::vector<int>> cpus = ParseCpuList(s);
+        if (cpus.ok()) {
+          if (Status placeable = CheckPlaceable(*cpus, "io_cpus"); !placeable.ok()) Raise(placeable);
+          return CpuListString(*cpus);
+        }
+        Raise(Status::InvalidArgument("io_cpus: " + cpus.status().message()));
+        return std::string();
+      },
+      py::arg("cpus"), "a CPU list (taskset -c's form) checked and written canonically: ValueError if it is wrong");
   m.def("yielded_batches", &YieldedBatches, py::arg("job"), py::arg("state"), py::arg("rank"), py::arg("epoch"));
   m.def("taken_positions", &Taken, py::arg("job"), py::arg("yielded"));
   m.def("batches_per_rank", &BatchesPerRank, py::arg("num_samples"), py::arg("batch_size"), py::arg("world_size"),

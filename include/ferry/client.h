@@ -91,6 +91,12 @@ struct ClientOptions {
   double backoff_max_s = 2.0;
   double poll_interval_s = 0.1;      // dispatcher: how often to look for workers and job status
   double dispatcher_timeout_s = 120; // dispatcher: give up after this long unreachable
+  // The CPUs the client's own threads (receiving, and the dispatcher's control loop)
+  // run on: keep them off the cores a CPU-bound trainer steps on, so that the kernel's
+  // copy out of the socket and the receiving thread's cache traffic land elsewhere.
+  // Empty: $FERRY_IO_CPUS ("8-15", as taskset -c writes it) when set, else wherever the
+  // threads start (they inherit the creating thread's affinity).
+  std::vector<int> io_cpus;
   // Point to point: "ferry-client" when empty. Dispatcher: a random id when empty (a
   // resumed state brings its own).
   std::string consumer_id;

@@ -18,12 +18,15 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
 #include "client/control_loop.h"
 #include "client/ledger.h"
 #include "client/worker_stream.h"
+#include "core/cpu_set.h"
+#include "core/log.h"
 #include "core/mutex.h"
 #include "net/run_io.h"
 #include "net/address.h"
@@ -84,6 +87,7 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
       if (sharded()) c.restore = resume;
       c.deterministic = opts_.job.ordering == Ordering::kDeterministic;
       c.poll_interval_s = opts_.poll_interval_s;
+      c.cpus = opts_.io_cpus;
       c.retry = {opts_.backoff_initial_s, opts_.backoff_max_s, /*max_failures=*/-1, opts_.dispatcher_timeout_s};
       control_ = std::make_unique<client::ControlLoop>(std::move(c), this);
     }
@@ -96,7 +100,11 @@ class Client::Impl : public client::StreamHost, public client::ControlHost {
     asio::post(io_, [this] {
       for (size_t i = 0; i < opts_.workers.size(); ++i) AddStream(opts_.workers[i]);
     });
-    io_thread_ = std::thread([this] { net::RunIo(io_, "ferry client"); });
+    io_thread_ = std::thread([this] {
+      ::pthread_setname_np(::pthread_self(), "ferry-recv");  // as top -H and /proc/<pid>/task list it
+      PinThisThreadOrWarn(opts_.io_cpus, "ferry client receiving");
+      net::RunIo(io_, "ferry client");
+    });
     if (control_) control_->Start();
   }
 
@@ -435,6 +443,14 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     FERRY_ASSIGN_OR_RETURN(o.token, net::LoadToken(o.token_file));
   }
   if (!o.buffers) o.buffers = DefaultBufferAllocator();
+  if (o.io_cpus.empty()) {
+    if (const char* env = std::getenv("FERRY_IO_CPUS"); env != nullptr && *env != '\0') {
+      Result<std::vector<int>> cpus = ParseCpuList(env);
+      if (!cpus.ok()) return Status::InvalidArgument("$FERRY_IO_CPUS: " + cpus.status().message());
+      o.io_cpus = *std::move(cpus);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(CheckPlaceable(o.io_cpus, "io_cpus"));
   for (const std::string& w : o.workers) FERRY_RETURN_IF_ERROR(net::SplitHostPort(w).status());
   std::optional<IteratorState> resume;
   if (dispatched) {

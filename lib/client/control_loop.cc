@@ -1,5 +1,9 @@
 #include "client/control_loop.h"
 
+#include <pthread.h>
+
+#include "core/cpu_set.h"
+
 namespace ferry::client {
 
 ControlLoop::ControlLoop(ControlConfig config, ControlHost* host)
@@ -18,7 +22,13 @@ void ControlLoop::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ControlLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+void ControlLoop::Start() {
+  thread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "ferry-control");
+    PinThisThreadOrWarn(config_.cpus, "ferry client control");
+    Run();
+  });
+}
 
 void ControlLoop::Notify() {
   MutexLock lock(&mu_);

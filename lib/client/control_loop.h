@@ -61,6 +61,7 @@ struct ControlConfig {
   std::optional<IteratorState> restore;
   bool deterministic = false;
   double poll_interval_s = 0.1;
+  std::vector<int> cpus;  // the control thread's CPUs (ClientOptions::io_cpus); empty: unpinned
   net::RetryPolicy retry;  // give_up_after_s: how long the dispatcher may be unreachable
 };
 

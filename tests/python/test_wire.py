@@ -3,6 +3,7 @@
 float32 output is; device= puts batches on a GPU (tested when one is present); batches
 export DLPack."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -197,3 +198,80 @@ def test_a_pipeline_the_gpu_cannot_finish_is_finished_on_the_host(ferry):
     compiled = _ferry.Pipeline(json.dumps(spec))
     probe = np.zeros(1, dtype=np.int64)
     assert compiled.plan(probe, probe, 1, 0, 0, 0) is None
+
+
+def _threads_named(names, skip=()):
+    """{tid: (name, affinity)} of this process's threads named one of `names`, but `skip`."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) in skip:
+            continue
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                name = f.read().strip()
+            if name in names:
+                out[int(tid)] = (name, os.sched_getaffinity(int(tid)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def test_io_cpus_keep_the_receiving_threads_off_the_trainers_cpu(ferry, small_tree, cluster, monkeypatch):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    trainer, other = cpus[0], cpus[-1]
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {trainer})  # a trainer pinned to one core: new threads inherit it
+    try:
+        def remote(job, **kw):
+            return ferry.Loader(data=small_tree, pipeline="imagenet-eval", batch_size=10, epochs=1, shuffle=False,
+                                dispatcher=cluster.dispatcher, job_name=job, **kw)
+
+        def placed(loader):
+            before = set(_threads_named({"ferry-recv", "ferry-control"}))  # other loaders' (not yet collected)
+            it = iter(loader)
+            x, y = next(it)
+            assert x.shape[0] == 10
+            got = _threads_named({"ferry-recv", "ferry-control"}, skip=before)
+            rest = sum(1 for _ in it) + 1
+            assert rest == 12, "every batch still arrives"
+            return got
+
+        pinned = placed(remote("io-cpus", io_cpus=[other]))
+        # The receiving thread (and Asio's resolver thread it starts, which inherits its
+        # name and affinity) and the dispatcher's control thread.
+        names = sorted(n for n, _ in pinned.values())
+        assert names.count("ferry-control") == 1 and names.count("ferry-recv") >= 1, pinned
+        assert all(a == {other} for _, a in pinned.values()), pinned
+        # taskset's form, and $FERRY_IO_CPUS when io_cpus is not given.
+        by_string = placed(remote("io-cpus-str", io_cpus="%d" % other))
+        assert by_string and all(a == {other} for _, a in by_string.values()), by_string
+        monkeypatch.setenv("FERRY_IO_CPUS", str(other))
+        by_env = placed(remote("io-cpus-env"))
+        assert by_env and all(a == {other} for _, a in by_env.values()), by_env
+        monkeypatch.delenv("FERRY_IO_CPUS")
+        # Without: they inherit the trainer's core.
+        inherited = placed(remote("io-cpus-none"))
+        assert inherited and all(a == {trainer} for _, a in inherited.values()), inherited
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def test_io_cpus_refusals(ferry, small_tree, cluster, monkeypatch):
+    def remote(**kw):
+        return iter(ferry.Loader(data=small_tree, pipeline="imagenet-eval", batch_size=10, dispatcher=cluster.dispatcher,
+                                 job_name="io-cpus-bad", **kw))
+    with pytest.raises(ValueError, match="taskset -c"):
+        remote(io_cpus="0-x")
+    with pytest.raises(ValueError, match="CPU 4000|largest"):
+        remote(io_cpus=[4000])
+    with pytest.raises(ValueError, match="integers"):
+        remote(io_cpus=["1"])
+    with pytest.raises(ValueError, match="empty list"):
+        remote(io_cpus=[])
+    with pytest.raises(ValueError, match="receive from workers"):
+        ferry.Loader(data=small_tree, batch_size=10, io_cpus=[0])
+    monkeypatch.setenv("FERRY_IO_CPUS", "a-b")
+    with pytest.raises(ValueError, match="FERRY_IO_CPUS"):
+        next(remote())

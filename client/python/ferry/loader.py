@@ -27,6 +27,24 @@ def _pipeline_string(pipeline):
     return str(pipeline)
 
 
+def _cpu_list(cpus):
+    """io_cpus as the native client takes it: "0-3,8" (taskset -c's form), "" for none."""
+    if cpus is None:
+        return ""
+    if isinstance(cpus, str):
+        return _ferry.cpu_list(cpus)  # checked now: a ValueError naming the mistake
+    if isinstance(cpus, int):
+        cpus = [cpus]
+    out = []
+    for c in cpus:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError("io_cpus: CPU numbers are integers >= 0, not %r" % (c,))
+        out.append(str(c))
+    if not out:
+        raise ValueError("io_cpus: an empty list (give None to leave the threads where they start)")
+    return _ferry.cpu_list(",".join(out))
+
+
 class Loader(torch.utils.data.IterableDataset):
     """An iterable of (images, labels) batches; each pass over it is one epoch.
 
@@ -66,6 +84,11 @@ class Loader(torch.utils.data.IterableDataset):
     local_threads: hybrid (dispatcher mode): this many of the trainer's own cores join
       the job as a worker that serves only this loader, leasing splits like any other
       worker (exactly once and equal steps hold as before).
+    io_cpus: remote (workers= or dispatcher=): the CPUs the threads that receive
+      batches run on, as a list of ints or taskset -c's "8-15". A CPU-bound trainer
+      keeps them off the cores its step runs on, so that the kernel's copy out of the
+      socket lands elsewhere. None: $FERRY_IO_CPUS when set, else where the threads
+      start (they inherit the affinity of the thread that first iterates).
     device: where the images go: None or "cpu" (host tensors), or "cuda[:n]": batches
       are received into pinned memory (cudaHostAlloc, through the CUDA runtime torch
       loaded) and copied to the GPU asynchronously from there.
@@ -116,7 +139,7 @@ class Loader(torch.utils.data.IterableDataset):
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
                  targets=None, targets_format="list", tokenizer=None, dataset=None, transform=None, collate_fn=None,
-                 python_processes=1, sample_timeout=None, python=None, python_steps=None):
+                 python_processes=1, sample_timeout=None, python=None, python_steps=None, io_cpus=None):
         self._user_code = None
         self._user_input = ""
         if python_steps is not None:
@@ -204,6 +227,10 @@ class Loader(torch.utils.data.IterableDataset):
             warnings.warn("pin_memory=True, but CUDA is not available: ignored", stacklevel=2)
             self.pin_memory = False
         self.mode = "dispatcher" if self.dispatcher else ("workers" if self.workers else "local")
+        self.io_cpus = _cpu_list(io_cpus)
+        if self.io_cpus and self.mode == "local":
+            raise ValueError("io_cpus places the threads that receive from workers: give workers= or dispatcher= "
+                             "(in-process, threads= decode on the trainer's own CPUs)")
         self.local_threads = int(local_threads or 0)
         if self.local_threads < 0:
             raise ValueError("local_threads must be >= 0")
@@ -409,12 +436,13 @@ class Loader(torch.utils.data.IterableDataset):
             self._start_local_worker()
             o.update(epochs=epochs, job_first_epoch=self._job_first_epoch, dispatcher=self.dispatcher,
                      job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
-                     consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc())
+                     consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc(),
+                     io_cpus=self.io_cpus)
             self._it = _ferry.connect(o)
         else:
             # Point to point, the streams start at the epoch to read.
             o.update(epochs=remaining, first_epoch=self._epoch, workers=self.workers, credits=self.prefetch,
-                     token_file=self.token_file, host_alloc=self._host_alloc())
+                     token_file=self.token_file, host_alloc=self._host_alloc(), io_cpus=self.io_cpus)
             self._it = _ferry.connect(o)
         return self._it
 
