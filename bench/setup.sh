@@ -18,7 +18,7 @@ readonly BUILD_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libboost-dev capnproto libcapnp-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
-  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libtbb-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libcurl4-openssl-dev libexpat1-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
   libsentencepiece-dev
   python3-dev python3-pybind11 python3-numpy

@@ -21,6 +21,10 @@ endforeach()
 
 # The other formats' own libraries (lib/image/format_decoders.h): libpng, libtiff (CMake's
 # find modules), libwebp (pkg-config).
+# Object storage (lib/store): libcurl signs S3 requests (SigV4) and moves the bytes;
+# expat parses the listings.
+find_package(CURL 7.75 REQUIRED)
+find_package(EXPAT REQUIRED)
 find_package(PNG REQUIRED)
 find_package(TIFF REQUIRED)
 find_package(PkgConfig REQUIRED)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "store/object_store.h"
 
 namespace ferry {
 
@@ -46,6 +47,29 @@ inline CLI::Option* AddPluginFlag(CLI::App& app, std::vector<std::string>* paths
   return app.add_option("--plugin", *paths,
                         "an op plugin (a shared library, include/ferry/plugin.h) to load: its ops may then be named "
                         "in pipelines (repeatable; give the same to the dispatcher and every worker)");
+}
+
+// Object storage (lib/store/object_store.h), the same on both daemons: the dispatcher
+// lists a job's dataset, the workers read its objects. Credentials come from the
+// environment only (AWS_ACCESS_KEY_ID, the shared credentials file, AWS_PROFILE): never
+// a flag, which `ps` would show. Apply with ConfigureObjectStore after parsing.
+inline void AddObjectStoreFlags(CLI::App& app, store::StoreOptions* o) {
+  app.add_option("--s3-endpoint", o->endpoint,
+                 "an S3-compatible store's URL (MinIO, Ceph, R2, GCS's interoperability endpoint), addressed "
+                 "path-style; else $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS S3");
+  app.add_option("--s3-region", o->region, "the region requests are signed for; else $AWS_REGION, else us-east-1");
+  app.add_option("--s3-max-attempts", o->max_attempts,
+                 "tries of a request that fails with 5xx, SlowDown or a broken connection (backoff with jitter)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--s3-ca-file", o->ca_file, "a CA bundle to check an https endpoint against")->check(CLI::ExistingFile);
+}
+
+inline bool ConfigureObjectStore(const store::StoreOptions& o, const char* program) {
+  if (Status s = store::ObjectStore::Configure(o); !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, s.ToString().c_str());
+    return false;
+  }
+  return true;
 }
 
 // --tls-cert/--tls-key/--tls-ca, the same on both daemons (see lib/net/tls.h).

@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
   app.add_option("--data-root", o.data_roots,
-                 "a folder new jobs' datasets may be listed in (repeatable), as the workers' --data-root; without "
-                 "any, every path this process can read");
+                 "a folder, bucket or URL prefix new jobs' datasets may be listed in (repeatable), as the workers' "
+                 "--data-root; without any folder, every path this process can read, and without a URL root no URL");
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds a new connection has to authenticate")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-connections", o.max_connections, "open connections at most; more are closed at once")
@@ -58,7 +58,10 @@ int main(int argc, char** argv) {
                  "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
   std::vector<std::string> plugins;
   ferry::AddPluginFlag(app, &plugins);
+  ferry::store::StoreOptions store_options;
+  ferry::AddObjectStoreFlags(app, &store_options);
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  if (!ferry::ConfigureObjectStore(store_options, "ferry-dispatcher")) return 2;
   if (ferry::Status s = ferry::LoadPlugins(plugins); !s.ok()) {
     std::fprintf(stderr, "ferry-dispatcher: --plugin: %s\n", s.ToString().c_str());
     return 2;

@@ -64,8 +64,10 @@ int main(int argc, char** argv) {
   app.add_option("--user-code-user", o.python.user,
                  "run the Python processes as this user (and its group), not as the worker's");
   app.add_option("--data-root", o.data_roots,
-                 "a folder jobs may read (repeatable): every path a job names must resolve, after symlinks, inside "
-                 "one; without any, every path this process can read is served (see SECURITY.md)");
+                 "a folder, bucket or URL prefix jobs may read (repeatable: /data, s3://bucket/train/, "
+                 "https://host/shards/): every path a job names must resolve, after symlinks, inside a folder, every "
+                 "URL lie under a URL root; without any folder, every path this process can read is served, and "
+                 "without a URL root no URL is (see SECURITY.md)");
   app.add_option("--forget-jobs-after", o.forget_jobs_after_s,
                  "seconds after the dispatcher last named a job (finished, or idle here) that this worker forgets it")
       ->check(CLI::Range(0.01, 86400.0));
@@ -82,7 +84,10 @@ int main(int argc, char** argv) {
                  "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");
   std::vector<std::string> plugins;
   ferry::AddPluginFlag(app, &plugins);
+  ferry::store::StoreOptions store_options;
+  ferry::AddObjectStoreFlags(app, &store_options);
   if (int rc = ferry::ParseOrUsage(app, argc, argv); rc >= 0) return rc;
+  if (!ferry::ConfigureObjectStore(store_options, "ferry-worker")) return 2;
   if (ferry::Status s = ferry::LoadPlugins(plugins); !s.ok()) {
     std::fprintf(stderr, "ferry-worker: --plugin: %s\n", s.ToString().c_str());
     return 2;

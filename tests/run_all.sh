@@ -4,7 +4,8 @@
 #   2. the C++ suites (ctest), in-process and with real processes;
 #   3. the installed package: `cmake --install`, then an unrelated CMake project that
 #      does find_package(ferry) and reads an epoch from a real ferry-worker;
-#   4. the Python suites (pytest with /usr/bin/python3) and the example training loop;
+#   4. the Python suites (pytest with /usr/bin/python3; the object-storage tests against
+#      moto, installed from PyPI into build/s3-venv) and the example training loop;
 #   5. a short libFuzzer run over the frame and message parsers and over the
 #      dispatcher's control plane (Clang);
 #   6. the C++ suites again built with ASan+UBSan (Clang);
@@ -44,8 +45,11 @@ stage "installed package (tests/install: find_package(ferry) in an unrelated pro
 bash tests/install/run.sh "$build" "$data"
 
 stage "pytest"
+# The object-storage tests' S3-compatible server (moto, from PyPI, in a virtual
+# environment of its own: tests/s3/setup.sh).
+s3_python=$(bash tests/s3/setup.sh "$build/s3-venv")
 FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
-  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" \
+  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" FERRY_S3_PYTHON="$s3_python" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 stage "example training loop (client/examples/train_resnet.py)"

@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 
 #include "data/dataset.h"
 #include "data/file_util.h"
+#include "store/object_store.h"
 
 namespace ferry {
 
@@ -57,8 +60,17 @@ class ConfinedDataset final : public Dataset {
 
 Result<DataRoots> DataRoots::Make(const std::vector<std::string>& dirs) {
   DataRoots r;
+  r.daemon_ = true;
   for (const std::string& d : dirs) {
     if (d.empty()) return Status::InvalidArgument("--data-root: an empty path");
+    if (store::IsObjectUrl(d)) {
+      Result<store::ObjectUrl> u = store::ParseObjectUrl(d);
+      if (!u.ok()) return u.status().WithContext("--data-root");
+      std::string root = u->ToString();  // scheme and host lower-cased
+      while (root.size() > 1 && root.back() == '/') root.pop_back();
+      r.url_roots_.push_back(std::move(root));
+      continue;
+    }
     char buf[PATH_MAX];
     if (::realpath(d.c_str(), buf) == nullptr) return internal::ErrnoToStatus(errno, "--data-root " + d);
     struct stat st;
@@ -84,6 +96,9 @@ Status DataRoots::Outside(std::string_view path, std::string_view what, const st
   for (const std::string& root : roots_) list += (list.empty() ? "" : ", ") + root;
   std::string m = std::string(what) + " " + std::string(path);
   if (resolved != path) m += " (" + resolved + ")";
+  if (roots_.empty())
+    return Status::PermissionDenied(m + ": this process reads no files (its --data-root names only URLs: " +
+                                    std::to_string(url_roots_.size()) + ")");
   return Status::PermissionDenied(m + " is outside this process's --data-root folders (" + list +
                                   "): a job may name only paths that resolve, after symlinks, inside one of them");
 }
@@ -112,8 +127,82 @@ Status DataRoots::Check(std::string_view path, std::string_view what) const {
   return Status::OK();
 }
 
+namespace {
+
+bool LowerStartsWith(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
+}
+
+// A host no job may name: link-local addresses (the clouds' metadata services answer
+// at 169.254.169.254 and fd00:ec2::254) and the metadata services' names.
+bool ForbiddenHost(std::string host) {
+  std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (!host.empty() && host.front() == '[') {  // [v6]:port
+    const size_t close = host.find(']');
+    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+    return LowerStartsWith(host, "fe8") || LowerStartsWith(host, "fe9") || LowerStartsWith(host, "fea") ||
+           LowerStartsWith(host, "feb") || host == "fd00:ec2::254" || host.find("169.254.") != std::string::npos;
+  }
+  const size_t colon = host.find(':');
+  if (colon != std::string::npos) host.resize(colon);
+  while (!host.empty() && host.back() == '.') host.pop_back();
+  return LowerStartsWith(host, "169.254.") || host == "metadata.google.internal" || host == "metadata" ||
+         host == "metadata.azure.internal" || host == "100.100.100.200" || host == "instance-data" ||
+         host == "instance-data.ec2.internal";
+}
+
+// A "." or ".." path segment, written or percent-encoded: a server would fold it.
+bool DotSegment(std::string_view key) {
+  std::string k(key);
+  for (std::string from : {"%2e", "%2E"}) {
+    for (size_t at = k.find(from); at != std::string::npos; at = k.find(from)) k.replace(at, 3, ".");
+  }
+  const size_t q = k.find_first_of("?#");
+  if (q != std::string::npos) k.resize(q);
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = k.find('/', begin);
+    const std::string_view seg = std::string_view(k).substr(begin, end == std::string::npos ? end : end - begin);
+    if (seg == "." || seg == "..") return true;
+    if (end == std::string::npos) return false;
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
+Status DataRoots::CheckUrl(std::string_view url, std::string_view what) const {
+  Result<store::ObjectUrl> u = store::ParseObjectUrl(url);
+  if (!u.ok()) return u.status().WithContext(std::string(what));
+  const std::string shown = u->ToString();
+  if (!u->is_s3() && ForbiddenHost(u->bucket))
+    return Status::PermissionDenied(std::string(what) + " " + shown +
+                                    ": a link-local or cloud metadata address is never read");
+  if (DotSegment(u->key))
+    return Status::PermissionDenied(std::string(what) + " " + shown + ": a URL with a '.' or '..' segment is not read");
+  if (!daemon_) return Status::OK();
+  for (const std::string& root : url_roots_) {
+    if (shown.size() >= root.size() && shown.compare(0, root.size(), root) == 0 &&
+        (shown.size() == root.size() || shown[root.size()] == '/' || root.back() == '/'))
+      return Status::OK();
+  }
+  if (url_roots_.empty())
+    return Status::PermissionDenied(std::string(what) + " " + shown +
+                                    ": this process reads no URL: start it with --data-root naming the bucket or URL "
+                                    "prefix (s3://bucket/, https://host/path/) to allow one");
+  std::string list;
+  for (const std::string& root : url_roots_) list += (list.empty() ? "" : ", ") + root;
+  return Status::PermissionDenied(std::string(what) + " " + shown + " is outside this process's --data-root URLs (" +
+                                  list + ")");
+}
+
 std::unique_ptr<Dataset> Confine(std::unique_ptr<Dataset> dataset, const DataRoots& roots) {
   if (!roots.confined() || dataset->kind() == "tar_shards" || dataset->kind() == "synthetic") return dataset;
+  // Objects: the dataset's URL was checked, and its samples are keys under it.
+  if (dataset->size() > 0 && store::IsObjectUrl(dataset->Path(0))) return dataset;
   return std::make_unique<ConfinedDataset>(std::move(dataset), roots);
 }
 

@@ -28,14 +28,26 @@ namespace ferry {
 
 class Dataset;
 
+// Object storage (store/object_store.h): a root may also be a bucket or a URL prefix
+// (s3://bucket/, s3://bucket/train/, https://host/data/). A daemon (Make) reads a URL
+// only inside one of its URL roots: with none, it reads no URL at all, so that a job
+// cannot make it fetch whatever it names (a cloud's metadata service above all). A URL
+// whose path holds a "." or ".." segment, or whose host is link-local (169.254.0.0/16,
+// fe80::/10, fd00:ec2::254) or a metadata service's name, is refused always, roots or
+// not. The trainer's own process (DataRoots()) reads any other URL. Checked before any
+// request is sent.
 class DataRoots {
  public:
-  DataRoots() = default;  // no roots: every readable path
-  // Each folder resolved (realpath) once; InvalidArgument if one is not a folder.
+  DataRoots() = default;  // no roots: every readable path, every URL (in-process)
+  // Each folder resolved (realpath) once; InvalidArgument if one is not a folder. URLs
+  // are kept as prefixes (parsed: InvalidArgument if malformed).
   static Result<DataRoots> Make(const std::vector<std::string>& dirs);
 
-  bool confined() const { return !roots_.empty(); }
+  bool confined() const { return !roots_.empty() || !url_roots_.empty(); }
   const std::vector<std::string>& roots() const { return roots_; }
+  const std::vector<std::string>& url_roots() const { return url_roots_; }
+  // OK if `url` may be read (see above); PermissionDenied naming it and the rule if not.
+  Status CheckUrl(std::string_view url, std::string_view what) const;
   // OK if `path` (relative paths: to the process's working folder), with its symlinks
   // resolved, is inside a root, or there are no roots. `what` names the path in the
   // error ("dataset", "file list entry").
@@ -49,6 +61,8 @@ class DataRoots {
   bool Inside(const std::string& resolved) const;
   Status Outside(std::string_view path, std::string_view what, const std::string& resolved) const;
   std::vector<std::string> roots_;
+  std::vector<std::string> url_roots_;  // "s3://bucket/prefix", "https://host/path"
+  bool daemon_ = false;                 // made by Make(): URLs need a URL root
 };
 
 // `dataset` (opened from `roots`-checked paths), its samples' paths checked again

@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/data_roots.h"
 #include "data/file_util.h"
+#include "data/object_dataset.h"
 
 namespace ferry {
 
@@ -364,6 +365,10 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
 namespace {
 
 Result<std::unique_ptr<Dataset>> OpenDatasetWithin(const std::string& spec, const DataRoots& roots) {
+  if (store::IsObjectUrl(spec)) {
+    FERRY_RETURN_IF_ERROR(roots.CheckUrl(spec, "dataset"));  // before any request
+    return OpenObjectDataset(spec);
+  }
   // A JSON description starts with '{'; a brace pattern that does ("{0..3}.tar") ends in .tar.
   if (spec.front() == '{' && !internal::EndsWithIgnoreCase(spec, ".tar")) return OpenDescribed(spec, roots);
   if (spec.find('{') != std::string::npos && spec.find("..") != std::string::npos) {

@@ -63,14 +63,15 @@ def ferry_local():
 class Daemons:
     """ferry-dispatcher and ferry-worker processes on loopback."""
 
-    def __init__(self, bindir, tmp, workers=2, worker_args=()):
+    def __init__(self, bindir, tmp, workers=2, worker_args=(), dispatcher_args=()):
         self.procs = []
         self.logs = []  # each daemon's stderr, a file: shown when a test fails
         self.tmp = tmp
         os.makedirs(str(tmp), exist_ok=True)
         self.dispatcher = self._start([os.path.join(bindir, "ferry-dispatcher"), "--listen", "127.0.0.1:0",
                                        "--work-dir", str(tmp), "--heartbeat-interval-ms", "100",
-                                       "--heartbeat-timeout-ms", "1000", "--log-level", "debug"])
+                                       "--heartbeat-timeout-ms", "1000", "--log-level", "debug"]
+                                      + list(dispatcher_args))
         self.bindir = bindir
         self.worker_args = list(worker_args)
         self.workers = [self.start_worker() for _ in range(workers)]

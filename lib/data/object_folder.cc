@@ -1,0 +1,165 @@
+// ImageFolder in object storage: s3://bucket/prefix/<class>/**/<image>, listed as
+// torchvision.datasets.ImageFolder lists the same tree on disk (data/image_folder.cc):
+// classes are the first "folders" under the prefix, sorted; within a class, folders in
+// the order of their whole path and files sorted within each. A bucket has no folders,
+// only keys: a folder is a key's part before a '/', and a key ending in '/' (a "folder
+// marker" the consoles make) is not a file. Same rules, same order, same labels, and the
+// same fingerprint as the tree on disk (kind, relative paths and labels), so a job reads
+// the same samples wherever the tree lies.
+//
+// Reads: each sample one GET of its object (its size is known from the listing, so an
+// object over the sample limit is refused before it is fetched).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/hash.h"
+#include "data/dataset.h"
+#include "data/file_util.h"
+#include "data/object_dataset.h"
+#include "store/object_store.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view kObjectFolderKind = "image_folder";
+
+class ObjectFolderDataset final : public Dataset {
+ public:
+  ObjectFolderDataset(store::ObjectUrl root, std::vector<std::string> classes, internal::StringTable rel,
+                      std::vector<int32_t> labels, std::vector<uint64_t> sizes, std::vector<ListingIssue> issues,
+                      uint64_t fingerprint)
+      : root_(std::move(root)),
+        classes_(std::move(classes)),
+        rel_(std::move(rel)),
+        labels_(std::move(labels)),
+        sizes_(std::move(sizes)),
+        issues_(std::move(issues)),
+        fingerprint_(fingerprint) {}
+
+  int64_t size() const override { return rel_.size(); }
+  int32_t Label(int64_t index) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    return labels_[size_t(index)];
+  }
+  std::string Path(int64_t index) const override { return UrlOf(index).ToString(); }
+  Status ReadSample(int64_t index, std::string* out) const override {
+    FERRY_CHECK(index >= 0 && index < size());
+    const uint64_t n = sizes_[size_t(index)];
+    if (n > internal::kMaxSampleBytes)
+      return Status::InvalidArgument(Path(index) + ": " + std::to_string(n) + " bytes, over the 1 GiB a sample may have");
+    return store::ObjectStore::Get().Read(UrlOf(index), 0, n, out, internal::kMaxSampleBytes);
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
+  std::string_view kind() const override { return kObjectFolderKind; }
+
+ private:
+  store::ObjectUrl UrlOf(int64_t index) const {
+    store::ObjectUrl u = root_;
+    u.key += rel_.Get(index);
+    return u;
+  }
+
+  const store::ObjectUrl root_;  // its key ends in '/' (or is empty: the bucket)
+  const std::vector<std::string> classes_;
+  const internal::StringTable rel_;  // relative to root_: "cat/001.jpg"
+  const std::vector<int32_t> labels_;
+  const std::vector<uint64_t> sizes_;
+  const std::vector<ListingIssue> issues_;
+  const uint64_t fingerprint_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenObjectImageFolder(const store::ObjectUrl& url) {
+  store::ObjectUrl root = url;
+  if (!root.key.empty() && root.key.back() != '/') root.key += '/';
+  FERRY_ASSIGN_OR_RETURN(std::vector<store::ObjectInfo> objects, store::ObjectStore::Get().List(root));
+  // class -> folder (relative path) -> files (name, size)
+  std::map<std::string, std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>> tree;
+  std::vector<ListingIssue> issues;
+  for (const store::ObjectInfo& o : objects) {
+    const std::string_view rel = std::string_view(o.key).substr(root.key.size());
+    const size_t first = rel.find('/');
+    if (first == std::string_view::npos) continue;  // a file directly under the root: not a sample
+    const std::string cls(rel.substr(0, first));
+    auto& folders = tree[cls];  // a class exists once a key is under it, folder markers included
+    if (rel.back() == '/') continue;  // a folder marker
+    const size_t last = rel.rfind('/');
+    const std::string name(rel.substr(last + 1));
+    // A key whose folder has an image extension ("x.jpg/y"): the folder is reported, as
+    // on disk, and walked.
+    if (HasImageExtension(name)) folders[std::string(rel.substr(0, last))].emplace_back(name, o.size);
+  }
+  if (tree.empty())
+    return Status::NotFound(root.ToString() + ": no class folders (ImageFolder expects prefix/<class>/<image>)");
+  std::vector<std::string> classes;
+  internal::StringTable paths;
+  std::vector<int32_t> labels;
+  std::vector<uint64_t> sizes;
+  for (auto& [cls, folders] : tree) {
+    const int32_t label = int32_t(classes.size());
+    classes.push_back(cls);
+    int64_t n = 0;
+    // std::map orders folders by their whole relative path: sorted(os.walk(...)).
+    for (auto& [folder, files] : folders) {
+      std::sort(files.begin(), files.end());
+      for (const auto& [name, size] : files) {
+        paths.Append(folder + "/" + name);
+        labels.push_back(label);
+        sizes.push_back(size);
+        ++n;
+      }
+    }
+    if (n == 0)
+      issues.push_back({root.ToString() + cls, "class folder has no image files (its label is kept)"});
+  }
+  for (auto& [cls, folders] : tree) {
+    for (auto& [folder, files] : folders) {
+      // Folders named like images, on the way from the class to this folder.
+      size_t from = cls.size();
+      while (from < folder.size()) {
+        const size_t next = folder.find('/', from + 1);
+        const std::string part = folder.substr(0, next);
+        if (HasImageExtension(internal::Basename(part)) &&
+            std::none_of(issues.begin(), issues.end(),
+                         [&](const ListingIssue& i) { return i.path == root.ToString() + part; }))
+          issues.push_back({root.ToString() + part, "is a directory"});
+        if (next == std::string::npos) break;
+        from = next;
+      }
+    }
+  }
+  if (paths.size() == 0)
+    return Status::NotFound(root.ToString() +
+                            ": no image files in any class folder (extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif "
+                            ".tiff .webp)");
+  Fingerprinter fp;
+  fp.Add(kObjectFolderKind);
+  for (int64_t i = 0; i < paths.size(); ++i) {
+    fp.Add(paths.Get(i));
+    fp.AddU64(uint64_t(labels[size_t(i)]));
+  }
+  paths.ShrinkToFit();
+  return std::unique_ptr<Dataset>(new ObjectFolderDataset(root, std::move(classes), std::move(paths),
+                                                          std::move(labels), std::move(sizes), std::move(issues),
+                                                          fp.Finish()));
+}
+
+Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec) {
+  FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(spec));
+  if (!url.is_s3())
+    return Status::Unimplemented(spec + ": datasets over http(s):// are not read yet (an s3:// prefix is)");
+  if (internal::EndsWithIgnoreCase(url.key, ".tsv") || internal::EndsWithIgnoreCase(url.key, ".txt") ||
+      internal::EndsWithIgnoreCase(url.key, ".tar") || url.key.find('{') != std::string::npos)
+    return Status::Unimplemented(spec + ": file lists and shards in object storage are not read yet (an ImageFolder "
+                                        "prefix is)");
+  return OpenObjectImageFolder(url);
+}
+
+}  // namespace ferry

@@ -1,0 +1,174 @@
+"""Data in object storage: an ImageFolder layout in a bucket of a real S3-compatible
+server (moto in server mode, checking every request's SigV4 signature against an IAM
+user's key and policy; tests/s3/s3_server.py), read by the same code paths as a tree on
+disk: the same listing, the same batches, exactly once through a dispatcher with two
+workers; a refused object reported by URL; wrong credentials fail fast with the store's
+message and no secret; URLs outside --data-root refused before any request."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import Daemons
+
+DENIED = "class_01/00001.jpg"  # the test user's policy denies GetObject on this one
+
+
+@pytest.fixture(scope="module")
+def s3(small_tree, tmp_path_factory):
+    python = os.environ.get("FERRY_S3_PYTHON")
+    if not python:
+        if os.environ.get("CI"):
+            pytest.fail("FERRY_S3_PYTHON must name the Python of tests/s3/setup.sh's environment (tests/run_all.sh "
+                        "sets it)")
+        pytest.skip("FERRY_S3_PYTHON is not set (bash tests/s3/setup.sh makes the environment)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    log = str(tmp_path_factory.mktemp("s3") / "moto.log")
+    proc = subprocess.Popen([python, os.path.join(here, "..", "s3", "s3_server.py"), "--log", log,
+                             "--upload", small_tree + ":photos/tree", "--upload", small_tree + ":other/tree",
+                             "--deny", "photos/denied/" + DENIED,
+                             "--upload", small_tree + ":photos/denied"],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("{"), "the S3 server did not start: %r (log %s)" % (line, log)
+    info = json.loads(line)
+    yield info
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def aws(s3, monkeypatch):
+    """The environment the AWS tools read: endpoint and the test user's key."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3["access_key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3["secret_key"])
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return s3
+
+
+def requests_logged(s3):
+    with open(s3["log"]) as f:
+        return sum(1 for line in f if '"GET ' in line or '"HEAD ' in line)
+
+
+def in_fresh_process(code, env=None):
+    """Runs `code` in a new interpreter (the store reads its environment once a process)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("FERRY_PYTHON_DIR") or os.path.join(here, "..", "..", "build", "python")
+    return subprocess.run(["/usr/bin/python3", "-c", "import sys; sys.path.insert(0, %r)\n" % os.path.abspath(path)
+                           + code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_a_bucket_lists_as_the_tree_on_disk(aws, small_tree):
+    got = in_fresh_process("""
+import json, ferry
+from ferry import _ferry
+print(json.dumps([_ferry.list_dataset("s3://photos/tree/"), _ferry.list_dataset(%r)]))
+""" % small_tree, env=dict(os.environ))
+    assert got.returncode == 0, got.stderr
+    (paths, labels, classes), (dpaths, dlabels, dclasses) = json.loads(got.stdout)
+    assert classes == dclasses and labels == dlabels and len(paths) == 120
+    assert [p[len("s3://photos/tree/"):] for p in paths] == [os.path.relpath(p, small_tree) for p in dpaths]
+
+
+def test_imagenet_train_through_a_dispatcher_equals_the_disk(aws, ferry, ferry_local, small_tree, tmp_path):
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=["--data-root", "s3://photos/tree/"],
+                dispatcher_args=["--data-root", "s3://photos/tree/"])
+    try:
+        def remote(data, job):
+            return ferry.Loader(data=data, pipeline="imagenet-train", batch_size=10, seed=7, epochs=2,
+                                dispatcher=d.dispatcher, job_name=job, deterministic=True)
+        def two_epochs(loader):
+            out = []
+            for _ in range(2):  # each pass is an epoch
+                out += [(x.clone(), y.clone(), loader.last_batch_info()["indices"].clone()) for x, y in loader]
+            return out
+        local = ferry.Loader(data=small_tree, pipeline="imagenet-train", batch_size=10, seed=7, epochs=2, threads=2)
+        want = two_epochs(local)
+        r = remote("s3://photos/tree/", "from-s3")
+        got = two_epochs(r)
+        r.close()
+        assert len(got) == len(want) == 24
+        for epoch in range(2):
+            seen = torch.cat([i for _, _, i in got[12 * epoch:12 * (epoch + 1)]]).tolist()
+            assert sorted(seen) == list(range(120)), "each sample exactly once in epoch %d" % epoch
+        for b, ((x, y, i), (wx, wy, wi)) in enumerate(zip(got, want)):
+            assert torch.equal(i, wi) and torch.equal(y, wy) and torch.equal(x, wx), "batch %d" % b
+        assert not r.skipped()
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+
+
+def test_a_denied_object_is_that_samples_error_alone(aws, ferry):
+    got = in_fresh_process("""
+import ferry
+l = ferry.Loader(data="s3://photos/denied/", pipeline="imagenet-eval", batch_size=10, shuffle=False, threads=2)
+n = sum(x.shape[0] for x, _ in l)
+print(n)
+for s in l.skipped():
+    print("SKIPPED", s)
+""", env=dict(os.environ))
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.splitlines()
+    assert lines[0] == "119"
+    skipped = [l for l in lines if l.startswith("SKIPPED")]
+    assert len(skipped) == 1, lines
+    print(skipped[0])
+    assert "s3://photos/denied/" + DENIED in skipped[0] and "403" in skipped[0] and "AccessDenied" in skipped[0]
+
+
+def test_wrong_credentials_fail_fast_with_the_stores_error_and_no_secret(aws, ferry, ferry_local, tmp_path,
+                                                                          monkeypatch):
+    secret = "wrong-secret-" + "x" * 20
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=1, worker_args=["--data-root", "s3://photos/"],
+                dispatcher_args=["--data-root", "s3://photos/"])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as e:
+            next(iter(ferry.Loader(data="s3://photos/tree/", batch_size=10, dispatcher=d.dispatcher,
+                                   job_name="wrong-key")))
+        took = time.monotonic() - t0
+        message = str(e.value)
+        print(took, message)
+        assert took < 5, took
+        assert "SignatureDoesNotMatch" in message and "403" in message, message
+        logs = d.tails(200000)
+        for text in (message, logs):
+            assert secret not in text and aws["access_key"] not in text
+    finally:
+        d.close()
+
+
+def test_urls_outside_the_roots_are_refused_before_any_request(aws, ferry, ferry_local, tmp_path):
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=1, worker_args=["--data-root", "s3://photos/tree/"],
+                dispatcher_args=["--data-root", "s3://photos/tree/"])
+    try:
+        before = requests_logged(aws)
+        for data, why in (("s3://other/tree/", "outside this process's --data-root URLs"),
+                          ("s3://photos/treehouse/", "outside"),
+                          ("http://169.254.169.254/latest/meta-data/", "metadata"),
+                          ("https://[fd00:ec2::254]/latest/", "metadata"),
+                          ("s3://photos/tree/../denied/", "'..' segment")):
+            with pytest.raises(Exception, match="PermissionDenied|refused|outside") as e:
+                next(iter(ferry.Loader(data=data, batch_size=10, dispatcher=d.dispatcher, job_name="refused")))
+            print(str(e.value))
+            assert why in str(e.value), (data, str(e.value))
+        assert requests_logged(aws) == before, "a refused job sent no request"
+    finally:
+        d.close()
+    # A worker with no URL root reads no URL at all.
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "none", workers=1)
+    try:
+        with pytest.raises(Exception, match="reads no URL"):
+            next(iter(ferry.Loader(data="s3://photos/tree/", batch_size=10, dispatcher=d.dispatcher, job_name="no")))
+    finally:
+        d.close()
