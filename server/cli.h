@@ -62,6 +62,12 @@ inline void AddObjectStoreFlags(CLI::App& app, store::StoreOptions* o) {
                  "tries of a request that fails with 5xx, SlowDown or a broken connection (backoff with jitter)")
       ->check(CLI::Range(1, 100));
   app.add_option("--s3-ca-file", o->ca_file, "a CA bundle to check an https endpoint against")->check(CLI::ExistingFile);
+  app.add_option("--read-ahead-requests", o->read_ahead_requests,
+                 "objects fetched at once ahead of decoding, per job (a request's latency times the decode rate)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--read-ahead-bytes", o->read_ahead_bytes,
+                 "fetched bytes not yet decoded, at most, per job")
+      ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
 }
 
 inline bool ConfigureObjectStore(const store::StoreOptions& o, const char* program) {

@@ -73,6 +73,13 @@ class Dataset {
   // "image_folder", "file_list", "tar_shards", "coco" or "synthetic".
   virtual std::string_view kind() const = 0;
 
+  // A hint: these samples will be read soon, in this order (the producer calls it as it
+  // plans each batch). Datasets whose reads wait on a network fetch them ahead
+  // (data/read_ahead.h); the others ignore it.
+  virtual void Prefetch(const std::vector<int64_t>& indices) const {}
+  // The sample's size in bytes when the listing knows it (objects), else 0.
+  virtual uint64_t SizeHint(int64_t index) const { return 0; }
+
   // Sources whose samples carry annotations (COCO): true, and ReadAnnotations fills
   // `out` for sample `index` (data/annotations.h). Classification sources: false.
   virtual bool has_annotations() const { return false; }

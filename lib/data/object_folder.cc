@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "data/file_util.h"
 #include "data/object_dataset.h"
+#include "data/read_ahead.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -53,6 +54,7 @@ class ObjectFolderDataset final : public Dataset {
       return Status::InvalidArgument(Path(index) + ": " + std::to_string(n) + " bytes, over the 1 GiB a sample may have");
     return store::ObjectStore::Get().Read(UrlOf(index), 0, n, out, internal::kMaxSampleBytes);
   }
+  uint64_t SizeHint(int64_t index) const override { return sizes_[size_t(index)]; }
   const std::vector<std::string>& classes() const override { return classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
@@ -159,7 +161,9 @@ Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec) {
       internal::EndsWithIgnoreCase(url.key, ".tar") || url.key.find('{') != std::string::npos)
     return Status::Unimplemented(spec + ": file lists and shards in object storage are not read yet (an ImageFolder "
                                         "prefix is)");
-  return OpenObjectImageFolder(url);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenObjectImageFolder(url));
+  const store::StoreOptions& o = store::ObjectStore::Get().options();
+  return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
 }
 
 }  // namespace ferry

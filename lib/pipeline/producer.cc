@@ -298,6 +298,8 @@ bool BatchProducer::PlanOne(std::unique_ptr<ProducedBatch>* out, int64_t* memory
   if (!plan) return false;
   auto batch = std::make_unique<ProducedBatch>();
   batch->plan = std::move(*plan);
+  // Reads that wait on a network start now, while earlier batches decode.
+  dataset_->Prefetch(batch->plan.samples);
   const int64_t rows = std::max<int64_t>(batch->plan.rows, int64_t(batch->plan.samples.size()));
   const int64_t wait_from = MonoNs();
   try {

@@ -530,6 +530,7 @@ ObjectStore::ObjectStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ObjectStore::~ObjectStore() = default;
 
 const CredentialInfo& ObjectStore::credentials() const { return impl_->info; }
+const StoreOptions& ObjectStore::options() const { return impl_->opts; }
 std::string ObjectStore::endpoint_for_logs() const {
   return impl_->endpoint.empty() ? "AWS S3 (" + impl_->region + ")" : impl_->endpoint;
 }

@@ -68,6 +68,10 @@ struct StoreOptions {
   // A request that moves no byte for this long is cut and retried (a stalled server).
   double stall_timeout_s = 30;
   std::string ca_file;   // HTTPS: a CA bundle to check servers against ("" = the system's)
+  // Read-ahead of a dataset's objects (data/read_ahead.h): requests in flight, and the
+  // fetched bytes not yet decoded, at most.
+  int read_ahead_requests = 32;
+  uint64_t read_ahead_bytes = uint64_t{256} << 20;
 };
 
 // Where the credentials came from, for logs: "environment", "shared credentials file
@@ -113,6 +117,7 @@ class ObjectStore {
   Result<uint64_t> Size(const ObjectUrl& url);
 
   const CredentialInfo& credentials() const;
+  const StoreOptions& options() const;
   const StoreCounters& counters() const { return counters_; }
   std::string endpoint_for_logs() const;
 
