@@ -365,10 +365,7 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
 namespace {
 
 Result<std::unique_ptr<Dataset>> OpenDatasetWithin(const std::string& spec, const DataRoots& roots) {
-  if (store::IsObjectUrl(spec)) {
-    FERRY_RETURN_IF_ERROR(roots.CheckUrl(spec, "dataset"));  // before any request
-    return OpenObjectDataset(spec);
-  }
+  if (store::IsObjectUrl(spec)) return OpenObjectDataset(spec, roots);  // checks every URL before any request
   // A JSON description starts with '{'; a brace pattern that does ("{0..3}.tar") ends in .tar.
   if (spec.front() == '{' && !internal::EndsWithIgnoreCase(spec, ".tar")) return OpenDescribed(spec, roots);
   if (spec.find('{') != std::string::npos && spec.find("..") != std::string::npos) {

@@ -1,6 +1,9 @@
 // Datasets in object storage (store/object_store.h): the same kinds as on disk, read
 // where they lie.
-//   s3://bucket/prefix/   an ImageFolder layout (data/object_folder.cc)
+//   s3://bucket/prefix/          an ImageFolder layout (data/object_folder.cc), or
+//                                .tar shards when the prefix holds only those
+//   s3://b/shard-{000..127}.tar  WebDataset shards (data/tar_shards.cc reads their
+//   https://host/shard-{..}.tar  members with Range requests), or a comma list of them
 #ifndef FERRY_DATA_OBJECT_DATASET_H_
 #define FERRY_DATA_OBJECT_DATASET_H_
 
@@ -12,8 +15,11 @@
 
 namespace ferry {
 
-// `spec` is a URL (store::IsObjectUrl); the caller has checked it against its roots.
-Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec);
+class DataRoots;
+
+// `spec` is a URL (store::IsObjectUrl): every URL it names is checked against `roots`
+// before any request is sent.
+Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, const DataRoots& roots);
 Result<std::unique_ptr<Dataset>> OpenObjectImageFolder(const store::ObjectUrl& url);
 
 }  // namespace ferry

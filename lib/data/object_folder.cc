@@ -17,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "data/data_roots.h"
 #include "data/dataset.h"
 #include "data/file_util.h"
 #include "data/object_dataset.h"
@@ -153,14 +154,58 @@ Result<std::unique_ptr<Dataset>> OpenObjectImageFolder(const store::ObjectUrl& u
                                                           fp.Finish()));
 }
 
-Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec) {
+Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, const DataRoots& roots) {
+  // Shards: a brace pattern (s3://b/train/shard-{000000..000127}.tar), one .tar, or a
+  // comma-separated list of them, each URL checked against the roots before any request.
+  std::vector<std::string> shards;
+  if (spec.find('{') != std::string::npos || spec.find(',') != std::string::npos ||
+      internal::EndsWithIgnoreCase(spec, ".tar")) {
+    std::vector<std::string> pieces;
+    size_t begin = 0;
+    while (begin <= spec.size()) {
+      size_t end = spec.find(',', begin);
+      if (end == std::string::npos) end = spec.size();
+      if (end > begin) pieces.push_back(spec.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    for (const std::string& piece : pieces) {
+      FERRY_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(piece));
+      for (std::string& url : expanded) {
+        if (!internal::EndsWithIgnoreCase(url, ".tar"))
+          return Status::InvalidArgument("dataset spec: '" + url + "' is not a .tar shard");
+        FERRY_RETURN_IF_ERROR(roots.CheckUrl(url, "shard"));
+        shards.push_back(std::move(url));
+      }
+    }
+    if (shards.empty()) return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
+    return OpenTarShards(shards);
+  }
+  FERRY_RETURN_IF_ERROR(roots.CheckUrl(spec, "dataset"));
   FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(spec));
   if (!url.is_s3())
-    return Status::Unimplemented(spec + ": datasets over http(s):// are not read yet (an s3:// prefix is)");
-  if (internal::EndsWithIgnoreCase(url.key, ".tsv") || internal::EndsWithIgnoreCase(url.key, ".txt") ||
-      internal::EndsWithIgnoreCase(url.key, ".tar") || url.key.find('{') != std::string::npos)
-    return Status::Unimplemented(spec + ": file lists and shards in object storage are not read yet (an ImageFolder "
-                                        "prefix is)");
+    return Status::InvalidArgument(spec + ": an http(s) server has no listing: name its shards (a brace pattern "
+                                          "such as https://host/shard-{000..127}.tar)");
+  if (internal::EndsWithIgnoreCase(url.key, ".tsv") || internal::EndsWithIgnoreCase(url.key, ".txt"))
+    return Status::Unimplemented(spec + ": file lists in object storage are not read yet (ImageFolder prefixes and "
+                                        "shards are)");
+  // A prefix holding .tar objects and nothing deeper: its shards, in key order (as a
+  // folder of shards on disk). Anything else: an ImageFolder layout.
+  store::ObjectUrl prefix = url;
+  if (!prefix.key.empty() && prefix.key.back() != '/') prefix.key += '/';
+  FERRY_ASSIGN_OR_RETURN(std::vector<store::ObjectInfo> objects, store::ObjectStore::Get().List(prefix));
+  bool all_tars = !objects.empty();
+  for (const store::ObjectInfo& o : objects) {
+    const std::string_view rel = std::string_view(o.key).substr(prefix.key.size());
+    if (rel.find('/') != std::string_view::npos || !internal::EndsWithIgnoreCase(rel, ".tar")) all_tars = false;
+  }
+  if (all_tars) {
+    for (const store::ObjectInfo& o : objects) {
+      store::ObjectUrl u = prefix;
+      u.key = o.key;
+      shards.push_back(u.ToString());
+    }
+    return OpenTarShards(shards);
+  }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenObjectImageFolder(url));
   const store::StoreOptions& o = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});

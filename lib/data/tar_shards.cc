@@ -46,7 +46,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +61,8 @@
 #include "core/hash.h"
 #include "data/dataset.h"
 #include "data/file_util.h"
+#include "data/read_ahead.h"
+#include "store/object_store.h"
 
 namespace ferry {
 namespace {
@@ -71,9 +75,76 @@ constexpr uint64_t kMaxClsBytes = 256;
 constexpr uint64_t kMaxTextBytes = uint64_t{1} << 20;  // a caption or a sample's JSON
 constexpr uint8_t kTarMaskFill = 255;                  // a mask's value where no source pixel lands
 
+// Where a shard's bytes are: a local file (pread) or an object (Range requests).
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+  virtual uint64_t size() const = 0;
+  // Exactly n bytes at off; thread-safe. Errors name the shard.
+  virtual Status ReadAt(uint64_t off, size_t n, char* dst) const = 0;
+  virtual bool remote() const { return false; }
+};
+
+class FileShard final : public ShardSource {
+ public:
+  FileShard(internal::ScopedFd fd, uint64_t size, std::string path)
+      : fd_(std::move(fd)), size_(size), path_(std::move(path)) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t off, size_t n, char* dst) const override {
+    return internal::PreadFully(fd_.get(), off, n, dst, path_);
+  }
+
+ private:
+  internal::ScopedFd fd_;
+  uint64_t size_;
+  std::string path_;
+};
+
+class ObjectShard final : public ShardSource {
+ public:
+  ObjectShard(store::ObjectUrl url, uint64_t size) : url_(std::move(url)), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t off, size_t n, char* dst) const override {
+    thread_local std::string buf;
+    FERRY_RETURN_IF_ERROR(store::ObjectStore::Get().Read(url_, off, n, &buf, internal::kMaxSampleBytes));
+    std::memcpy(dst, buf.data(), n);
+    return Status::OK();
+  }
+  bool remote() const override { return true; }
+
+ private:
+  store::ObjectUrl url_;
+  uint64_t size_;
+};
+
+// A shard read from front to back while it is listed: an object is fetched in large
+// sequential chunks (a request per 8 MiB, not one per 512-byte header); a file is read
+// where asked.
+class SequentialReader {
+ public:
+  explicit SequentialReader(const ShardSource& src) : src_(src) {}
+  Status ReadAt(uint64_t off, size_t n, char* dst) {
+    if (!src_.remote()) return src_.ReadAt(off, n, dst);
+    if (off < start_ || off + n > start_ + buf_.size()) {
+      const uint64_t len = std::min<uint64_t>(src_.size() - off, std::max<uint64_t>(n, kChunk));
+      buf_.resize(size_t(len));
+      FERRY_RETURN_IF_ERROR(src_.ReadAt(off, size_t(len), buf_.data()));
+      start_ = off;
+    }
+    std::memcpy(dst, buf_.data() + (off - start_), n);
+    return Status::OK();
+  }
+
+ private:
+  static constexpr uint64_t kChunk = uint64_t{8} << 20;
+  const ShardSource& src_;
+  std::string buf_;
+  uint64_t start_ = 0;
+};
+
 struct Shard {
   std::string path;
-  internal::ScopedFd fd;
+  std::unique_ptr<ShardSource> source;
 };
 
 // Splits a member path into WebDataset's key and extension (see "Grouping" above).
@@ -121,6 +192,7 @@ class TarShardsDataset final : public Dataset {
     p += members_.Get(index);
     return p;
   }
+  uint64_t SizeHint(int64_t index) const override { return locations_[size_t(index)].size; }
   std::string Key(int64_t index) const override {
     FERRY_CHECK(index >= 0 && index < size());
     std::string_view key, ext;
@@ -131,8 +203,7 @@ class TarShardsDataset final : public Dataset {
     FERRY_CHECK(index >= 0 && index < size());
     const Location& loc = locations_[static_cast<size_t>(index)];
     out->resize(loc.size);
-    const Status s = internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size,
-                                          out->data(), shards_[loc.shard].path);
+    const Status s = shards_[loc.shard].source->ReadAt(loc.offset, loc.size, out->data());
     if (!s.ok()) return s.WithContext(Path(index));
     return s;
   }
@@ -148,8 +219,7 @@ class TarShardsDataset final : public Dataset {
     auto read = [&](const Location& loc, std::string* dst) -> Status {
       dst->resize(loc.size);
       if (loc.size == 0) return Status::OK();
-      const Status s = internal::PreadFully(shards_[loc.shard].fd.get(), loc.offset, loc.size, dst->data(),
-                                            shards_[loc.shard].path);
+      const Status s = shards_[loc.shard].source->ReadAt(loc.offset, loc.size, dst->data());
       return s.ok() ? s : s.WithContext(Path(index));
     };
     if (!mask_.empty() && mask_[size_t(index)].size > 0) {
@@ -286,7 +356,7 @@ struct Member {
 // Calls on_member(const Member&) -> Status for each regular member of the shard open
 // as `fd`, in archive order. Errors name the shard and the header's offset.
 template <typename OnMember>
-Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on_member) {
+Status ScanTar(SequentialReader& in, const std::string& shard, uint64_t file_size, OnMember on_member) {
   std::array<char, kBlock> h;
   std::optional<std::string> long_name, pax_path;
   // A pax size= record overrides the next member's size field. (Not an optional:
@@ -304,7 +374,7 @@ Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on
     if (file_size - off < kBlock) {
       return Status::DataLoss(where(off) + "truncated tar: partial header block");
     }
-    FERRY_RETURN_IF_ERROR(internal::PreadFully(fd, off, kBlock, h.data(), shard));
+    FERRY_RETURN_IF_ERROR(in.ReadAt(off, kBlock, h.data()));
     bool zero = true;
     for (char c : h) {
       if (c != 0) {
@@ -333,7 +403,7 @@ Status ScanTar(int fd, const std::string& shard, uint64_t file_size, OnMember on
                                 std::to_string(data_size) + " bytes)");
       }
       meta.resize(data_size);
-      FERRY_RETURN_IF_ERROR(internal::PreadFully(fd, data_off, data_size, meta.data(), shard));
+      FERRY_RETURN_IF_ERROR(in.ReadAt(data_off, data_size, meta.data()));
       if (type == 'L') {
         while (!meta.empty() && meta.back() == '\0') meta.pop_back();
         long_name = meta;
@@ -414,17 +484,27 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   std::vector<ListingIssue> issues;
   std::vector<TarShardsDataset::Location> texts, jsons, masks;  // per sample, size 0: none
   internal::StringTable mask_members;
-  bool any_text = false, any_mask = false;
+  bool any_text = false, any_mask = false, any_remote = false;
   Fingerprinter fp;
   fp.Add(kTarShardsKind);
 
   for (uint32_t s = 0; s < shard_paths.size(); ++s) {
     const std::string& path = shard_paths[s];
-    FERRY_ASSIGN_OR_RETURN(internal::ScopedFd fd, OpenShard(path));
-    struct stat st;
-    if (::fstat(fd.get(), &st) != 0) return internal::ErrnoToStatus(errno, path);
-    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
-    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+    std::unique_ptr<ShardSource> source;
+    if (store::IsObjectUrl(path)) {
+      FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(path));
+      FERRY_ASSIGN_OR_RETURN(const uint64_t size, store::ObjectStore::Get().Size(url));
+      source = std::make_unique<ObjectShard>(std::move(url), size);
+      any_remote = true;
+    } else {
+      FERRY_ASSIGN_OR_RETURN(internal::ScopedFd fd, OpenShard(path));
+      struct stat st;
+      if (::fstat(fd.get(), &st) != 0) return internal::ErrnoToStatus(errno, path);
+      if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
+      if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+      source = std::make_unique<FileShard>(std::move(fd), uint64_t(st.st_size), path);
+    }
+    SequentialReader in(*source);
     const std::string_view shard_name = internal::Basename(path);
 
     std::vector<Group> groups;  // in order of first appearance
@@ -506,8 +586,7 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
           return Status::OK();
         }
         cls_text.resize(m.size);
-        FERRY_RETURN_IF_ERROR(
-            internal::PreadFully(fd.get(), m.offset, m.size, cls_text.data(), path));
+        FERRY_RETURN_IF_ERROR(in.ReadAt(m.offset, m.size, cls_text.data()));
         std::string_view t(cls_text);
         while (!t.empty() &&
                (t.front() == ' ' || t.front() == '\t' || t.front() == '\n' || t.front() == '\r')) {
@@ -527,9 +606,9 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
       }
       return Status::OK();
     };
-    FERRY_RETURN_IF_ERROR(ScanTar(fd.get(), path, static_cast<uint64_t>(st.st_size), on_member));
+    FERRY_RETURN_IF_ERROR(ScanTar(in, path, source->size(), on_member));
     for (const Group& g : groups) finish(g);
-    shards.push_back({path, std::move(fd)});
+    shards.push_back({path, std::move(source)});
   }
   if (locations.empty()) {
     return Status::NotFound("TarShards: no samples (image + cls members) in " +
@@ -542,11 +621,14 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   if (!any_text) texts.clear(), jsons.clear();
   if (!any_mask) masks.clear(), mask_members = internal::StringTable();
   mask_members.ShrinkToFit();
-  return std::unique_ptr<Dataset>(new TarShardsDataset(std::move(shards), std::move(members),
-                                                       std::move(locations), std::move(labels),
-                                                       std::move(issues), fp.Finish(), std::move(texts),
-                                                       std::move(jsons), std::move(masks),
-                                                       std::move(mask_members)));
+  std::unique_ptr<Dataset> ds(new TarShardsDataset(std::move(shards), std::move(members), std::move(locations),
+                                                   std::move(labels), std::move(issues), fp.Finish(),
+                                                   std::move(texts), std::move(jsons), std::move(masks),
+                                                   std::move(mask_members)));
+  if (!any_remote) return ds;
+  // Members of shards in object storage: each a Range request, fetched ahead.
+  const store::StoreOptions& o = store::ObjectStore::Get().options();
+  return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
 }
 
 }  // namespace ferry

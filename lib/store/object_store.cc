@@ -490,6 +490,8 @@ ObjectStore& ObjectStore::Get() {
     if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
     while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
     impl->endpoint = endpoint;
+    if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("AWS_CA_BUNDLE");
+    if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("CURL_CA_BUNDLE");
     impl->region = impl->opts.region;
     if (impl->region.empty()) impl->region = Env("AWS_REGION");
     if (impl->region.empty()) impl->region = Env("AWS_DEFAULT_REGION");

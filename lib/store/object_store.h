@@ -67,7 +67,9 @@ struct StoreOptions {
   double connect_timeout_s = 10;
   // A request that moves no byte for this long is cut and retried (a stalled server).
   double stall_timeout_s = 30;
-  std::string ca_file;   // HTTPS: a CA bundle to check servers against ("" = the system's)
+  // HTTPS: a CA bundle to check servers against ("" = $AWS_CA_BUNDLE, $CURL_CA_BUNDLE,
+  // else the system's).
+  std::string ca_file;
   // Read-ahead of a dataset's objects (data/read_ahead.h): requests in flight, and the
   // fetched bytes not yet decoded, at most.
   int read_ahead_requests = 32;

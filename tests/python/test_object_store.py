@@ -17,8 +17,46 @@ from conftest import Daemons
 DENIED = "class_01/00001.jpg"  # the test user's policy denies GetObject on this one
 
 
+def make_shards(tree, root, shards=3):
+    """WebDataset shards of the tree's samples, in listing order: key.jpg + key.cls."""
+    import tarfile
+    os.makedirs(root, exist_ok=True)
+    classes = sorted(os.listdir(tree))
+    samples = [(c, f) for c in classes for f in sorted(os.listdir(os.path.join(tree, c)))]
+    per = (len(samples) + shards - 1) // shards
+    for s in range(shards):
+        with tarfile.open(os.path.join(root, "shard-%03d.tar" % s), "w") as tar:
+            for c, f in samples[s * per:(s + 1) * per]:
+                key = "%s_%s" % (c, f.split(".")[0])
+                tar.add(os.path.join(tree, c, f), arcname=key + ".jpg")
+                cls = os.path.join(root, "cls.tmp")
+                with open(cls, "w") as out:
+                    out.write(str(classes.index(c)))
+                tar.add(cls, arcname=key + ".cls")
+                os.remove(cls)
+    return root
+
+
 @pytest.fixture(scope="module")
-def s3(small_tree, tmp_path_factory):
+def shards(small_tree, tmp_path_factory):
+    return make_shards(small_tree, str(tmp_path_factory.mktemp("shards") / "train"))
+
+
+@pytest.fixture(scope="module")
+def https(shards, tmp_path_factory):
+    here = os.path.dirname(os.path.abspath(__file__))
+    work = str(tmp_path_factory.mktemp("https"))
+    proc = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "s3", "https_server.py"), "--root",
+                             os.path.dirname(shards), "--workdir", work], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("{"), "the HTTPS server did not start: %r" % line
+    yield json.loads(line)
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def s3(small_tree, shards, tmp_path_factory):
     python = os.environ.get("FERRY_S3_PYTHON")
     if not python:
         if os.environ.get("CI"):
@@ -30,7 +68,8 @@ def s3(small_tree, tmp_path_factory):
     proc = subprocess.Popen([python, os.path.join(here, "..", "s3", "s3_server.py"), "--log", log,
                              "--upload", small_tree + ":photos/tree", "--upload", small_tree + ":other/tree",
                              "--deny", "photos/denied/" + DENIED,
-                             "--upload", small_tree + ":photos/denied"],
+                             "--upload", small_tree + ":photos/denied",
+                             "--upload", shards + ":photos/shards"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("{"), "the S3 server did not start: %r (log %s)" % (line, log)
@@ -172,3 +211,44 @@ def test_urls_outside_the_roots_are_refused_before_any_request(aws, ferry, ferry
             next(iter(ferry.Loader(data="s3://photos/tree/", batch_size=10, dispatcher=d.dispatcher, job_name="no")))
     finally:
         d.close()
+
+
+def epochs_of(ferry, data, epochs=2, **kw):
+    """Two epochs' batches (images, labels, indices) of imagenet-train, seed 7."""
+    loader = ferry.Loader(data=data, pipeline="imagenet-train", batch_size=10, seed=7, epochs=epochs, **kw)
+    out = []
+    for _ in range(epochs):
+        out += [(x.clone(), y.clone(), loader.last_batch_info()["indices"].clone()) for x, y in loader]
+    loader.close()
+    return out
+
+
+def assert_same(got, want, per_epoch):
+    assert len(got) == len(want) and len(got) > 0
+    for epoch in range(len(got) // per_epoch):
+        seen = torch.cat([i for _, _, i in got[per_epoch * epoch:per_epoch * (epoch + 1)]]).tolist()
+        assert sorted(seen) == list(range(120)), "each sample exactly once in epoch %d" % epoch
+    for b, ((x, y, i), (wx, wy, wi)) in enumerate(zip(got, want)):
+        assert torch.equal(i, wi) and torch.equal(y, wy) and torch.equal(x, wx), "batch %d" % b
+
+
+def test_webdataset_shards_from_a_bucket_and_over_https_equal_the_disk(aws, https, ferry, ferry_local, shards,
+                                                                        tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_CA_BUNDLE", https["ca"])
+    pattern = "shard-{000..002}.tar"
+    want = epochs_of(ferry, os.path.join(shards, pattern), threads=2)
+    roots = ["--data-root", "s3://photos/shards/", "--data-root", https["url"] + "/train/"]
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=roots, dispatcher_args=roots)
+    try:
+        for data in ("s3://photos/shards/" + pattern, "s3://photos/shards/", https["url"] + "/train/" + pattern):
+            got = epochs_of(ferry, data, dispatcher=d.dispatcher, job_name="shards-%d" % len(data),
+                            deterministic=True)
+            assert_same(got, want, 12)
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+    with open(https["log"]) as f:
+        ranged = [l for l in f if l.startswith("GET /train/shard-")]
+    assert ranged, "the shards were read over HTTPS"
