@@ -34,6 +34,8 @@
 #include "data/annotations.h"
 #include "data/dataset.h"
 #include "data/file_util.h"
+#include "data/read_ahead.h"
+#include "store/object_store.h"
 
 namespace ferry {
 
@@ -257,7 +259,7 @@ class CocoDataset final : public Dataset {
   static Result<std::unique_ptr<Dataset>> Open(const std::string& annotations, const std::string& images,
                                                const Options& options) {
     std::string text;
-    FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(annotations, &text, kMaxAnnotationBytes));
+    FERRY_RETURN_IF_ERROR(internal::ReadWholeFileOrObject(annotations, &text, kMaxAnnotationBytes));
     auto ds = std::unique_ptr<CocoDataset>(new CocoDataset());
     ds->images_dir_ = images;
     std::vector<Image> images_list;
@@ -381,7 +383,7 @@ class CocoDataset final : public Dataset {
   int32_t Label(int64_t) const override { return 0; }  // detection samples have no one class
   std::string Path(int64_t index) const override { return internal::JoinPath(images_dir_, names_.Get(index)); }
   Status ReadSample(int64_t index, std::string* out) const override {
-    return internal::ReadWholeFile(Path(index), out);
+    return internal::ReadWholeFileOrObject(Path(index), out);  // images in a bucket too
   }
   const std::vector<std::string>& classes() const override { return no_classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
@@ -531,7 +533,11 @@ Result<std::unique_ptr<Dataset>> OpenCoco(const std::string& annotations, const 
   o.remove_images_without_annotations = options.remove_images_without_annotations;
   o.skip_crowd = options.skip_crowd;
   o.contiguous_labels = options.contiguous_labels;
-  return CocoDataset::Open(annotations, images, o);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, CocoDataset::Open(annotations, images, o));
+  if (!store::IsObjectUrl(images)) return ds;
+  // Images in a bucket: fetched ahead of decoding, as an ImageFolder's.
+  const store::StoreOptions& so = store::ObjectStore::Get().options();
+  return WithReadAhead(std::move(ds), {so.read_ahead_requests, so.read_ahead_bytes});
 }
 
 }  // namespace ferry

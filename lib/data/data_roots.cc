@@ -199,6 +199,14 @@ Status DataRoots::CheckUrl(std::string_view url, std::string_view what) const {
                                   list + ")");
 }
 
+Status DataRoots::CheckAny(std::string_view path_or_url, std::string_view what) const {
+  return store::IsObjectUrl(path_or_url) ? CheckUrl(path_or_url, what) : Check(path_or_url, what);
+}
+
+Status DataRoots::CheckAnyLexically(std::string_view path_or_url, std::string_view what) const {
+  return store::IsObjectUrl(path_or_url) ? CheckUrl(path_or_url, what) : CheckLexically(path_or_url, what);
+}
+
 std::unique_ptr<Dataset> Confine(std::unique_ptr<Dataset> dataset, const DataRoots& roots) {
   if (!roots.confined() || dataset->kind() == "tar_shards" || dataset->kind() == "synthetic") return dataset;
   // Objects: the dataset's URL was checked, and its samples are keys under it.

@@ -48,6 +48,10 @@ class DataRoots {
   const std::vector<std::string>& url_roots() const { return url_roots_; }
   // OK if `url` may be read (see above); PermissionDenied naming it and the rule if not.
   Status CheckUrl(std::string_view url, std::string_view what) const;
+  // CheckUrl for a URL, Check for a path.
+  Status CheckAny(std::string_view path_or_url, std::string_view what) const;
+  // CheckUrl for a URL, CheckLexically for a path.
+  Status CheckAnyLexically(std::string_view path_or_url, std::string_view what) const;
   // OK if `path` (relative paths: to the process's working folder), with its symlinks
   // resolved, is inside a root, or there are no roots. `what` names the path in the
   // error ("dataset", "file list entry").

@@ -19,6 +19,7 @@
 #include "data/data_roots.h"
 #include "data/file_util.h"
 #include "data/object_dataset.h"
+#include "store/object_store.h"
 
 namespace ferry {
 
@@ -82,6 +83,12 @@ Status PreadFully(int fd, uint64_t offset, size_t n, char* dst, std::string_view
     done += static_cast<size_t>(r);
   }
   return Status::OK();
+}
+
+Status ReadWholeFileOrObject(const std::string& path_or_url, std::string* out, uint64_t max_bytes) {
+  if (!store::IsObjectUrl(path_or_url)) return ReadWholeFile(path_or_url, out, max_bytes);
+  FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(path_or_url));
+  return store::ObjectStore::Get().ReadAll(url, out, max_bytes);
 }
 
 Status ReadWholeFile(const std::string& path, std::string* out, uint64_t max_bytes) {
@@ -293,8 +300,8 @@ Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const Da
     FERRY_RETURN_IF_ERROR(flag("remove_images_without_annotations", &o.remove_images_without_annotations));
     FERRY_RETURN_IF_ERROR(flag("skip_crowd", &o.skip_crowd));
     FERRY_RETURN_IF_ERROR(flag("contiguous_labels", &o.contiguous_labels));
-    FERRY_RETURN_IF_ERROR(roots.Check(annotations, "annotations file"));
-    FERRY_RETURN_IF_ERROR(roots.Check(images, "images folder"));
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(annotations, "annotations file"));  // before any request
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(images, "images folder"));
     return OpenCoco(annotations, images, o);
   }
   if (format->get_ref<const std::string&>() == "segmentation") {
@@ -433,7 +440,8 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec, const Data
   if (roots.confined() && (ds->kind() == "file_list" || ds->kind() == "coco")) {
     // Every entry, before the job is taken: an absolute entry or one whose ".."s climb
     // out is refused by name (Confine() checks symlinks when each is read).
-    for (int64_t i = 0; i < ds->size(); ++i) FERRY_RETURN_IF_ERROR(roots.CheckLexically(ds->Path(i), "file list entry"));
+    for (int64_t i = 0; i < ds->size(); ++i)
+      FERRY_RETURN_IF_ERROR(roots.CheckAnyLexically(ds->Path(i), "file list entry"));
   }
   return Confine(std::move(ds), roots);
 }

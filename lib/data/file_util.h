@@ -39,6 +39,11 @@ Status ErrnoToStatus(int err, std::string_view path);
 Status ReadWholeFile(const std::string& path, std::string* out,
                      uint64_t max_bytes = kMaxSampleBytes);
 
+// ReadWholeFile, or for a URL (s3://, http(s)://: store/object_store.h) the whole
+// object. The caller has checked the URL against its roots.
+Status ReadWholeFileOrObject(const std::string& path_or_url, std::string* out,
+                             uint64_t max_bytes = kMaxSampleBytes);
+
 // Reads exactly `n` bytes at `offset` of `fd` into `dst`, retrying on EINTR and
 // partial reads. `what` names the file in messages. A read that ends early (the file
 // is shorter than offset + n) is DataLoss.

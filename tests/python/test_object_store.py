@@ -56,7 +56,15 @@ def https(shards, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def s3(small_tree, shards, tmp_path_factory):
+def coco(sample_data, tmp_path_factory):
+    from test_detection import make_coco
+    root = str(tmp_path_factory.mktemp("coco") / "coco")
+    data, ids = make_coco(sample_data, root, n=6)
+    return root, data, ids
+
+
+@pytest.fixture(scope="module")
+def s3(small_tree, shards, coco, tmp_path_factory):
     python = os.environ.get("FERRY_S3_PYTHON")
     if not python:
         if os.environ.get("CI"):
@@ -69,7 +77,8 @@ def s3(small_tree, shards, tmp_path_factory):
                              "--upload", small_tree + ":photos/tree", "--upload", small_tree + ":other/tree",
                              "--deny", "photos/denied/" + DENIED,
                              "--upload", small_tree + ":photos/denied",
-                             "--upload", shards + ":photos/shards"],
+                             "--upload", shards + ":photos/shards",
+                             "--upload", coco[0] + ":photos/coco"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("{"), "the S3 server did not start: %r (log %s)" % (line, log)
@@ -252,3 +261,35 @@ def test_webdataset_shards_from_a_bucket_and_over_https_equal_the_disk(aws, http
     with open(https["log"]) as f:
         ranged = [l for l in f if l.startswith("GET /train/shard-")]
     assert ranged, "the shards were read over HTTPS"
+
+
+def test_coco_from_a_bucket_has_its_boxes(aws, ferry, ferry_local, coco, tmp_path):
+    from test_detection import PIPELINE, TARGETS, _run_epochs
+    root, disk, ids = coco
+    data = {"format": "coco", "annotations": "s3://photos/coco/instances.json", "images": "s3://photos/coco/images"}
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=["--data-root", "s3://photos/coco/"],
+                dispatcher_args=["--data-root", "s3://photos/coco/"])
+    try:
+        kw = dict(pipeline=PIPELINE, batch_size=2, epochs=2, drop_last=False, targets=TARGETS, seed=5)
+        loader = ferry.Loader(data=data, dispatcher=d.dispatcher, job_name="coco-s3", batches_per_split=1,
+                              deterministic=True, **kw)
+        # Boxes, labels and masks follow each crop and flip, every image once an epoch.
+        checked = _run_epochs(loader, ids, 2)
+        assert checked >= 2 * len(ids) * 4 // 3
+        loader.close()
+        # And equal what the same files on disk give.
+        def first_epoch(l):
+            return [(x.clone(), [(int(t["image_id"]), t["boxes"].clone()) for t in ts]) for x, ts in l]
+        got = first_epoch(ferry.Loader(data=data, dispatcher=d.dispatcher, job_name="coco-s3-again",
+                                       batches_per_split=1, deterministic=True, **kw))
+        want = first_epoch(ferry.Loader(data=disk, threads=2, **kw))
+        assert len(got) == len(want) == 3
+        for (x, t), (wx, wt) in zip(got, want):
+            assert torch.equal(x, wx)
+            assert [i for i, _ in t] == [i for i, _ in wt]
+            assert all(torch.equal(b, wb) for (_, b), (_, wb) in zip(t, wt))
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
