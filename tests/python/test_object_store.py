@@ -293,3 +293,54 @@ def test_coco_from_a_bucket_has_its_boxes(aws, ferry, ferry_local, coco, tmp_pat
         raise
     finally:
         d.close()
+
+
+@pytest.fixture
+def proxy(s3, tmp_path):
+    """The fault proxy in front of the S3 server: 503 SlowDown on every 20th request (5%), a reset
+    mid-body on every 100th (1%)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    log = str(tmp_path / "proxy.log")
+    proc = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "s3", "fault_proxy.py"), "--upstream",
+                             s3["endpoint"], "--every-503", "20", "--every-reset", "100", "--log", log],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("{"), line
+    info = dict(json.loads(line), log=log)
+    yield info
+    proc.kill()
+    proc.wait()
+
+
+def proxy_log(proxy):
+    with open(proxy["log"]) as f:
+        return [l.split() for l in f]
+
+
+def test_an_epoch_through_503s_and_resets_is_whole_and_exactly_once(aws, proxy, ferry, ferry_local, small_tree,
+                                                                     tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy["endpoint"])
+    roots = ["--data-root", "s3://photos/tree/"]
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=roots, dispatcher_args=roots)
+    try:
+        want = epochs_of(ferry, small_tree, threads=2)
+        got = epochs_of(ferry, "s3://photos/tree/", dispatcher=d.dispatcher, job_name="faults", deterministic=True)
+        assert_same(got, want, 12)
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+    log = proxy_log(proxy)
+    faults = [l[3] for l in log]
+    assert faults.count("503") >= 5 and faults.count("reset") >= 1, "the faults were met: %s" % faults
+    # A reset body was asked again from the byte it reached (a Range request), and every
+    # request that followed a 503 or a reset was answered.
+    assert all(f in ("200", "206", "503", "reset") for f in faults), faults
+    for i, l in enumerate(log):
+        if l[3] == "reset":
+            # Asked again from the byte the cut body reached: a Range that starts past 0.
+            again = [m for m in log[i + 1:] if m[2] == l[2]]
+            assert again, "the reset object was asked again"
+            start = int(again[0][4].split("=")[1].split("-")[0])
+            assert start > 0, again[0]
