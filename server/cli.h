@@ -65,6 +65,11 @@ inline void AddObjectStoreFlags(CLI::App& app, store::StoreOptions* o) {
   app.add_option("--read-ahead-requests", o->read_ahead_requests,
                  "objects fetched at once ahead of decoding, per job (a request's latency times the decode rate)")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--cache-dir", o->cache_dir,
+                 "a local folder for fetched object bytes, shared by every job here: epochs after the first read "
+                 "from it, not from the store");
+  app.add_option("--cache-bytes", o->cache_bytes, "the cache's size at most (least recently used entries go)")
+      ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 50));
   app.add_option("--read-ahead-bytes", o->read_ahead_bytes,
                  "fetched bytes not yet decoded, at most, per job")
       ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "store/disk_cache.h"
 
 namespace ferry::store {
 namespace {
@@ -334,6 +335,7 @@ class ObjectStore::Impl {
   std::string region;
   Credentials creds;
   CredentialInfo info;
+  std::unique_ptr<DiskCache> cache;
   std::mutex jitter_mu;
   std::mt19937_64 jitter{std::random_device{}()};
 
@@ -471,6 +473,9 @@ Status ObjectStore::Configure(const StoreOptions& options) {
   if (!options.endpoint.empty() && !StartsWithNoCase(options.endpoint, "http://") &&
       !StartsWithNoCase(options.endpoint, "https://"))
     return Status::InvalidArgument("--s3-endpoint '" + options.endpoint + "': give an http:// or https:// URL");
+  if (!options.cache_dir.empty()) {
+    FERRY_RETURN_IF_ERROR(DiskCache::Open(options.cache_dir, options.cache_bytes).status());  // fails at start
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   delete g_options;
   g_options = new StoreOptions(options);
@@ -481,15 +486,28 @@ ObjectStore& ObjectStore::Get() {
   static ObjectStore* store = [] {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     auto impl = std::make_unique<Impl>();
+    bool configured = false;  // by a daemon's flags: they win over the environment
     {
       std::lock_guard<std::mutex> lock(g_mu);
       if (g_options != nullptr) impl->opts = *g_options;
+      configured = g_options != nullptr;
     }
     std::string endpoint = impl->opts.endpoint;
     if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL_S3");
     if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
     while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
     impl->endpoint = endpoint;
+    if (impl->opts.cache_dir.empty()) impl->opts.cache_dir = Env("FERRY_CACHE_DIR");
+    if (!impl->opts.cache_dir.empty()) {
+      if (const std::string b = Env("FERRY_CACHE_BYTES"); !b.empty() && !configured)
+        impl->opts.cache_bytes = std::strtoull(b.c_str(), nullptr, 10);
+      Result<std::unique_ptr<DiskCache>> cache = DiskCache::Open(impl->opts.cache_dir, impl->opts.cache_bytes);
+      if (cache.ok()) {
+        impl->cache = std::move(*cache);
+      } else {
+        LogWarn("object storage: no cache: %s", cache.status().ToString().c_str());
+      }
+    }
     if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("AWS_CA_BUNDLE");
     if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("CURL_CA_BUNDLE");
     impl->region = impl->opts.region;
@@ -522,7 +540,11 @@ ObjectStore& ObjectStore::Get() {
       }
     }
     auto* made = new ObjectStore(std::move(impl));
-    Log("object storage: %s, credentials: %s", made->endpoint_for_logs().c_str(), made->credentials().source.c_str());
+    Log("object storage: %s, credentials: %s, cache: %s", made->endpoint_for_logs().c_str(),
+        made->credentials().source.c_str(),
+        made->cache() != nullptr ? (made->cache()->dir() + " (" + std::to_string(made->options().cache_bytes >> 20) +
+                                    " MiB)").c_str()
+                                 : "none");
     return made;
   }();
   return *store;
@@ -533,6 +555,7 @@ ObjectStore::~ObjectStore() = default;
 
 const CredentialInfo& ObjectStore::credentials() const { return impl_->info; }
 const StoreOptions& ObjectStore::options() const { return impl_->opts; }
+const DiskCache* ObjectStore::cache() const { return impl_->cache.get(); }
 std::string ObjectStore::endpoint_for_logs() const {
   return impl_->endpoint.empty() ? "AWS S3 (" + impl_->region + ")" : impl_->endpoint;
 }
@@ -570,8 +593,16 @@ Status ObjectStore::Read(const ObjectUrl& url, uint64_t offset, uint64_t length,
     return Status::InvalidArgument(url.ToString() + ": " + std::to_string(length) + " bytes, over the " +
                                    std::to_string(max_bytes) + " a read may have");
   if (length == 0) return Status::OK();
+  std::string key;
+  if (impl_->cache != nullptr) {
+    key = url.ToString() + "#" + std::to_string(offset) + "+" + (length == UINT64_MAX ? "all" : std::to_string(length));
+    if (impl_->cache->Get(key, out) && (length == UINT64_MAX ? out->size() <= max_bytes : out->size() == length))
+      return Status::OK();
+    out->clear();
+  }
   const uint64_t end = length == UINT64_MAX ? UINT64_MAX : offset + length - 1;
   FERRY_RETURN_IF_ERROR(impl_->Do(url, "", offset, end, out, max_bytes, false, nullptr, &counters_));
+  if (impl_->cache != nullptr && (length == UINT64_MAX || out->size() == length)) impl_->cache->Put(key, *out);
   if (length != UINT64_MAX && out->size() != length)
     return Status::DataLoss(url.ToString() + ": asked for " + std::to_string(length) + " bytes at " +
                             std::to_string(offset) + ", got " + std::to_string(out->size()) +

@@ -41,6 +41,8 @@
 
 namespace ferry::store {
 
+class DiskCache;
+
 // s3://bucket/key, http://host[:port]/path, https://...
 struct ObjectUrl {
   enum class Scheme { kS3, kHttp, kHttps };
@@ -74,6 +76,9 @@ struct StoreOptions {
   // fetched bytes not yet decoded, at most.
   int read_ahead_requests = 32;
   uint64_t read_ahead_bytes = uint64_t{256} << 20;
+  // A local cache of fetched bytes (store/disk_cache.h): "" = none ($FERRY_CACHE_DIR).
+  std::string cache_dir;
+  uint64_t cache_bytes = uint64_t{10} << 30;
 };
 
 // Where the credentials came from, for logs: "environment", "shared credentials file
@@ -121,6 +126,8 @@ class ObjectStore {
   const CredentialInfo& credentials() const;
   const StoreOptions& options() const;
   const StoreCounters& counters() const { return counters_; }
+  // The local cache, or null.
+  const DiskCache* cache() const;
   std::string endpoint_for_logs() const;
 
   class Impl;

@@ -295,18 +295,29 @@ def test_coco_from_a_bucket_has_its_boxes(aws, ferry, ferry_local, coco, tmp_pat
         d.close()
 
 
+def start_proxy(s3, log, *args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "s3", "fault_proxy.py"), "--upstream",
+                             s3["endpoint"], "--log", log] + list(args), stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("{"), line
+    return proc, dict(json.loads(line), log=log)
+
+
 @pytest.fixture
 def proxy(s3, tmp_path):
     """The fault proxy in front of the S3 server: 503 SlowDown on every 20th request (5%), a reset
     mid-body on every 100th (1%)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    log = str(tmp_path / "proxy.log")
-    proc = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "s3", "fault_proxy.py"), "--upstream",
-                             s3["endpoint"], "--every-503", "20", "--every-reset", "100", "--log", log],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("{"), line
-    info = dict(json.loads(line), log=log)
+    proc, info = start_proxy(s3, str(tmp_path / "proxy.log"), "--every-503", "20", "--every-reset", "100")
+    yield info
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def counting_proxy(s3, tmp_path):
+    """The proxy with no faults: it counts the requests that reach the store."""
+    proc, info = start_proxy(s3, str(tmp_path / "counting.log"))
     yield info
     proc.kill()
     proc.wait()
@@ -344,3 +355,49 @@ def test_an_epoch_through_503s_and_resets_is_whole_and_exactly_once(aws, proxy, 
             assert again, "the reset object was asked again"
             start = int(again[0][4].split("=")[1].split("-")[0])
             assert start > 0, again[0]
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def test_the_second_epoch_with_the_cache_fetches_nothing(aws, counting_proxy, ferry, ferry_local, small_tree, tmp_path,
+                                                        monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", counting_proxy["endpoint"])
+    cache = str(tmp_path / "cache")
+    tree_bytes = folder_bytes(small_tree)
+    roots = ["--data-root", "s3://photos/tree/"]
+    # One worker: through a dispatcher, a sample's split may go to another worker the
+    # next epoch, whose cache (on its own disk) has not seen it.
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "d", workers=1,
+                worker_args=roots + ["--cache-dir", cache, "--cache-bytes", str(64 << 20)], dispatcher_args=roots)
+    try:
+        loader = ferry.Loader(data="s3://photos/tree/", pipeline="imagenet-train", batch_size=10, seed=7, epochs=2,
+                              dispatcher=d.dispatcher, job_name="cached", deterministic=True)
+        first = [loader.last_batch_info()["indices"].clone() for _ in loader]
+        second = [loader.last_batch_info()["indices"].clone() for _ in loader]
+        loader.close()
+        fetched = [l[2] for l in proxy_log(counting_proxy) if l[1] == "GET" and "list-type" not in l[2]]
+        assert sorted(torch.cat(first).tolist()) == sorted(torch.cat(second).tolist()) == list(range(120))
+        # Each object fetched once over both epochs (the second epoch's reads, some of
+        # them fetched ahead while the first ended, all came from the cache).
+        assert len(fetched) == len(set(fetched)) == 120, "%d fetches of %d objects" % (len(fetched), len(set(fetched)))
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+    assert tree_bytes <= folder_bytes(cache) <= 64 << 20
+    # A cache smaller than the data stays within its limit, and still serves what it holds.
+    small = str(tmp_path / "small-cache")
+    limit = 2 << 20
+    assert tree_bytes > 2 * limit
+    d = Daemons(os.path.dirname(ferry_local), tmp_path / "s", workers=1,
+                worker_args=roots + ["--cache-dir", small, "--cache-bytes", str(limit)], dispatcher_args=roots)
+    try:
+        got = epochs_of(ferry, "s3://photos/tree/", dispatcher=d.dispatcher, job_name="small-cache", deterministic=True)
+        want = epochs_of(ferry, small_tree, threads=2)
+        assert_same(got, want, 12)
+        assert 0 < folder_bytes(small) <= limit
+    finally:
+        d.close()
