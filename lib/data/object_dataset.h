@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "store/object_store.h"
@@ -21,6 +22,9 @@ class DataRoots;
 // before any request is sent.
 Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, const DataRoots& roots);
 Result<std::unique_ptr<Dataset>> OpenObjectImageFolder(const store::ObjectUrl& url);
+// The same from a listing of `root` (its key ends in '/', or is empty).
+Result<std::unique_ptr<Dataset>> ObjectImageFolderOf(const store::ObjectUrl& root,
+                                                     const std::vector<store::ObjectInfo>& objects);
 
 }  // namespace ferry
 

@@ -83,6 +83,11 @@ Result<std::unique_ptr<Dataset>> OpenObjectImageFolder(const store::ObjectUrl& u
   store::ObjectUrl root = url;
   if (!root.key.empty() && root.key.back() != '/') root.key += '/';
   FERRY_ASSIGN_OR_RETURN(std::vector<store::ObjectInfo> objects, store::ObjectStore::Get().List(root));
+  return ObjectImageFolderOf(root, objects);
+}
+
+Result<std::unique_ptr<Dataset>> ObjectImageFolderOf(const store::ObjectUrl& root,
+                                                     const std::vector<store::ObjectInfo>& objects) {
   // class -> folder (relative path) -> files (name, size)
   std::map<std::string, std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>> tree;
   std::vector<ListingIssue> issues;
@@ -206,7 +211,7 @@ Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, cons
     }
     return OpenTarShards(shards);
   }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenObjectImageFolder(url));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, ObjectImageFolderOf(prefix, objects));  // listed once
   const store::StoreOptions& o = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
 }

@@ -467,7 +467,10 @@ class ObjectStore::Impl {
 namespace {
 std::mutex g_mu;
 StoreOptions* g_options = nullptr;  // from Configure, before the first Get
+std::atomic<const ObjectStore*> g_made{nullptr};
 }  // namespace
+
+const ObjectStore* ObjectStore::IfUsed() { return g_made.load(std::memory_order_acquire); }
 
 Status ObjectStore::Configure(const StoreOptions& options) {
   if (!options.endpoint.empty() && !StartsWithNoCase(options.endpoint, "http://") &&
@@ -540,6 +543,7 @@ ObjectStore& ObjectStore::Get() {
       }
     }
     auto* made = new ObjectStore(std::move(impl));
+    g_made.store(made, std::memory_order_release);
     Log("object storage: %s, credentials: %s, cache: %s", made->endpoint_for_logs().c_str(),
         made->credentials().source.c_str(),
         made->cache() != nullptr ? (made->cache()->dir() + " (" + std::to_string(made->options().cache_bytes >> 20) +

@@ -106,6 +106,9 @@ class ObjectStore {
  public:
   // The process's store, made from Configure()'s options or the environment on first use.
   static ObjectStore& Get();
+  // The process's store if a dataset has used it, else null (for /metrics: a worker that
+  // never reads a URL shows no store).
+  static const ObjectStore* IfUsed();
   // Before the first Get(): the daemon's flags. InvalidArgument for an endpoint that is
   // not an http(s) URL.
   static Status Configure(const StoreOptions& options);

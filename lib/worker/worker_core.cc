@@ -12,12 +12,19 @@ namespace ferry {
 
 Result<std::shared_ptr<const Dataset>> DatasetCache::Open(const std::string& path) {
   MutexLock lock(&mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto k = kept_.begin(); k != kept_.end();)
+    k = now - k->second.used > std::chrono::duration<double>(kKeepS) ? kept_.erase(k) : std::next(k);
   auto it = open_.find(path);
   if (it != open_.end()) {
-    if (auto ds = it->second.lock()) return ds;
+    if (auto ds = it->second.lock()) {
+      kept_[path] = {ds, now};
+      return ds;
+    }
   }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(path, roots_));
   std::shared_ptr<const Dataset> shared(std::move(ds));
+  kept_[path] = {shared, now};
   // Entries of closed datasets are dropped as others open: the map follows what is
   // open, not every path ever named.
   for (auto e = open_.begin(); e != open_.end();) e = e->second.expired() ? open_.erase(e) : std::next(e);

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,16 @@ class DatasetCache {
   TokenizerCache tokenizers_;
   Mutex mu_;
   std::map<std::string, std::weak_ptr<const Dataset>> open_ GUARDED_BY(mu_);
+  // Each dataset opened is also held here until kKeepS after it was last opened: a
+  // job's check, its streams and its next epoch's streams open it one after another, and
+  // a listing of objects (a bucket's keys; shards, whose listing reads them whole) is
+  // not to be repeated for each.
+  static constexpr double kKeepS = 600;
+  struct Kept {
+    std::shared_ptr<const Dataset> dataset;
+    std::chrono::steady_clock::time_point used;
+  };
+  std::map<std::string, Kept> kept_ GUARDED_BY(mu_);
 };
 
 struct WorkerCoreOptions {

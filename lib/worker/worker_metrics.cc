@@ -3,6 +3,8 @@
 #include <map>
 
 #include "net/http_server.h"
+#include "store/disk_cache.h"
+#include "store/object_store.h"
 #include "worker/dispatcher_link.h"
 
 namespace ferry {
@@ -51,6 +53,27 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
   t.One("ferry_worker_memory_budget_bytes", "gauge", "Batch memory the worker may reserve (--max-memory).",
         double(memory_budget_bytes));
   t.One("ferry_worker_draining", "gauge", "1 once SIGTERM started a drain.", c.draining.load() ? 1 : 0);
+  if (const store::ObjectStore* os = store::ObjectStore::IfUsed()) {
+    const store::StoreCounters& sc = os->counters();
+    t.One("ferry_worker_object_requests_total", "counter",
+          "Requests to object storage (S3, HTTP(S)): listings, reads and their retries.", double(sc.requests.load()));
+    t.One("ferry_worker_object_retries_total", "counter",
+          "Requests to object storage sent again (5xx, SlowDown, a reset or short body: resumed).",
+          double(sc.retries.load()));
+    t.One("ferry_worker_object_failures_total", "counter", "Object reads and listings that failed after their tries.",
+          double(sc.failures.load()));
+    t.One("ferry_worker_object_bytes_total", "counter", "Bytes received from object storage.", double(sc.bytes.load()));
+    t.One("ferry_worker_object_request_seconds_total", "counter",
+          "Time to the first byte of each request to object storage, summed (divide by requests: the mean latency).",
+          double(sc.latency_us.load()) / 1e6);
+    if (const store::DiskCache* cache = os->cache()) {
+      t.One("ferry_worker_cache_hits_total", "counter", "Object reads served by the local cache (--cache-dir).",
+            double(cache->hits()));
+      t.One("ferry_worker_cache_misses_total", "counter", "Object reads the local cache did not hold.",
+            double(cache->misses()));
+      t.One("ferry_worker_cache_bytes", "gauge", "Bytes in the local cache.", double(cache->bytes()));
+    }
+  }
   if (link != nullptr) {
     t.One("ferry_worker_registered", "gauge", "1 while registered with the dispatcher.", link->registered() ? 1 : 0);
     t.One("ferry_worker_leases_held", "gauge", "Splits leased to this worker, by the last heartbeat reply.",

@@ -6,8 +6,10 @@ workers; a refused object reported by URL; wrong credentials fail fast with the 
 message and no secret; URLs outside --data-root refused before any request."""
 import json
 import os
+import socket
 import subprocess
 import time
+import urllib.request
 
 import pytest
 import torch
@@ -369,8 +371,13 @@ def test_the_second_epoch_with_the_cache_fetches_nothing(aws, counting_proxy, fe
     roots = ["--data-root", "s3://photos/tree/"]
     # One worker: through a dispatcher, a sample's split may go to another worker the
     # next epoch, whose cache (on its own disk) has not seen it.
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    metrics_port = sock.getsockname()[1]
+    sock.close()
     d = Daemons(os.path.dirname(ferry_local), tmp_path / "d", workers=1,
-                worker_args=roots + ["--cache-dir", cache, "--cache-bytes", str(64 << 20)], dispatcher_args=roots)
+                worker_args=roots + ["--cache-dir", cache, "--cache-bytes", str(64 << 20), "--metrics",
+                                     "127.0.0.1:%d" % metrics_port], dispatcher_args=roots)
     try:
         loader = ferry.Loader(data="s3://photos/tree/", pipeline="imagenet-train", batch_size=10, seed=7, epochs=2,
                               dispatcher=d.dispatcher, job_name="cached", deterministic=True)
@@ -382,6 +389,16 @@ def test_the_second_epoch_with_the_cache_fetches_nothing(aws, counting_proxy, fe
         # Each object fetched once over both epochs (the second epoch's reads, some of
         # them fetched ahead while the first ended, all came from the cache).
         assert len(fetched) == len(set(fetched)) == 120, "%d fetches of %d objects" % (len(fetched), len(set(fetched)))
+        # /metrics counts the same: requests (one listing, 120 reads), bytes, cache hits.
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=5) as r:
+            text = r.read().decode()
+        m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l.startswith("ferry_worker_")
+             and " " in l and "{" not in l.split()[0]}
+        assert m["ferry_worker_object_requests_total"] == 121, text
+        assert m["ferry_worker_object_bytes_total"] >= tree_bytes
+        assert m["ferry_worker_cache_hits_total"] == 120 and m["ferry_worker_cache_misses_total"] == 120
+        assert m["ferry_worker_object_retries_total"] == 0 and m["ferry_worker_object_failures_total"] == 0
+        assert 0 < m["ferry_worker_object_request_seconds_total"] < 120
     except BaseException:
         print(d.tails())
         raise

@@ -20,9 +20,9 @@ import sys
 import time
 
 
-def free_port():
+def free_port(host):
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    s.bind((host, 0))
     port = s.getsockname()[1]
     s.close()
     return port
@@ -33,20 +33,23 @@ def main():
     ap.add_argument("--upload", action="append", default=[], help="TREE:BUCKET/PREFIX: a folder's files as keys")
     ap.add_argument("--deny", action="append", default=[], help="BUCKET/KEY the test user may not read")
     ap.add_argument("--log", required=True)
+    ap.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    ap.add_argument("--no-auth", action="store_true",
+                    help="no signature checks (benchmarks: the server's own CPU per request is lower)")
     a = ap.parse_args()
     import boto3
 
-    port = free_port()
+    port = free_port(a.host)
     # The first three requests (the user, its key, its policy) go unsigned; every later
     # one must carry a valid SigV4 signature of an existing key.
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+    env = dict(os.environ) if a.no_auth else dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
     log = open(a.log, "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", a.host, "-p", str(port)], env=env,
                               stdout=log, stderr=log)
-    endpoint = "http://127.0.0.1:%d" % port
+    endpoint = "http://%s:%d" % (a.host, port)
     for _ in range(300):
         try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            socket.create_connection((a.host, port), 0.2).close()
             break
         except OSError:
             if server.poll() is not None:
