@@ -92,7 +92,8 @@ LoadTracker::WorkerRate LoadTracker::RateOf(const std::string& worker) const {
 }
 
 LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::vector<std::string>& consumers,
-                                           const std::vector<std::string>& workers) const {
+                                           const std::vector<std::string>& workers,
+                                           const std::string& storage) const {
   Advice a;
   double wait = 0, elapsed = 0;
   for (const std::string& c : consumers) {
@@ -155,8 +156,8 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
     std::string stage = "their capacity";
     if (stages > 0) {
       const double top = std::max({read, decode, augment});
-      const char* name = top == read ? "storage reads" : top == decode ? "decode" : "augment";
-      stage = std::string(name) + " (" + Percent(top / stages) + " of a sample's time)";
+      const std::string name = top == read ? "reads: " + storage : top == decode ? "decode" : "augment";
+      stage = name + " (" + Percent(top / stages) + " of a sample's time)";
     }
     a.limited_by = "workers: " + stage + "; input wait " + Percent(a.input_wait);
     if (!a.op_shares.empty()) {

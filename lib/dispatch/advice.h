@@ -74,8 +74,10 @@ class LoadTracker {
     std::vector<std::pair<std::string, double>> op_shares;
   };
   // `consumers`: the job's live consumers; `workers`: those that may serve it.
+  // `storage` names where the job's samples are read from ("S3 (s3://bucket)",
+  // "HTTPS (host)", "files"), for advice that reads are the limit.
   Advice AdviceFor(const std::string& job, const std::vector<std::string>& consumers,
-                   const std::vector<std::string>& workers) const;
+                   const std::vector<std::string>& workers, const std::string& storage = "files") const;
 
  private:
   template <typename T>

@@ -521,6 +521,25 @@ void Dispatcher::ConsumerSeen(const std::string& job, const std::string& consume
   if (consumer_seen_ms_.count({job, consumer})) load_.Consumer(job, consumer, load, now_ms);  // known ones only
 }
 
+namespace {
+
+// Where a dataset's samples are read from, for the advice: "S3 (s3://bucket)",
+// "HTTPS (host)", or "files".
+std::string StorageOf(const std::string& dataset) {
+  for (const auto& [scheme, name] : {std::pair<std::string_view, std::string_view>{"s3://", "S3"},
+                                     {"https://", "HTTPS"},
+                                     {"http://", "HTTP"}}) {
+    const size_t at = dataset.find(scheme);
+    if (at == std::string::npos) continue;
+    const size_t host = at + scheme.size();
+    const size_t end = dataset.find_first_of("/\",\"}", host);
+    return std::string(name) + " (" + dataset.substr(at, (end == std::string::npos ? dataset.size() : end) - at) + ")";
+  }
+  return "files";
+}
+
+}  // namespace
+
 LoadTracker::Advice Dispatcher::Advice(const std::string& job) const {
   const JobState* j = state_.job(job);
   if (j == nullptr) return {};
@@ -529,7 +548,7 @@ LoadTracker::Advice Dispatcher::Advice(const std::string& job) const {
     if (w.draining || UnfitFor(id, job) != nullptr || (w.ServesOnly() && w.serves_job != job)) continue;
     workers.push_back(id);
   }
-  return load_.AdviceFor(job, j->consumers, workers);
+  return load_.AdviceFor(job, j->consumers, workers, StorageOf(j->spec.dataset));
 }
 
 void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {

@@ -141,3 +141,30 @@ TEST(AdviceTest, ASilentConsumerDoesNotKeepAnOldWindow) {
 
 }  // namespace
 }  // namespace ferry::dispatch
+
+namespace ferry::dispatch {
+namespace {
+
+TEST(AdviceTest, ReadsAsTheLimitNameTheStore) {
+  LoadTracker t;
+  constexpr double kS = 1e9;
+  // The trainer needs 1000 samples/s; one worker of capacity 400, 62% of each sample's
+  // time waiting on reads from a bucket.
+  for (int step = 0; step <= 100; ++step) {
+    const double s = step / 10.0;
+    const double samples = 400 * s;
+    t.Consumer("job", "c1", {int64_t((s - samples / 1000) * kS), int64_t(s * kS), int64_t(samples)},
+               int64_t(s * 1000));
+    t.Worker("w0", {int64_t(samples), int64_t(s * kS), int64_t(0.62 * s * kS), int64_t(0.30 * s * kS),
+                    int64_t(0.08 * s * kS), {}},
+             int64_t(s * 1000));
+  }
+  const LoadTracker::Advice a = t.AdviceFor("job", {"c1"}, {"w0"}, "S3 (s3://photos)");
+  ASSERT_TRUE(a.known);
+  EXPECT_NE(a.limited_by.find("workers: reads: S3 (s3://photos) (62% of a sample's time)"), std::string::npos)
+      << a.limited_by;
+  EXPECT_NE(t.AdviceFor("job", {"c1"}, {"w0"}).limited_by.find("reads: files"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::dispatch
