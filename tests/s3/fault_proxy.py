@@ -71,7 +71,9 @@ class Proxy:
                 up_w.write(out.encode("latin-1") + body)
                 await up_w.drain()
                 status_head, status_line, rheaders = await read_head(up_r)
-                if "content-length" in rheaders:
+                if method == "HEAD" or status_line.split(" ")[1] in ("204", "304"):
+                    rbody = b""  # no body, whatever Content-Length says
+                elif "content-length" in rheaders:
                     rbody = await up_r.readexactly(int(rheaders["content-length"]))
                 else:
                     rbody = await up_r.read()
@@ -83,7 +85,7 @@ class Proxy:
                 rlines = status_head.decode("latin-1").split("\r\n")
                 rlines = [l for l in rlines if not l.lower().startswith("connection:")
                           and not l.lower().startswith("transfer-encoding:")]
-                if "content-length" not in rheaders:
+                if "content-length" not in rheaders and method != "HEAD":
                     rlines.insert(1, "Content-Length: %d" % len(rbody))
                 rout = "\r\n".join(rlines[:-2]) + "\r\n\r\n"
                 if reset:
