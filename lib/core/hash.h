@@ -23,6 +23,19 @@ class Fingerprinter {
     AddU64Raw(bytes.size());
   }
   void AddU64(uint64_t v) { AddU64Raw(v); }
+  // Bytes without their length (for a stream hashed piece by piece: FinishRaw adds the
+  // total length at the end, so that pieces hash as the whole would).
+  void AddRaw(std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h_ ^= c;
+      h_ *= 0x100000001b3ull;
+    }
+  }
+  uint64_t FinishRaw(uint64_t total_length) const {
+    Fingerprinter f = *this;
+    f.AddU64Raw(total_length);
+    return f.Finish();
+  }
   uint64_t Finish() const {
     uint64_t z = h_;  // splitmix64 finalizer
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -62,6 +62,7 @@
 #include "data/dataset.h"
 #include "data/file_util.h"
 #include "data/read_ahead.h"
+#include "store/disk_cache.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -105,41 +106,71 @@ class ObjectShard final : public ShardSource {
   ObjectShard(store::ObjectUrl url, uint64_t size) : url_(std::move(url)), size_(size) {}
   uint64_t size() const override { return size_; }
   Status ReadAt(uint64_t off, size_t n, char* dst) const override {
+    if (local_ != nullptr) return internal::PreadFully(local_->fd, local_->offset + off, n, dst, url_.ToString());
     thread_local std::string buf;
     FERRY_RETURN_IF_ERROR(store::ObjectStore::Get().Read(url_, off, n, &buf, internal::kMaxSampleBytes));
     std::memcpy(dst, buf.data(), n);
     return Status::OK();
   }
-  bool remote() const override { return true; }
+  bool remote() const override { return local_ == nullptr; }
+  const store::ObjectUrl& url() const { return url_; }
+  // The whole shard in the worker's cache (store/disk_cache.h): members are read from
+  // there, not from the store. Before the dataset is shared.
+  void SetLocal(std::unique_ptr<store::DiskCache::Span> local) { local_ = std::move(local); }
+  // The cache's key of the whole shard.
+  std::string CacheKey() const { return url_.ToString() + "#0+all"; }
 
  private:
   store::ObjectUrl url_;
   uint64_t size_;
+  std::unique_ptr<store::DiskCache::Span> local_;
 };
 
-// A shard read from front to back while it is listed: an object is fetched in large
-// sequential chunks (a request per 8 MiB, not one per 512-byte header); a file is read
-// where asked.
+// A shard read from front to back while it is listed. An object streams whole, in 8 MiB
+// ranges one after another (a request per 8 MiB, not one per 512-byte header), every
+// byte passed to `sink` in order (the cache keeps the shard); a file is read where asked.
 class SequentialReader {
  public:
-  explicit SequentialReader(const ShardSource& src) : src_(src) {}
+  SequentialReader(const ShardSource& src, store::DiskCache::Writer* sink) : src_(src), sink_(sink) {}
   Status ReadAt(uint64_t off, size_t n, char* dst) {
     if (!src_.remote()) return src_.ReadAt(off, n, dst);
-    if (off < start_ || off + n > start_ + buf_.size()) {
-      const uint64_t len = std::min<uint64_t>(src_.size() - off, std::max<uint64_t>(n, kChunk));
-      buf_.resize(size_t(len));
-      FERRY_RETURN_IF_ERROR(src_.ReadAt(off, size_t(len), buf_.data()));
+    if (off < start_) return Status::Internal("a shard read backwards while listed");
+    while (off + n > end_) FERRY_RETURN_IF_ERROR(Next());
+    std::memcpy(dst, buf_.data() + (off - start_), n);
+    if (off - start_ > kChunk) {  // what lies before `off` is not read again: let it go
+      buf_.erase(0, size_t(off - start_));
       start_ = off;
     }
-    std::memcpy(dst, buf_.data() + (off - start_), n);
+    return Status::OK();
+  }
+  // The rest of the object (the end-of-archive blocks and any padding), for the sink.
+  Status Finish() {
+    if (!src_.remote()) return Status::OK();
+    while (end_ < src_.size()) {
+      FERRY_RETURN_IF_ERROR(Next());
+      buf_.clear();
+      start_ = end_;
+    }
     return Status::OK();
   }
 
  private:
+  Status Next() {
+    if (end_ >= src_.size()) return Status::DataLoss("read past the end of a shard");
+    const uint64_t len = std::min<uint64_t>(src_.size() - end_, kChunk);
+    const size_t at = buf_.size();
+    buf_.resize(at + size_t(len));
+    FERRY_RETURN_IF_ERROR(src_.ReadAt(end_, size_t(len), buf_.data() + at));
+    if (sink_ != nullptr) FERRY_RETURN_IF_ERROR(sink_->Append(buf_.data() + at, size_t(len)));
+    end_ += len;
+    return Status::OK();
+  }
+
   static constexpr uint64_t kChunk = uint64_t{8} << 20;
   const ShardSource& src_;
-  std::string buf_;
-  uint64_t start_ = 0;
+  store::DiskCache::Writer* sink_;
+  std::string buf_;  // bytes [start_, end_) of the object
+  uint64_t start_ = 0, end_ = 0;
 };
 
 struct Shard {
@@ -491,11 +522,20 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   for (uint32_t s = 0; s < shard_paths.size(); ++s) {
     const std::string& path = shard_paths[s];
     std::unique_ptr<ShardSource> source;
+    std::unique_ptr<store::DiskCache::Writer> keep;  // the whole shard into the worker's cache, as it streams
     if (store::IsObjectUrl(path)) {
       FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(path));
       FERRY_ASSIGN_OR_RETURN(const uint64_t size, store::ObjectStore::Get().Size(url));
-      source = std::make_unique<ObjectShard>(std::move(url), size);
-      any_remote = true;
+      auto shard = std::make_unique<ObjectShard>(std::move(url), size);
+      if (store::DiskCache* cache = store::ObjectStore::Get().mutable_cache()) {
+        std::unique_ptr<store::DiskCache::Span> local = cache->OpenSpan(shard->CacheKey());
+        if (local != nullptr && local->size == size) {
+          shard->SetLocal(std::move(local));  // listed and read from the local copy
+        } else {
+          keep = cache->Begin(shard->CacheKey());
+        }
+      }
+      source = std::move(shard);
     } else {
       FERRY_ASSIGN_OR_RETURN(internal::ScopedFd fd, OpenShard(path));
       struct stat st;
@@ -504,7 +544,7 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
       if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
       source = std::make_unique<FileShard>(std::move(fd), uint64_t(st.st_size), path);
     }
-    SequentialReader in(*source);
+    SequentialReader in(*source, keep.get());
     const std::string_view shard_name = internal::Basename(path);
 
     std::vector<Group> groups;  // in order of first appearance
@@ -607,6 +647,17 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
       return Status::OK();
     };
     FERRY_RETURN_IF_ERROR(ScanTar(in, path, source->size(), on_member));
+    if (keep != nullptr) {
+      // The listing read the shard whole: kept, its members are read from the copy.
+      FERRY_RETURN_IF_ERROR(in.Finish());
+      auto* shard = static_cast<ObjectShard*>(source.get());
+      if (keep->Commit().ok()) {
+        std::unique_ptr<store::DiskCache::Span> local =
+            store::ObjectStore::Get().mutable_cache()->OpenSpan(shard->CacheKey());
+        if (local != nullptr && local->size == shard->size()) shard->SetLocal(std::move(local));
+      }
+    }
+    any_remote = any_remote || source->remote();  // members read from a store: fetched ahead
     for (const Group& g : groups) finish(g);
     shards.push_back({path, std::move(source)});
   }

@@ -29,10 +29,12 @@ std::string NameOf(const std::string& key) {
   return a.Hex() + b.Hex();
 }
 
+// The entry's bytes' hash: FNV-1a over the bytes and their length (Fingerprinter's
+// raw form, so that a streamed entry hashes as it is written).
 uint64_t HashOf(const std::string& bytes) {
   Fingerprinter f;
-  f.Add(bytes);
-  return f.Finish();
+  f.AddRaw(bytes);
+  return f.FinishRaw(bytes.size());
 }
 
 void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -189,6 +191,145 @@ bool DiskCache::Get(const std::string& key, std::string* out) {
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void DiskCache::WarnOnce(const char* what, int err) {
+  MutexLock lock(&mu_);
+  if (warned_) return;
+  warned_ = true;
+  LogWarn("cache %s: %s (%s): reads go on uncached", dir_.c_str(), what, std::strerror(err));
+}
+
+bool DiskCache::Adopt(const std::string& tmp, const std::string& name, uint64_t size) {
+  MutexLock lock(&mu_);
+  if (size > max_bytes_) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  Forget(name);
+  EvictFor(size);
+  if (::rename(tmp.c_str(), FileOf(name).c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  lru_.push_front(name);
+  entries_[name] = {size, lru_.begin()};
+  total_ += size;
+  return true;
+}
+
+DiskCache::Span::~Span() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::unique_ptr<DiskCache::Span> DiskCache::OpenSpan(const std::string& key) {
+  const std::string name = NameOf(key);
+  auto span = std::make_unique<Span>();
+  span->fd = ::open(FileOf(name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (span->fd < 0) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  char magic[8];
+  uint64_t key_len = 0, len = 0, hash = 0;
+  bool ok = ReadAll(span->fd, magic, 8) && std::memcmp(magic, kMagic, 8) == 0 &&
+            ReadAll(span->fd, reinterpret_cast<char*>(&key_len), 8) && key_len == key.size();
+  if (ok) {
+    std::string stored(key_len, '\0');
+    ok = ReadAll(span->fd, stored.data(), key_len) && stored == key &&
+         ReadAll(span->fd, reinterpret_cast<char*>(&len), 8) && ReadAll(span->fd, reinterpret_cast<char*>(&hash), 8);
+  }
+  if (ok) {
+    // The whole entry checked once, as it is opened: read in place after this.
+    span->offset = 8 + 8 + key.size() + 8 + 8;
+    span->size = len;
+    Fingerprinter f;
+    std::string chunk(1 << 20, '\0');
+    for (uint64_t done = 0; ok && done < len;) {
+      const size_t n = size_t(std::min<uint64_t>(chunk.size(), len - done));
+      ok = ReadAll(span->fd, chunk.data(), n);
+      if (ok) f.AddRaw(std::string_view(chunk.data(), n));
+      done += n;
+    }
+    char extra;
+    ok = ok && f.FinishRaw(len) == hash && ::read(span->fd, &extra, 1) == 0;
+  }
+  if (!ok) {
+    ::unlink(FileOf(name).c_str());
+    MutexLock lock(&mu_);
+    Forget(name);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  {
+    MutexLock lock(&mu_);
+    if (entries_.find(name) != entries_.end()) {
+      Touch(name);
+    } else {
+      struct stat st;
+      if (::fstat(span->fd, &st) == 0) {
+        lru_.push_front(name);
+        entries_[name] = {uint64_t(st.st_size), lru_.begin()};
+        total_ += uint64_t(st.st_size);
+      }
+    }
+  }
+  ::utimensat(AT_FDCWD, FileOf(name).c_str(), nullptr, 0);
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return span;
+}
+
+std::unique_ptr<DiskCache::Writer> DiskCache::Begin(const std::string& key) {
+  auto w = std::unique_ptr<Writer>(new Writer());
+  w->cache_ = this;
+  w->key_ = key;
+  w->name_ = NameOf(key);
+  w->tmp_ = FileOf(".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq_.fetch_add(1)));
+  w->fd_ = ::open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  std::string head(kMagic, 8);
+  PutU64(&head, key.size());
+  head += key;
+  w->length_at_ = head.size();
+  PutU64(&head, 0);  // the length and the hash, written at Commit
+  PutU64(&head, 0);
+  if (w->fd_ < 0 || !WriteAll(w->fd_, head.data(), head.size())) {
+    WarnOnce("cannot write an entry", errno);
+    w->failed_ = true;
+  }
+  return w;
+}
+
+DiskCache::Writer::~Writer() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+Status DiskCache::Writer::Append(const char* p, size_t n) {
+  if (failed_) return Status::OK();  // uncached: the caller goes on
+  if (!WriteAll(fd_, p, n)) {
+    cache_->WarnOnce("cannot write an entry", errno);
+    failed_ = true;
+    return Status::OK();
+  }
+  hash_.AddRaw(std::string_view(p, n));
+  written_ += n;
+  return Status::OK();
+}
+
+Status DiskCache::Writer::Commit() {
+  if (failed_ || fd_ < 0) return Status::Unavailable("not cached");
+  const uint64_t hash = hash_.FinishRaw(written_);
+  bool ok = ::pwrite(fd_, &written_, 8, off_t(length_at_)) == 8 && ::pwrite(fd_, &hash, 8, off_t(length_at_ + 8)) == 8;
+  ok = (::close(fd_) == 0) && ok;
+  fd_ = -1;
+  const uint64_t size = length_at_ + 16 + written_;
+  if (!ok || !cache_->Adopt(tmp_, name_, size)) {
+    ::unlink(tmp_.c_str());
+    return Status::Unavailable("not cached");
+  }
+  return Status::OK();
 }
 
 void DiskCache::Put(const std::string& key, const std::string& bytes) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/hash.h"
 #include "core/mutex.h"
 #include "core/thread_annotations.h"
 #include "ferry/status.h"
@@ -41,6 +42,35 @@ class DiskCache {
   // once and the cache goes on (a full disk is not a failed read).
   void Put(const std::string& key, const std::string& bytes);
 
+  // A whole object written as it streams (a shard read while it is listed): Append its
+  // bytes in order, then Commit; dropped without Commit, nothing is kept.
+  class Writer {
+   public:
+    ~Writer();
+    Status Append(const char* p, size_t n);
+    Status Commit();
+
+   private:
+    friend class DiskCache;
+    DiskCache* cache_ = nullptr;
+    std::string key_, name_, tmp_;
+    int fd_ = -1;
+    uint64_t length_at_ = 0;  // where the header's length and hash go
+    uint64_t written_ = 0;
+    Fingerprinter hash_;
+    bool failed_ = false;
+  };
+  std::unique_ptr<Writer> Begin(const std::string& key);
+
+  // An entry read in place: its file open, and where its bytes start. The entry is
+  // checked whole (header and hash) when opened; null on a miss.
+  struct Span {
+    int fd = -1;
+    uint64_t offset = 0, size = 0;
+    ~Span();
+  };
+  std::unique_ptr<Span> OpenSpan(const std::string& key);
+
   uint64_t bytes() const;
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
@@ -53,6 +83,9 @@ class DiskCache {
   void Touch(const std::string& name) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictFor(uint64_t incoming) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::string& name) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a file written under `tmp` as entry `name` of `size` bytes (evicting for it).
+  bool Adopt(const std::string& tmp, const std::string& name, uint64_t size);
+  void WarnOnce(const char* what, int err);
 
   const std::string dir_;
   const uint64_t max_bytes_;

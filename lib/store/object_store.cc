@@ -560,6 +560,7 @@ ObjectStore::~ObjectStore() = default;
 const CredentialInfo& ObjectStore::credentials() const { return impl_->info; }
 const StoreOptions& ObjectStore::options() const { return impl_->opts; }
 const DiskCache* ObjectStore::cache() const { return impl_->cache.get(); }
+DiskCache* ObjectStore::mutable_cache() { return impl_->cache.get(); }
 std::string ObjectStore::endpoint_for_logs() const {
   return impl_->endpoint.empty() ? "AWS S3 (" + impl_->region + ")" : impl_->endpoint;
 }

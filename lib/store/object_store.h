@@ -131,6 +131,7 @@ class ObjectStore {
   const StoreCounters& counters() const { return counters_; }
   // The local cache, or null.
   const DiskCache* cache() const;
+  DiskCache* mutable_cache();
   std::string endpoint_for_logs() const;
 
   class Impl;

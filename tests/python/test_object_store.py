@@ -418,3 +418,29 @@ def test_the_second_epoch_with_the_cache_fetches_nothing(aws, counting_proxy, fe
         assert 0 < folder_bytes(small) <= limit
     finally:
         d.close()
+
+
+def test_shards_listed_into_the_cache_are_read_from_it(aws, counting_proxy, ferry, ferry_local, shards, tmp_path,
+                                                        monkeypatch):
+    """A shard's listing reads it whole; with --cache-dir the worker keeps those bytes and
+    reads every member from them: two epochs cost the store one pass over each shard per
+    process that lists it (the dispatcher, the worker), and no request per member."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", counting_proxy["endpoint"])
+    roots = ["--data-root", "s3://photos/shards/"]
+    pattern = "shard-{000..002}.tar"
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=1,
+                worker_args=roots + ["--cache-dir", str(tmp_path / "cache")], dispatcher_args=roots)
+    try:
+        got = epochs_of(ferry, "s3://photos/shards/" + pattern, dispatcher=d.dispatcher, job_name="shards-cached",
+                        deterministic=True)
+        assert_same(got, epochs_of(ferry, os.path.join(shards, pattern), threads=2), 12)
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+    gets = [l for l in proxy_log(counting_proxy) if l[1] == "GET"]
+    # Each shard (a few hundred KB: one 8 MiB range) fetched once by the dispatcher and
+    # once by the worker, from byte 0: nothing else.
+    assert sorted(l[2] for l in gets) == sorted(["/photos/shards/shard-%03d.tar" % i for i in range(3)] * 2), gets
+    assert all(l[4].startswith("bytes=0-") for l in gets), gets
