@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Images per second of one Ferry worker reading a dataset from object storage, with
 --latency-ms added to every request, against the same worker reading the same files
-from local disk: an ImageFolder layout (one object per image) and WebDataset shards
-(one Range request per member). Ratios in one run, rounds interleaved.
+from local disk: an ImageFolder layout (one object per image), WebDataset shards (one
+Range request per member), and the shards read by a worker with --cache-dir (the
+listing, which streams each shard whole, keeps it; members are read from that copy).
+Ratios in one run, rounds interleaved; the seconds to each epoch's first batch apart.
 
 The store: moto in server mode (tests/s3/s3_server.py, from the virtual environment of
 tests/s3/setup.sh) behind the tests' proxy (tests/s3/fault_proxy.py) adding the latency,
@@ -163,24 +165,34 @@ def main():
         endpoint = json.loads(proxy.stdout.readline())["endpoint"]
         env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=info["access_key"],
                    AWS_SECRET_ACCESS_KEY=info["secret_key"], AWS_REGION="us-east-1")
-        worker = subprocess.Popen(["taskset", "-c", str(cpu_a), os.path.join(a.build, "server", "ferry-worker"),
-                                   "--listen", "127.0.0.1:0", "--threads", "1", "--data-root", work,
-                                   "--data-root", "s3://bench/"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True, env=env)
-        procs.append(worker)
-        address = worker.stdout.readline().split()[-1]
+        def start_worker(*extra):
+            w = subprocess.Popen(["taskset", "-c", str(cpu_a), os.path.join(a.build, "server", "ferry-worker"),
+                                  "--listen", "127.0.0.1:0", "--threads", "1", "--data-root", work,
+                                  "--data-root", "s3://bench/"] + list(extra), stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True, env=env)
+            procs.append(w)
+            return w.stdout.readline().split()[-1]
+        address = start_worker()
+        # Another worker with a cache: a shard's listing (which reads it whole) keeps it.
+        cached_address = start_worker("--cache-dir", os.path.join(work, "cache"))
 
-        ways = {"ImageFolder, disk": tree, "ImageFolder, bucket": "s3://bench/tree/",
-                "shards, disk": os.path.join(shards, "shard-{000..%03d}.tar" % (len(names) - 1)),
-                "shards, bucket": "s3://bench/shards/shard-{000..%03d}.tar" % (len(names) - 1)}
+        last = "%03d" % (len(names) - 1)
+        ways = {"ImageFolder, disk": (tree, address), "ImageFolder, bucket": ("s3://bench/tree/", address),
+                "shards, disk": (os.path.join(shards, "shard-{000..%s}.tar" % last), address),
+                "shards, bucket": ("s3://bench/shards/shard-{000..%s}.tar" % last, address),
+                "shards, bucket, --cache-dir": ("s3://bench/shards/shard-{000..%s}.tar" % last, cached_address)}
+        first_batch = {}
 
-        def epoch(data, pipeline, seed):
-            """Images/s over an epoch, from the first batch on."""
+        def epoch(way, pipeline, seed):
+            """Images/s over an epoch, from the first batch on (the time to it kept apart)."""
+            data, worker = ways[way]
+            t_start = time.perf_counter()
             loader = ferry.Loader(data=data, pipeline=RANDAUG if pipeline == "randaugment" else pipeline,
-                                  batch_size=50, seed=seed, epochs=1, workers=[address], prefetch=4)
+                                  batch_size=50, seed=seed, epochs=1, workers=[worker], prefetch=4)
             it = iter(loader)
             next(it)
             t0, n = time.perf_counter(), 0
+            first_batch.setdefault(way, []).append(t0 - t_start)
             for x, _ in it:
                 n += x.shape[0]
             rate = n / (time.perf_counter() - t0)
@@ -190,12 +202,12 @@ def main():
         results = {p: {w: [] for w in ways} for p in a.pipelines.split(",")}
         store_cpu = {}
         for p in results:
-            epoch(ways["ImageFolder, disk"], p, 99)  # warm: page cache, the worker's pools
+            epoch("ImageFolder, disk", p, 99)  # warm: page cache, the worker's pools
         for r in range(a.rounds):
             for p in results:
-                for w, data in ways.items():
+                for w in ways:
                     before = cpu_seconds(store.pid) + cpu_seconds(proxy.pid)
-                    results[p][w].append(epoch(data, p, r))
+                    results[p][w].append(epoch(w, p, r))
                     store_cpu.setdefault(w, []).append(cpu_seconds(store.pid) + cpu_seconds(proxy.pid) - before)
         # The store's ceiling: requests per CPU-second of moto and the proxy together (one
         # CPU is all they have), over the bucket ImageFolder epochs (a request a sample).
@@ -220,12 +232,17 @@ def main():
               "%d images, %d shards; median of %d rounds" % (cpu_a, a.latency_ms, cpu_b, a.images, len(names),
                                                              a.rounds))
         print()
-        print("| pipeline | " + " | ".join(ways) + " | ImageFolder bucket/disk | shards bucket/disk |")
-        print("|---|" + "---:|" * (len(ways) + 2))
+        print("| pipeline | " + " | ".join(ways) + " | ImageFolder bucket/disk | shards bucket/disk | "
+              "shards bucket with --cache-dir/disk |")
+        print("|---|" + "---:|" * (len(ways) + 3))
         for p, m in med.items():
-            print("| %s | %s | %.2f | %.2f |" % (
+            print("| %s | %s | %.2f | %.2f | %.2f |" % (
                 p, " | ".join("%.0f" % m[w] for w in ways), m["ImageFolder, bucket"] / m["ImageFolder, disk"],
-                m["shards, bucket"] / m["shards, disk"]))
+                m["shards, bucket"] / m["shards, disk"], m["shards, bucket, --cache-dir"] / m["shards, disk"]))
+        print()
+        print("seconds to the first batch (median; the first round of a cached worker includes the listing that "
+              "fills its cache): " + ", ".join("%s %.2f" % (w, statistics.median(v)) for w, v in first_batch.items())
+              + "; first round: " + ", ".join("%s %.2f" % (w, v[0]) for w, v in first_batch.items()))
         print()
         print("the store's ceiling on its one CPU: %.0f requests/s (moto + the proxy: %.2f ms of CPU a request)"
               % (ceiling, 1e3 / ceiling))
@@ -241,6 +258,7 @@ def main():
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"median": med, "rounds": results, "store_ceiling_gets_per_s": ceiling,
+                       "first_batch_s": first_batch,
                            "s3torchconnector": s3tc, "latency_ms": a.latency_ms, "images": a.images}, f, indent=1)
     finally:
         for p in procs:
