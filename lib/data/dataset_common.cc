@@ -139,7 +139,7 @@ std::string_view Basename(std::string_view path) {
 }
 
 std::string JoinPath(std::string_view base, std::string_view rel) {
-  if (base.empty() || (!rel.empty() && rel.front() == '/')) return std::string(rel);
+  if (base.empty() || (!rel.empty() && rel.front() == '/') || store::IsObjectUrl(rel)) return std::string(rel);
   std::string out(base);
   if (out.back() != '/') out += '/';
   out += rel;

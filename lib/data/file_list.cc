@@ -19,6 +19,8 @@
 #include "core/hash.h"
 #include "data/dataset.h"
 #include "data/file_util.h"
+#include "data/read_ahead.h"
+#include "store/object_store.h"
 
 namespace ferry {
 namespace {
@@ -48,7 +50,7 @@ class FileListDataset final : public Dataset {
     return internal::JoinPath(base_dir_, paths_.Get(index));
   }
   Status ReadSample(int64_t index, std::string* out) const override {
-    return internal::ReadWholeFile(Path(index), out);
+    return internal::ReadWholeFileOrObject(Path(index), out);  // a file, or an object
   }
   const std::vector<std::string>& classes() const override { return no_classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
@@ -76,7 +78,7 @@ std::string_view TrimBlanks(std::string_view s) {
 
 Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path) {
   std::string text;
-  FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(tsv_path, &text, kMaxListBytes));
+  FERRY_RETURN_IF_ERROR(internal::ReadWholeFileOrObject(tsv_path, &text, kMaxListBytes));
 
   const size_t slash = tsv_path.rfind('/');
   std::string base_dir = slash == std::string::npos ? std::string() : tsv_path.substr(0, slash + 1);
@@ -125,8 +127,11 @@ Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path) {
   if (paths.size() == 0) return Status::NotFound(tsv_path + ": the file list has no samples");
   paths.ShrinkToFit();
   labels.shrink_to_fit();
-  return std::unique_ptr<Dataset>(
-      new FileListDataset(std::move(base_dir), std::move(paths), std::move(labels), fp.Finish()));
+  std::unique_ptr<Dataset> ds(new FileListDataset(std::move(base_dir), std::move(paths), std::move(labels), fp.Finish()));
+  if (!store::IsObjectUrl(tsv_path)) return ds;
+  // A list in object storage names objects beside it: fetched ahead of decoding.
+  const store::StoreOptions& o = store::ObjectStore::Get().options();
+  return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
 }
 
 }  // namespace ferry

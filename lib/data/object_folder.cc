@@ -187,12 +187,13 @@ Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, cons
   }
   FERRY_RETURN_IF_ERROR(roots.CheckUrl(spec, "dataset"));
   FERRY_ASSIGN_OR_RETURN(store::ObjectUrl url, store::ParseObjectUrl(spec));
+  // A list object: its entries are keys beside it (or absolute URLs, or paths), each
+  // checked by OpenDataset before the job is taken.
+  if (internal::EndsWithIgnoreCase(url.key, ".tsv") || internal::EndsWithIgnoreCase(url.key, ".txt"))
+    return OpenFileList(spec);
   if (!url.is_s3())
     return Status::InvalidArgument(spec + ": an http(s) server has no listing: name its shards (a brace pattern "
                                           "such as https://host/shard-{000..127}.tar)");
-  if (internal::EndsWithIgnoreCase(url.key, ".tsv") || internal::EndsWithIgnoreCase(url.key, ".txt"))
-    return Status::Unimplemented(spec + ": file lists in object storage are not read yet (ImageFolder prefixes and "
-                                        "shards are)");
   // A prefix holding .tar objects and nothing deeper: its shards, in key order (as a
   // folder of shards on disk). Anything else: an ImageFolder layout.
   store::ObjectUrl prefix = url;

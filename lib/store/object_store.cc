@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <set>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -336,6 +338,9 @@ class ObjectStore::Impl {
   Credentials creds;
   CredentialInfo info;
   std::unique_ptr<DiskCache> cache;
+  std::mutex inflight_mu;  // keys being fetched into the cache (Read)
+  std::condition_variable inflight_cv;
+  std::set<std::string> inflight;
   std::mutex jitter_mu;
   std::mt19937_64 jitter{std::random_device{}()};
 
@@ -599,15 +604,41 @@ Status ObjectStore::Read(const ObjectUrl& url, uint64_t offset, uint64_t length,
                                    std::to_string(max_bytes) + " a read may have");
   if (length == 0) return Status::OK();
   std::string key;
+  auto cached = [&] {
+    if (!impl_->cache->Get(key, out)) return false;
+    if (length == UINT64_MAX ? out->size() <= max_bytes : out->size() == length) return true;
+    out->clear();
+    return false;
+  };
   if (impl_->cache != nullptr) {
     key = url.ToString() + "#" + std::to_string(offset) + "+" + (length == UINT64_MAX ? "all" : std::to_string(length));
-    if (impl_->cache->Get(key, out) && (length == UINT64_MAX ? out->size() <= max_bytes : out->size() == length))
+    if (cached()) return Status::OK();
+    // One fetch of a key at a time: a read that finds the same key being fetched (the
+    // next epoch's read-ahead, another job) waits for it and takes it from the cache.
+    std::unique_lock<std::mutex> lock(impl_->inflight_mu);
+    bool waited = false;
+    while (impl_->inflight.count(key) > 0) {
+      impl_->inflight_cv.wait(lock);
+      waited = true;
+    }
+    impl_->inflight.insert(key);
+    lock.unlock();
+    if (waited && cached()) {
+      lock.lock();
+      impl_->inflight.erase(key);
+      impl_->inflight_cv.notify_all();
       return Status::OK();
-    out->clear();
+    }
   }
   const uint64_t end = length == UINT64_MAX ? UINT64_MAX : offset + length - 1;
-  FERRY_RETURN_IF_ERROR(impl_->Do(url, "", offset, end, out, max_bytes, false, nullptr, &counters_));
-  if (impl_->cache != nullptr && (length == UINT64_MAX || out->size() == length)) impl_->cache->Put(key, *out);
+  Status s = impl_->Do(url, "", offset, end, out, max_bytes, false, nullptr, &counters_);
+  if (impl_->cache != nullptr) {
+    if (s.ok() && (length == UINT64_MAX || out->size() == length)) impl_->cache->Put(key, *out);
+    std::lock_guard<std::mutex> lock(impl_->inflight_mu);
+    impl_->inflight.erase(key);
+    impl_->inflight_cv.notify_all();
+  }
+  FERRY_RETURN_IF_ERROR(s);
   if (length != UINT64_MAX && out->size() != length)
     return Status::DataLoss(url.ToString() + ": asked for " + std::to_string(length) + " bytes at " +
                             std::to_string(offset) + ", got " + std::to_string(out->size()) +

@@ -91,6 +91,9 @@ class Proxy:
                 if reset:
                     writer.write(rout.encode("latin-1") + rbody[:len(rbody) // 2])
                     await writer.drain()
+                    # Time for the client to read the half that was sent (a reset drops
+                    # what its kernel holds unread), then the reset.
+                    await asyncio.sleep(0.1)
                     sock = writer.get_extra_info("socket")
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     writer.transport.abort()  # a reset mid-body
