@@ -327,9 +327,9 @@ Result<std::unique_ptr<Dataset>> OpenDescribed(const std::string& spec, const Da
         return Status::InvalidArgument("dataset spec: \"ignore_index\" must be an integer in [0, 255]");
       o.ignore_index = uint8_t(v->get<int64_t>());
     }
-    FERRY_RETURN_IF_ERROR(roots.Check(o.images, "images folder"));
-    FERRY_RETURN_IF_ERROR(roots.Check(o.masks, "masks folder"));
-    if (!o.list.empty()) FERRY_RETURN_IF_ERROR(roots.Check(o.list, "list"));
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(o.images, "images folder"));  // URLs: before any request
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(o.masks, "masks folder"));
+    if (!o.list.empty()) FERRY_RETURN_IF_ERROR(roots.CheckAny(o.list, "list"));
     return OpenSegmentation(o, roots);
   }
   return Status::InvalidArgument("dataset spec: unknown format (known: coco, segmentation)");

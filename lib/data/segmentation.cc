@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@
 #include "data/data_roots.h"
 #include "data/dataset.h"
 #include "data/file_util.h"
+#include "data/read_ahead.h"
+#include "store/object_store.h"
 
 namespace ferry {
 namespace {
@@ -75,7 +78,7 @@ class SegmentationDataset final : public Dataset {
   int32_t Label(int64_t) const override { return 0; }
   std::string Path(int64_t index) const override { return std::string(images_.Get(index)); }
   Status ReadSample(int64_t index, std::string* out) const override {
-    return internal::ReadWholeFile(Path(index), out);
+    return internal::ReadWholeFileOrObject(Path(index), out);
   }
   const std::vector<std::string>& classes() const override { return no_classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
@@ -87,7 +90,7 @@ class SegmentationDataset final : public Dataset {
     out->image_id = index;
     out->semantic_fill = ignore_index_;
     out->semantic_path = std::string(masks_.Get(index));
-    return internal::ReadWholeFile(out->semantic_path, &out->semantic_bytes, kMaxMaskBytes);
+    return internal::ReadWholeFileOrObject(out->semantic_path, &out->semantic_bytes, kMaxMaskBytes);
   }
   std::string MaskPath(int64_t index) const { return std::string(masks_.Get(index)); }
 
@@ -101,14 +104,47 @@ class SegmentationDataset final : public Dataset {
 
 }  // namespace
 
-Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, const DataRoots& roots) {
+Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& given, const DataRoots& roots) {
+  SegmentationOptions o = given;
+  for (std::string* folder : {&o.images, &o.masks})
+    while (store::IsObjectUrl(*folder) && !folder->empty() && folder->back() == '/') folder->pop_back();
   std::vector<std::string> rels;  // image paths relative to o.images
   std::vector<ListingIssue> issues;
+  // Folders in object storage: a prefix's listing stands for the folder (its keys, sorted:
+  // a flat folder lists as on disk), and a file exists when its key is listed.
+  const bool remote = store::IsObjectUrl(o.images) || store::IsObjectUrl(o.masks);
+  std::set<std::string> listed;  // full URLs of the listed images and masks
+  auto list_prefix = [&](const std::string& folder, std::vector<std::string>* rel_images) -> Status {
+    if (!store::IsObjectUrl(folder)) return Status::OK();
+    FERRY_ASSIGN_OR_RETURN(store::ObjectUrl u, store::ParseObjectUrl(folder));
+    if (!u.key.empty() && u.key.back() != '/') u.key += '/';
+    FERRY_ASSIGN_OR_RETURN(std::vector<store::ObjectInfo> objects, store::ObjectStore::Get().List(u));
+    const std::string base = u.ToString();
+    for (const store::ObjectInfo& obj : objects) {
+      const std::string rel = obj.key.substr(u.key.size());
+      if (rel.empty() || rel.back() == '/') continue;
+      listed.insert(base + rel);
+      if (rel_images != nullptr && HasImageExtension(internal::Basename(rel))) rel_images->push_back(rel);
+    }
+    return Status::OK();
+  };
+  auto exists = [&](const std::string& path) {
+    if (!store::IsObjectUrl(path)) return IsFile(path);
+    // The folder's URL as given, then "/" and the name: as listed (the URL's canonical form).
+    Result<store::ObjectUrl> u = store::ParseObjectUrl(path);
+    return u.ok() && listed.count(u->ToString()) > 0;
+  };
+  FERRY_RETURN_IF_ERROR(list_prefix(o.masks, nullptr));
   if (o.list.empty()) {
-    FERRY_RETURN_IF_ERROR(WalkImages(o.images, "", &rels));
+    if (store::IsObjectUrl(o.images)) {
+      FERRY_RETURN_IF_ERROR(list_prefix(o.images, &rels));
+    } else {
+      FERRY_RETURN_IF_ERROR(WalkImages(o.images, "", &rels));
+    }
   } else {
+    if (store::IsObjectUrl(o.images)) FERRY_RETURN_IF_ERROR(list_prefix(o.images, nullptr));
     std::string text;
-    FERRY_RETURN_IF_ERROR(internal::ReadWholeFile(o.list, &text, kMaxStemListBytes));
+    FERRY_RETURN_IF_ERROR(internal::ReadWholeFileOrObject(o.list, &text, kMaxStemListBytes));
     size_t pos = 0;
     int64_t line_no = 0;
     while (pos < text.size()) {
@@ -122,7 +158,7 @@ Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, 
       if (stem.empty() || stem[0] == '#') continue;
       std::string found;
       for (const char* ext : {".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG", ".webp", ".bmp"}) {
-        if (IsFile(o.images + "/" + stem + o.image_suffix + ext)) {
+        if (exists(o.images + "/" + stem + o.image_suffix + ext)) {
           found = stem + o.image_suffix + ext;
           break;
         }
@@ -148,12 +184,12 @@ Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, 
     }
     const std::string mask = o.masks + "/" + stem + o.mask_suffix + ".png";
     const std::string image = o.images + "/" + rel;
-    if (!IsFile(mask)) {
+    if (!exists(mask)) {
       issues.push_back({image, "no mask (" + stem + o.mask_suffix + ".png) in the masks folder"});
       continue;
     }
-    FERRY_RETURN_IF_ERROR(roots.Check(image, "image"));
-    FERRY_RETURN_IF_ERROR(roots.Check(mask, "mask"));
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(image, "image"));
+    FERRY_RETURN_IF_ERROR(roots.CheckAny(mask, "mask"));
     images.Append(image);
     masks.Append(mask);
     fp.Add(rel);
@@ -163,8 +199,11 @@ Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& o, 
   fp.AddU64(o.ignore_index);
   images.ShrinkToFit();
   masks.ShrinkToFit();
-  return std::unique_ptr<Dataset>(
+  std::unique_ptr<Dataset> ds(
       new SegmentationDataset(std::move(images), std::move(masks), std::move(issues), fp.Finish(), o.ignore_index));
+  if (!remote) return ds;
+  const store::StoreOptions& so = store::ObjectStore::Get().options();
+  return WithReadAhead(std::move(ds), {so.read_ahead_requests, so.read_ahead_bytes});
 }
 
 }  // namespace ferry

@@ -66,7 +66,14 @@ def coco(sample_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def s3(small_tree, shards, coco, tmp_path_factory):
+def voc(sample_data, tmp_path_factory):
+    from test_segmentation import make_voc
+    root = str(tmp_path_factory.mktemp("voc") / "voc")
+    return root, make_voc(sample_data, root)
+
+
+@pytest.fixture(scope="module")
+def s3(small_tree, shards, coco, voc, tmp_path_factory):
     python = os.environ.get("FERRY_S3_PYTHON")
     if not python:
         if os.environ.get("CI"):
@@ -80,7 +87,8 @@ def s3(small_tree, shards, coco, tmp_path_factory):
                              "--deny", "photos/denied/" + DENIED,
                              "--upload", small_tree + ":photos/denied",
                              "--upload", shards + ":photos/shards",
-                             "--upload", coco[0] + ":photos/coco"],
+                             "--upload", coco[0] + ":photos/coco",
+                             "--upload", voc[0] + ":photos/voc"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("{"), "the S3 server did not start: %r (log %s)" % (line, log)
@@ -501,6 +509,39 @@ def test_a_worker_killed_mid_epoch_while_reading_loses_and_repeats_nothing(aws, 
                     d.kill_worker(0)  # SIGKILL, its reads in flight
         loader.close()
         assert_same(got, epochs_of(ferry, small_tree, threads=2), 12)
+    except BaseException:
+        print(d.tails())
+        raise
+    finally:
+        d.close()
+
+
+def test_segmentation_from_a_bucket_has_its_masks(aws, ferry, ferry_local, voc, tmp_path):
+    from test_segmentation import PIPELINE, check_masks_follow
+    root, disk = voc
+    roots = ["--data-root", "s3://photos/voc/"]
+    d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=roots, dispatcher_args=roots)
+    try:
+        kw = dict(pipeline=PIPELINE, batch_size=3, epochs=2, drop_last=False, targets=("semantic", "image_id"),
+                  seed=3)
+        for name, data in (("listed", {"format": "segmentation", "images": "s3://photos/voc/JPEGImages",
+                                       "masks": "s3://photos/voc/SegmentationClass/",
+                                       "list": "s3://photos/voc/ImageSets/Segmentation/train.txt"}),
+                           ("all", {"format": "segmentation", "images": "s3://photos/voc/JPEGImages/",
+                                    "masks": "s3://photos/voc/SegmentationClass"})):
+            # Masks follow each crop, flip and rotation, every image once an epoch ...
+            check_masks_follow(ferry.Loader(data=data, dispatcher=d.dispatcher, job_name="voc-" + name,
+                                            deterministic=True, **kw), 6, 2)
+            # ... and equal what the same files on disk give.
+            got = [(x.clone(), [t["semantic"].clone() for t in ts]) for x, ts in
+                   ferry.Loader(data=data, dispatcher=d.dispatcher, job_name="voc-again-" + name,
+                                deterministic=True, **kw)]
+            local = dict(disk) if name == "listed" else {k: v for k, v in disk.items() if k != "list"}
+            want = [(x.clone(), [t["semantic"].clone() for t in ts]) for x, ts in
+                    ferry.Loader(data=local, threads=2, **kw)]
+            assert len(got) == len(want) == 2
+            for (x, m), (wx, wm) in zip(got, want):
+                assert torch.equal(x, wx) and all(torch.equal(a, b) for a, b in zip(m, wm))
     except BaseException:
         print(d.tails())
         raise
