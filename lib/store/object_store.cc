@@ -516,6 +516,7 @@ ObjectStore& ObjectStore::Get() {
         LogWarn("object storage: no cache: %s", cache.status().ToString().c_str());
       }
     }
+    if (impl->opts.list_page_keys == 0) impl->opts.list_page_keys = std::atoi(Env("FERRY_S3_LIST_PAGE_KEYS").c_str());
     if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("AWS_CA_BUNDLE");
     if (impl->opts.ca_file.empty()) impl->opts.ca_file = Env("CURL_CA_BUNDLE");
     impl->region = impl->opts.region;
@@ -582,7 +583,9 @@ Result<std::vector<ObjectInfo>> ObjectStore::List(const ObjectUrl& prefix) {
     // The query in sorted order, encoded: what SigV4's canonical request wants.
     std::string query;
     if (!token.empty()) query += "continuation-token=" + EncodeQuery(token) + "&";
-    query += "list-type=2&prefix=" + EncodeQuery(prefix.key);
+    query += "list-type=2";
+    if (impl_->opts.list_page_keys > 0) query += "&max-keys=" + std::to_string(impl_->opts.list_page_keys);
+    query += "&prefix=" + EncodeQuery(prefix.key);
     std::string body;
     FERRY_RETURN_IF_ERROR(impl_->Do(bucket, query, 0, UINT64_MAX, &body, uint64_t{64} << 20, false, nullptr,
                                     &counters_));

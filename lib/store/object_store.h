@@ -76,6 +76,9 @@ struct StoreOptions {
   // fetched bytes not yet decoded, at most.
   int read_ahead_requests = 32;
   uint64_t read_ahead_bytes = uint64_t{256} << 20;
+  // Keys a listing request asks for (ListObjectsV2's max-keys): 0 = the store's page
+  // (S3: 1,000). Some S3-compatible stores page smaller; $FERRY_S3_LIST_PAGE_KEYS.
+  int list_page_keys = 0;
   // A local cache of fetched bytes (store/disk_cache.h): "" = none ($FERRY_CACHE_DIR).
   std::string cache_dir;
   uint64_t cache_bytes = uint64_t{10} << 30;

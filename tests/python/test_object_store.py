@@ -145,6 +145,23 @@ print(json.dumps([_ferry.list_dataset("s3://photos/tree/"), _ferry.list_dataset(
     assert [p[len("s3://photos/tree/"):] for p in paths] == [os.path.relpath(p, small_tree) for p in dpaths]
 
 
+def test_a_listing_of_many_pages_is_whole(aws, small_tree):
+    """ListObjectsV2 pages followed by their continuation tokens: 7 keys a page (S3's is
+    1,000), so the 120 objects come in 18 pages, listed as the tree on disk."""
+    got = in_fresh_process("""
+import json, ferry
+from ferry import _ferry
+print(json.dumps([_ferry.list_dataset("s3://photos/tree/"), _ferry.list_dataset(%r)]))
+""" % small_tree, env=dict(os.environ, FERRY_S3_LIST_PAGE_KEYS="7"))
+    assert got.returncode == 0, got.stderr
+    (paths, labels, classes), (dpaths, dlabels, dclasses) = json.loads(got.stdout)
+    assert len(paths) == 120 and classes == dclasses and labels == dlabels
+    assert [p[len("s3://photos/tree/"):] for p in paths] == [os.path.relpath(p, small_tree) for p in dpaths]
+    with open(aws["log"]) as f:
+        pages = [l for l in f if "list-type=2" in l and "max-keys=7" in l]
+    assert len(pages) >= 18, "%d listing requests of 7 keys" % len(pages)
+
+
 def test_imagenet_train_through_a_dispatcher_equals_the_disk(aws, ferry, ferry_local, small_tree, tmp_path):
     d = Daemons(os.path.dirname(ferry_local), tmp_path, workers=2, worker_args=["--data-root", "s3://photos/tree/"],
                 dispatcher_args=["--data-root", "s3://photos/tree/"])
