@@ -88,12 +88,12 @@ class WorkerService::Impl {
     l.worker_id = opts_.worker_id.empty() ? l.advertise + "/" + net::RandomHex(4) : opts_.worker_id;
     l.serves_job = opts_.serves_job;
     l.serves_consumer = opts_.serves_consumer;
-    l.open_dataset = [datasets = datasets_.get()](const std::string& path) { return datasets->Open(path); };
+    l.data.dataset = [datasets = datasets_.get()](const std::string& path) { return datasets->Open(path); };
     l.open_tokenizer = [datasets = datasets_.get()](const JobSpec& job) { return datasets->OpenTokenizer(job); };
-    l.allow_synthetic = opts_.allow_synthetic;
+    l.data.allow_synthetic = opts_.allow_synthetic;
     if (python != nullptr) {
-      l.open_user_code = [python](const JobSpec& job) { return OpenUserCode(python.get(), job); };
-      l.check_user_code = [python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
+      l.data.user_code = [python](const JobSpec& job) { return OpenUserCode(python.get(), job); };
+      l.data.check_user_code = [python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
     }
     l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
     l.load = [stats = std::move(stats)] { return WorkerLoadOf(*stats); };

@@ -33,8 +33,11 @@
 #include "core/hash.h"
 #include "data/annotations.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "data/read_ahead.h"
+#include "data/data_roots.h"
+#include "data/source.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -248,7 +251,7 @@ struct Polygon {
 bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
 bool IsNum(const json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
 
-class CocoDataset final : public Dataset {
+class CocoDataset final : public ListedDataset {
  public:
   struct Options {
     bool remove_images_without_annotations = false;
@@ -267,7 +270,7 @@ class CocoDataset final : public Dataset {
     std::unordered_map<int64_t, size_t> image_at;
     std::vector<int64_t> categories;
     auto issue = [&](const char* section, int64_t index, const std::string& why) {
-      ds->issues_.push_back({annotations + ":" + section + "[" + std::to_string(index) + "]", why});
+      ds->listing_.issues.push_back({annotations + ":" + section + "[" + std::to_string(index) + "]", why});
     };
     CocoSax sax([&](int section, int64_t index, json&& v) {
       if (!v.is_object()) {
@@ -370,7 +373,7 @@ class CocoDataset final : public Dataset {
     if (ds->ids_.empty()) return Status::NotFound(annotations + ": no image has a usable annotation");
     fp.AddU64(uint64_t(options.contiguous_labels) | uint64_t(options.skip_crowd) << 1 |
               uint64_t(options.remove_images_without_annotations) << 2);
-    ds->fingerprint_ = fp.Finish();
+    ds->listing_.fingerprint = fp.Finish();
     ds->names_.ShrinkToFit();
     ds->anns_.shrink_to_fit();
     ds->polygons_.shrink_to_fit();
@@ -380,15 +383,10 @@ class CocoDataset final : public Dataset {
   }
 
   int64_t size() const override { return int64_t(ids_.size()); }
-  int32_t Label(int64_t) const override { return 0; }  // detection samples have no one class
   std::string Path(int64_t index) const override { return internal::JoinPath(images_dir_, names_.Get(index)); }
   Status ReadSample(int64_t index, std::string* out) const override {
     return internal::ReadWholeFileOrObject(Path(index), out);  // images in a bucket too
   }
-  const std::vector<std::string>& classes() const override { return no_classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kCocoKind; }
 
   bool has_annotations() const override { return true; }
   Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
@@ -420,7 +418,9 @@ class CocoDataset final : public Dataset {
   }
 
  private:
-  CocoDataset() = default;
+  // Its images are files (or objects) named in the annotations: each read by its path.
+  CocoDataset()
+      : ListedDataset({.kind = kCocoKind, .reads = SampleReads::kByPath, .entries_from_contents = true}) {}
 
   template <typename Issue>
   void ParseAnnotation(const json& v, int64_t index, std::vector<Annotation>* anns, const Issue& issue) {
@@ -520,9 +520,6 @@ class CocoDataset final : public Dataset {
   std::vector<Polygon> polygons_;
   std::vector<float> coords_;
   std::vector<uint32_t> rle_;
-  uint64_t fingerprint_ = 0;
-  std::vector<ListingIssue> issues_;
-  const std::vector<std::string> no_classes_{};
 };
 
 }  // namespace
@@ -538,6 +535,26 @@ Result<std::unique_ptr<Dataset>> OpenCoco(const std::string& annotations, const 
   // Images in a bucket: fetched ahead of decoding, as an ImageFolder's.
   const store::StoreOptions& so = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {so.read_ahead_requests, so.read_ahead_bytes});
+}
+
+void RegisterCocoSource() {
+  RegisterSource({
+      .name = std::string(kCocoKind),
+      .formats = {"coco"},
+      .open = [](const SourceSpec& s, const DataRoots& roots) -> Result<std::unique_ptr<Dataset>> {
+        DescriptionArgs args(s);
+        const std::string annotations = args.Path("annotations");
+        const std::string images = args.Path("images");
+        CocoOptions o;
+        o.remove_images_without_annotations = args.Flag("remove_images_without_annotations", false);
+        o.skip_crowd = args.Flag("skip_crowd", false);
+        o.contiguous_labels = args.Flag("contiguous_labels", false);
+        FERRY_RETURN_IF_ERROR(args.Finish());
+        FERRY_RETURN_IF_ERROR(roots.CheckAny(annotations, "annotations file"));  // before any request
+        FERRY_RETURN_IF_ERROR(roots.CheckAny(images, "images folder"));
+        return OpenCoco(annotations, images, o);
+      },
+  });
 }
 
 }  // namespace ferry

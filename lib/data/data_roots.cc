@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "store/object_store.h"
 
@@ -31,28 +32,16 @@ std::string Absolute(std::string_view path) {
 
 // A sample's reads go through the roots once more: its path may be a symlink that
 // leads out (a folder's entry, a list's relative entry that is a link).
-class ConfinedDataset final : public Dataset {
+class ConfinedDataset final : public ForwardingDataset {
  public:
-  ConfinedDataset(std::unique_ptr<Dataset> inner, DataRoots roots) : inner_(std::move(inner)), roots_(std::move(roots)) {}
-  int64_t size() const override { return inner_->size(); }
-  int32_t Label(int64_t index) const override { return inner_->Label(index); }
-  std::string Path(int64_t index) const override { return inner_->Path(index); }
-  std::string Key(int64_t index) const override { return inner_->Key(index); }
+  ConfinedDataset(std::unique_ptr<Dataset> inner, DataRoots roots)
+      : ForwardingDataset(std::move(inner)), roots_(std::move(roots)) {}
   Status ReadSample(int64_t index, std::string* out) const override {
-    FERRY_RETURN_IF_ERROR(roots_.Check(inner_->Path(index), "sample"));
-    return inner_->ReadSample(index, out);
-  }
-  const std::vector<std::string>& classes() const override { return inner_->classes(); }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  const std::vector<ListingIssue>& listing_issues() const override { return inner_->listing_issues(); }
-  std::string_view kind() const override { return inner_->kind(); }
-  bool has_annotations() const override { return inner_->has_annotations(); }
-  Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
-    return inner_->ReadAnnotations(index, out);
+    FERRY_RETURN_IF_ERROR(roots_.CheckAny(inner().Path(index), "sample"));
+    return inner().ReadSample(index, out);
   }
 
  private:
-  const std::unique_ptr<Dataset> inner_;
   const DataRoots roots_;
 };
 
@@ -156,9 +145,15 @@ bool ForbiddenHost(std::string host) {
 
 // A "." or ".." path segment, written or percent-encoded: a server would fold it.
 bool DotSegment(std::string_view key) {
-  std::string k(key);
-  for (std::string from : {"%2e", "%2E"}) {
-    for (size_t at = k.find(from); at != std::string::npos; at = k.find(from)) k.replace(at, 3, ".");
+  std::string k;  // percent-encoded dots decoded, in one pass
+  k.reserve(key.size());
+  for (size_t i = 0; i < key.size(); ++i) {
+    if (key[i] == '%' && i + 2 < key.size() && key[i + 1] == '2' && (key[i + 2] == 'e' || key[i + 2] == 'E')) {
+      k += '.';
+      i += 2;
+    } else {
+      k += key[i];
+    }
   }
   const size_t q = k.find_first_of("?#");
   if (q != std::string::npos) k.resize(q);
@@ -208,9 +203,9 @@ Status DataRoots::CheckAnyLexically(std::string_view path_or_url, std::string_vi
 }
 
 std::unique_ptr<Dataset> Confine(std::unique_ptr<Dataset> dataset, const DataRoots& roots) {
-  if (!roots.confined() || dataset->kind() == "tar_shards" || dataset->kind() == "synthetic") return dataset;
-  // Objects: the dataset's URL was checked, and its samples are keys under it.
-  if (dataset->size() > 0 && store::IsObjectUrl(dataset->Path(0))) return dataset;
+  // Shards and object folders read only what their open checked; synthetic and
+  // user-code samples read nothing.
+  if (!roots.confined() || dataset->sample_reads() != SampleReads::kByPath) return dataset;
   return std::make_unique<ConfinedDataset>(std::move(dataset), roots);
 }
 

@@ -8,13 +8,18 @@
 //   epoch order   a permutation of [0, size()) drawn from (seed, epoch): see
 //                 permutation.h.
 //
-// Three sources share this interface:
+// Every source shares this interface; data/source.h lists them and says which spec
+// opens which (a source registers itself by the formats, URL schemes and path shapes
+// it opens). Among them:
 //   ImageFolder  root/<class>/<file>: classes sorted, files sorted within a class,
 //                only image extensions, exactly as torchvision.datasets.ImageFolder.
 //   FileList     a TSV file of `path<TAB>label` lines (relative paths are taken
 //                relative to the TSV's folder).
 //   TarShards    WebDataset-style .tar shards: `key.jpg|jpeg|png|...` plus `key.cls`;
 //                image members are read in place (pread at their offset).
+//   COCO, segmentation layouts, and each of these in object storage.
+// Sources derive from ListedDataset (data/dataset_bases.h), wrappers from
+// ForwardingDataset.
 //
 // Thread safety: after Open*(), a Dataset is immutable and ReadSample() may be called
 // concurrently from any number of threads.
@@ -39,6 +44,15 @@ class DataRoots;
 struct ListingIssue {
   std::string path;
   std::string reason;
+};
+
+// How a dataset's samples are read, for the checks --data-root makes (data_roots.h).
+enum class SampleReads {
+  kByPath,    // each sample is a file opened by its own path (which may be a symlink
+              // leading out): a confined read checks the path again each time
+  kChecked,   // every byte comes from what was checked when the dataset was opened
+              // (shard files, object URLs): nothing more to check per read
+  kNone,      // no bytes are read (synthetic samples, a user-code dataset's indices)
 };
 
 class Dataset {
@@ -70,8 +84,16 @@ class Dataset {
   virtual uint64_t fingerprint() const = 0;
   // Problems found while listing (never fatal).
   virtual const std::vector<ListingIssue>& listing_issues() const = 0;
-  // "image_folder", "file_list", "tar_shards", "coco" or "synthetic".
+  // The source's registered name ("image_folder", "file_list", "tar_shards", "coco",
+  // "segmentation"; "synthetic", "python"): for messages and fingerprints. Code that
+  // must act on what a dataset is asks the traits below, or the job's batch source
+  // (pipeline/prepared_job.h), never this string.
   virtual std::string_view kind() const = 0;
+  virtual SampleReads sample_reads() const { return SampleReads::kByPath; }
+  // Its samples' locations were written in a file's contents (a list's entries, COCO's
+  // file_names), not found by walking a folder: a confined open checks each one before
+  // the job is taken.
+  virtual bool entries_from_contents() const { return false; }
 
   // A hint: these samples will be read soon, in this order (the producer calls it as it
   // plans each batch). Datasets whose reads wait on a network fetch them ahead

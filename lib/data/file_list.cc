@@ -18,8 +18,10 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "data/read_ahead.h"
+#include "data/source.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -30,40 +32,24 @@ constexpr std::string_view kFileListKind = "file_list";
 // A file list larger than this is certainly not one (about 50M lines).
 constexpr uint64_t kMaxListBytes = uint64_t{4} << 30;
 
-class FileListDataset final : public Dataset {
+class FileListDataset final : public ListedDataset {
  public:
-  FileListDataset(std::string base_dir, internal::StringTable paths, std::vector<int32_t> labels,
-                  uint64_t fingerprint)
-      : base_dir_(std::move(base_dir)),
-        paths_(std::move(paths)),
-        labels_(std::move(labels)),
-        fingerprint_(fingerprint) {
-    FERRY_CHECK(paths_.size() == static_cast<int64_t>(labels_.size()));
+  FileListDataset(std::string base_dir, internal::StringTable paths, Listing listing)
+      : ListedDataset(std::move(listing)), base_dir_(std::move(base_dir)), paths_(std::move(paths)) {
+    FERRY_CHECK(paths_.size() == static_cast<int64_t>(listing_.labels.size()));
   }
 
   int64_t size() const override { return paths_.size(); }
-  int32_t Label(int64_t index) const override {
-    FERRY_CHECK(index >= 0 && index < size());
-    return labels_[static_cast<size_t>(index)];
-  }
   std::string Path(int64_t index) const override {
     return internal::JoinPath(base_dir_, paths_.Get(index));
   }
   Status ReadSample(int64_t index, std::string* out) const override {
     return internal::ReadWholeFileOrObject(Path(index), out);  // a file, or an object
   }
-  const std::vector<std::string>& classes() const override { return no_classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return no_issues_; }
-  std::string_view kind() const override { return kFileListKind; }
 
  private:
   const std::string base_dir_;         // the TSV's folder; "" when it is the working directory
   const internal::StringTable paths_;  // as written in the TSV
-  const std::vector<int32_t> labels_;
-  const uint64_t fingerprint_;
-  const std::vector<std::string> no_classes_;
-  const std::vector<ListingIssue> no_issues_;
 };
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
@@ -127,11 +113,30 @@ Result<std::unique_ptr<Dataset>> OpenFileList(const std::string& tsv_path) {
   if (paths.size() == 0) return Status::NotFound(tsv_path + ": the file list has no samples");
   paths.ShrinkToFit();
   labels.shrink_to_fit();
-  std::unique_ptr<Dataset> ds(new FileListDataset(std::move(base_dir), std::move(paths), std::move(labels), fp.Finish()));
+  // Each entry is read by its own path or URL, as the list wrote it.
+  ListedDataset::Listing listing{.kind = kFileListKind,
+                                 .labels = std::move(labels),
+                                 .fingerprint = fp.Finish(),
+                                 .reads = SampleReads::kByPath,
+                                 .entries_from_contents = true};
+  std::unique_ptr<Dataset> ds(new FileListDataset(std::move(base_dir), std::move(paths), std::move(listing)));
   if (!store::IsObjectUrl(tsv_path)) return ds;
   // A list in object storage names objects beside it: fetched ahead of decoding.
   const store::StoreOptions& o = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
+}
+
+void RegisterFileListSource() {
+  RegisterSource({
+      .name = std::string(kFileListKind),
+      .summary = "a .tsv/.txt file list",
+      .claims =
+          [](const SourceSpec& s) {
+            return !s.is_dir &&
+                   (internal::EndsWithIgnoreCase(s.text, ".tsv") || internal::EndsWithIgnoreCase(s.text, ".txt"));
+          },
+      .open = [](const SourceSpec& s, const DataRoots&) { return OpenFileList(s.text); },
+  });
 }
 
 }  // namespace ferry

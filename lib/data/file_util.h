@@ -15,6 +15,10 @@
 #include "core/check.h"
 #include "ferry/status.h"
 
+namespace ferry {
+class DataRoots;
+}  // namespace ferry
+
 namespace ferry::internal {
 
 // The largest sample we read (1 GiB). A larger "image" is a mistake (a video or a
@@ -43,6 +47,12 @@ Status ReadWholeFile(const std::string& path, std::string* out,
 // object. The caller has checked the URL against its roots.
 Status ReadWholeFileOrObject(const std::string& path_or_url, std::string* out,
                              uint64_t max_bytes = kMaxSampleBytes);
+
+// The .tar shards a pattern names (data/tar_shards.cc): a brace pattern
+// ("shard-{000..127}.tar", ExpandBraces) or a comma-separated list of shards or
+// patterns, paths or URLs, each checked against `roots` (a URL before any request).
+// InvalidArgument for a name that is not a .tar, or none at all.
+Result<std::vector<std::string>> ShardsOfPattern(const std::string& spec, const DataRoots& roots);
 
 // Reads exactly `n` bytes at `offset` of `fd` into `dst`, retrying on EINTR and
 // partial reads. `what` names the file in messages. A read that ends early (the file

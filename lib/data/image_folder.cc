@@ -42,50 +42,33 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
+#include "data/source.h"
 
 namespace ferry {
 namespace {
 
 constexpr std::string_view kKind = "image_folder";
 
-class ImageFolderDataset final : public Dataset {
+class ImageFolderDataset final : public ListedDataset {
  public:
-  ImageFolderDataset(std::string root, std::vector<std::string> classes,
-                     internal::StringTable rel_paths, std::vector<int32_t> labels,
-                     std::vector<ListingIssue> issues, uint64_t fingerprint)
-      : root_(std::move(root)),
-        classes_(std::move(classes)),
-        rel_paths_(std::move(rel_paths)),
-        labels_(std::move(labels)),
-        issues_(std::move(issues)),
-        fingerprint_(fingerprint) {
-    FERRY_CHECK(rel_paths_.size() == static_cast<int64_t>(labels_.size()));
+  ImageFolderDataset(std::string root, internal::StringTable rel_paths, Listing listing)
+      : ListedDataset(std::move(listing)), root_(std::move(root)), rel_paths_(std::move(rel_paths)) {
+    FERRY_CHECK(rel_paths_.size() == static_cast<int64_t>(listing_.labels.size()));
   }
 
   int64_t size() const override { return rel_paths_.size(); }
-  int32_t Label(int64_t index) const override {
-    FERRY_CHECK(index >= 0 && index < size());
-    return labels_[static_cast<size_t>(index)];
-  }
   std::string Path(int64_t index) const override {
     return internal::JoinPath(root_, rel_paths_.Get(index));
   }
   Status ReadSample(int64_t index, std::string* out) const override {
     return internal::ReadWholeFile(Path(index), out);
   }
-  const std::vector<std::string>& classes() const override { return classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kKind; }
 
  private:
   const std::string root_;
-  const std::vector<std::string> classes_;
   const internal::StringTable rel_paths_;  // relative to root_, e.g. "cat/001.jpg"
-  const std::vector<int32_t> labels_;
-  const std::vector<ListingIssue> issues_;
-  const uint64_t fingerprint_;
 };
 
 // An open directory stream; closes it (and its fd) on destruction.
@@ -285,9 +268,21 @@ Result<std::unique_ptr<Dataset>> OpenImageFolder(const std::string& root) {
     fp.Add(paths.Get(i));
     fp.AddU64(static_cast<uint64_t>(labels[static_cast<size_t>(i)]));
   }
-  return std::unique_ptr<Dataset>(new ImageFolderDataset(root, std::move(classes), std::move(paths),
-                                                         std::move(labels), std::move(issues),
-                                                         fp.Finish()));
+  ListedDataset::Listing listing{.kind = kKind,
+                                 .classes = std::move(classes),
+                                 .labels = std::move(labels),
+                                 .issues = std::move(issues),
+                                 .fingerprint = fp.Finish()};
+  return std::unique_ptr<Dataset>(new ImageFolderDataset(root, std::move(paths), std::move(listing)));
+}
+
+void RegisterImageFolderSource() {
+  RegisterSource({
+      .name = std::string(kKind),
+      .summary = "a folder (ImageFolder: root/<class>/<image>)",
+      .claims = [](const SourceSpec& s) { return s.is_dir; },
+      .open = [](const SourceSpec& s, const DataRoots&) { return OpenImageFolder(s.text); },
+  });
 }
 
 }  // namespace ferry

@@ -19,9 +19,11 @@
 #include "core/hash.h"
 #include "data/data_roots.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "data/object_dataset.h"
 #include "data/read_ahead.h"
+#include "data/source.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -29,24 +31,12 @@ namespace {
 
 constexpr std::string_view kObjectFolderKind = "image_folder";
 
-class ObjectFolderDataset final : public Dataset {
+class ObjectFolderDataset final : public ListedDataset {
  public:
-  ObjectFolderDataset(store::ObjectUrl root, std::vector<std::string> classes, internal::StringTable rel,
-                      std::vector<int32_t> labels, std::vector<uint64_t> sizes, std::vector<ListingIssue> issues,
-                      uint64_t fingerprint)
-      : root_(std::move(root)),
-        classes_(std::move(classes)),
-        rel_(std::move(rel)),
-        labels_(std::move(labels)),
-        sizes_(std::move(sizes)),
-        issues_(std::move(issues)),
-        fingerprint_(fingerprint) {}
+  ObjectFolderDataset(store::ObjectUrl root, internal::StringTable rel, std::vector<uint64_t> sizes, Listing listing)
+      : ListedDataset(std::move(listing)), root_(std::move(root)), rel_(std::move(rel)), sizes_(std::move(sizes)) {}
 
   int64_t size() const override { return rel_.size(); }
-  int32_t Label(int64_t index) const override {
-    FERRY_CHECK(index >= 0 && index < size());
-    return labels_[size_t(index)];
-  }
   std::string Path(int64_t index) const override { return UrlOf(index).ToString(); }
   Status ReadSample(int64_t index, std::string* out) const override {
     FERRY_CHECK(index >= 0 && index < size());
@@ -56,11 +46,6 @@ class ObjectFolderDataset final : public Dataset {
     return store::ObjectStore::Get().Read(UrlOf(index), 0, n, out, internal::kMaxSampleBytes);
   }
   uint64_t SizeHint(int64_t index) const override { return sizes_[size_t(index)]; }
-  const std::vector<std::string>& classes() const override { return classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kObjectFolderKind; }
-
  private:
   store::ObjectUrl UrlOf(int64_t index) const {
     store::ObjectUrl u = root_;
@@ -69,12 +54,8 @@ class ObjectFolderDataset final : public Dataset {
   }
 
   const store::ObjectUrl root_;  // its key ends in '/' (or is empty: the bucket)
-  const std::vector<std::string> classes_;
   const internal::StringTable rel_;  // relative to root_: "cat/001.jpg"
-  const std::vector<int32_t> labels_;
   const std::vector<uint64_t> sizes_;
-  const std::vector<ListingIssue> issues_;
-  const uint64_t fingerprint_;
 };
 
 }  // namespace
@@ -154,9 +135,14 @@ Result<std::unique_ptr<Dataset>> ObjectImageFolderOf(const store::ObjectUrl& roo
     fp.AddU64(uint64_t(labels[size_t(i)]));
   }
   paths.ShrinkToFit();
-  return std::unique_ptr<Dataset>(new ObjectFolderDataset(root, std::move(classes), std::move(paths),
-                                                          std::move(labels), std::move(sizes), std::move(issues),
-                                                          fp.Finish()));
+  // Every key is under the root the open checked.
+  ListedDataset::Listing listing{.kind = kObjectFolderKind,
+                                 .classes = std::move(classes),
+                                 .labels = std::move(labels),
+                                 .issues = std::move(issues),
+                                 .fingerprint = fp.Finish(),
+                                 .reads = SampleReads::kChecked};
+  return std::unique_ptr<Dataset>(new ObjectFolderDataset(root, std::move(paths), std::move(sizes), std::move(listing)));
 }
 
 Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, const DataRoots& roots) {
@@ -165,24 +151,7 @@ Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, cons
   std::vector<std::string> shards;
   if (spec.find('{') != std::string::npos || spec.find(',') != std::string::npos ||
       internal::EndsWithIgnoreCase(spec, ".tar")) {
-    std::vector<std::string> pieces;
-    size_t begin = 0;
-    while (begin <= spec.size()) {
-      size_t end = spec.find(',', begin);
-      if (end == std::string::npos) end = spec.size();
-      if (end > begin) pieces.push_back(spec.substr(begin, end - begin));
-      begin = end + 1;
-    }
-    for (const std::string& piece : pieces) {
-      FERRY_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(piece));
-      for (std::string& url : expanded) {
-        if (!internal::EndsWithIgnoreCase(url, ".tar"))
-          return Status::InvalidArgument("dataset spec: '" + url + "' is not a .tar shard");
-        FERRY_RETURN_IF_ERROR(roots.CheckUrl(url, "shard"));
-        shards.push_back(std::move(url));
-      }
-    }
-    if (shards.empty()) return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
+    FERRY_ASSIGN_OR_RETURN(shards, internal::ShardsOfPattern(spec, roots));
     return OpenTarShards(shards);
   }
   FERRY_RETURN_IF_ERROR(roots.CheckUrl(spec, "dataset"));
@@ -215,6 +184,15 @@ Result<std::unique_ptr<Dataset>> OpenObjectDataset(const std::string& spec, cons
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, ObjectImageFolderOf(prefix, objects));  // listed once
   const store::StoreOptions& o = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
+}
+
+void RegisterObjectSource() {
+  RegisterSource({
+      .name = "objects",
+      .summary = "objects in S3-compatible storage or on an HTTP(S) server",
+      .schemes = {"s3", "https", "http"},
+      .open = [](const SourceSpec& s, const DataRoots& roots) { return OpenObjectDataset(s.text, roots); },
+  });
 }
 
 }  // namespace ferry

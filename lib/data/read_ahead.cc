@@ -13,13 +13,15 @@
 #include "core/log.h"
 #include "core/mutex.h"
 #include "core/thread_annotations.h"
+#include "data/dataset_bases.h"
 
 namespace ferry {
 namespace {
 
-class ReadAheadDataset final : public Dataset {
+class ReadAheadDataset final : public ForwardingDataset {
  public:
-  ReadAheadDataset(std::unique_ptr<Dataset> inner, const ReadAheadOptions& o) : inner_(std::move(inner)), opts_(o) {
+  ReadAheadDataset(std::unique_ptr<Dataset> inner, const ReadAheadOptions& o)
+      : ForwardingDataset(std::move(inner)), inner_(&ForwardingDataset::inner()), opts_(o) {
     if (opts_.requests < 1) opts_.requests = 1;
     for (int i = 0; i < opts_.requests; ++i) threads_.emplace_back([this] { Run(); });
   }
@@ -34,20 +36,6 @@ class ReadAheadDataset final : public Dataset {
     LogDebug("read-ahead of %s: %llu samples found fetched, %llu read when taken", inner_->size() > 0 ? inner_->Path(0).c_str() : "",
              (unsigned long long)hits_, (unsigned long long)misses_);
   }
-
-  int64_t size() const override { return inner_->size(); }
-  int32_t Label(int64_t index) const override { return inner_->Label(index); }
-  std::string Path(int64_t index) const override { return inner_->Path(index); }
-  std::string Key(int64_t index) const override { return inner_->Key(index); }
-  const std::vector<std::string>& classes() const override { return inner_->classes(); }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  const std::vector<ListingIssue>& listing_issues() const override { return inner_->listing_issues(); }
-  std::string_view kind() const override { return inner_->kind(); }
-  bool has_annotations() const override { return inner_->has_annotations(); }
-  Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
-    return inner_->ReadAnnotations(index, out);
-  }
-  uint64_t SizeHint(int64_t index) const override { return inner_->SizeHint(index); }
 
   void Prefetch(const std::vector<int64_t>& indices) const override {
     MutexLock lock(&mu_);
@@ -162,7 +150,7 @@ class ReadAheadDataset final : public Dataset {
     }
   }
 
-  const std::unique_ptr<Dataset> inner_;
+  const Dataset* const inner_;  // the forwarded dataset
   ReadAheadOptions opts_;
   mutable Mutex mu_;
   mutable CondVar cv_;

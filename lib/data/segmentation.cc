@@ -25,8 +25,10 @@
 #include "data/annotations.h"
 #include "data/data_roots.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "data/read_ahead.h"
+#include "data/source.h"
 #include "store/object_store.h"
 
 namespace ferry {
@@ -64,26 +66,19 @@ Status WalkImages(const std::string& dir, const std::string& rel, std::vector<st
   return Status::OK();
 }
 
-class SegmentationDataset final : public Dataset {
+class SegmentationDataset final : public ListedDataset {
  public:
-  SegmentationDataset(internal::StringTable images, internal::StringTable masks, std::vector<ListingIssue> issues,
-                      uint64_t fingerprint, uint8_t ignore_index)
-      : images_(std::move(images)),
+  SegmentationDataset(internal::StringTable images, internal::StringTable masks, Listing listing, uint8_t ignore_index)
+      : ListedDataset(std::move(listing)),
+        images_(std::move(images)),
         masks_(std::move(masks)),
-        issues_(std::move(issues)),
-        fingerprint_(fingerprint),
         ignore_index_(ignore_index) {}
 
   int64_t size() const override { return images_.size(); }
-  int32_t Label(int64_t) const override { return 0; }
   std::string Path(int64_t index) const override { return std::string(images_.Get(index)); }
   Status ReadSample(int64_t index, std::string* out) const override {
     return internal::ReadWholeFileOrObject(Path(index), out);
   }
-  const std::vector<std::string>& classes() const override { return no_classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kSegmentationKind; }
   bool has_annotations() const override { return true; }
   Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
     *out = SampleAnnotations();
@@ -96,10 +91,7 @@ class SegmentationDataset final : public Dataset {
 
  private:
   const internal::StringTable images_, masks_;  // full paths
-  const std::vector<ListingIssue> issues_;
-  const uint64_t fingerprint_;
   const uint8_t ignore_index_;
-  const std::vector<std::string> no_classes_{};
 };
 
 }  // namespace
@@ -199,11 +191,39 @@ Result<std::unique_ptr<Dataset>> OpenSegmentation(const SegmentationOptions& giv
   fp.AddU64(o.ignore_index);
   images.ShrinkToFit();
   masks.ShrinkToFit();
+  // Each image is read by its path (or URL); a list's stems name them from its contents.
+  ListedDataset::Listing listing{.kind = kSegmentationKind,
+                                 .issues = std::move(issues),
+                                 .fingerprint = fp.Finish(),
+                                 .reads = SampleReads::kByPath,
+                                 .entries_from_contents = !o.list.empty()};
   std::unique_ptr<Dataset> ds(
-      new SegmentationDataset(std::move(images), std::move(masks), std::move(issues), fp.Finish(), o.ignore_index));
+      new SegmentationDataset(std::move(images), std::move(masks), std::move(listing), o.ignore_index));
   if (!remote) return ds;
   const store::StoreOptions& so = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {so.read_ahead_requests, so.read_ahead_bytes});
+}
+
+void RegisterSegmentationSource() {
+  RegisterSource({
+      .name = std::string(kSegmentationKind),
+      .formats = {"segmentation"},
+      .open = [](const SourceSpec& s, const DataRoots& roots) -> Result<std::unique_ptr<Dataset>> {
+        DescriptionArgs args(s);
+        SegmentationOptions o;
+        o.images = args.Path("images");
+        o.masks = args.Path("masks");
+        o.list = args.Text("list");
+        o.image_suffix = args.Text("image_suffix");
+        o.mask_suffix = args.Text("mask_suffix");
+        o.ignore_index = uint8_t(args.Int("ignore_index", 255, 0, 255));
+        FERRY_RETURN_IF_ERROR(args.Finish());
+        FERRY_RETURN_IF_ERROR(roots.CheckAny(o.images, "images folder"));  // URLs: before any request
+        FERRY_RETURN_IF_ERROR(roots.CheckAny(o.masks, "masks folder"));
+        if (!o.list.empty()) FERRY_RETURN_IF_ERROR(roots.CheckAny(o.list, "list"));
+        return OpenSegmentation(o, roots);
+      },
+  });
 }
 
 }  // namespace ferry

@@ -38,6 +38,7 @@
 //
 // Each shard keeps one fd open for the dataset's lifetime; ReadSample is a pread at
 // the image member's offset, so it is thread-safe.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -60,8 +61,11 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "data/dataset.h"
+#include "data/dataset_bases.h"
 #include "data/file_util.h"
 #include "data/read_ahead.h"
+#include "data/source.h"
+#include "data/data_roots.h"
 #include "store/disk_cache.h"
 #include "store/object_store.h"
 
@@ -181,7 +185,7 @@ struct Shard {
 // Splits a member path into WebDataset's key and extension (see "Grouping" above).
 bool SplitKey(std::string_view path, std::string_view* key, std::string_view* ext);
 
-class TarShardsDataset final : public Dataset {
+class TarShardsDataset final : public ListedDataset {
  public:
   // Per-sample location; members of one shard. INVARIANT: size <= kMaxSampleBytes.
   struct Location {
@@ -190,32 +194,25 @@ class TarShardsDataset final : public Dataset {
     uint32_t shard;
   };
 
-  TarShardsDataset(std::vector<Shard> shards, internal::StringTable members,
-                   std::vector<Location> locations, std::vector<int32_t> labels,
-                   std::vector<ListingIssue> issues, uint64_t fingerprint, std::vector<Location> text,
-                   std::vector<Location> json, std::vector<Location> mask, internal::StringTable mask_members)
-      : shards_(std::move(shards)),
+  TarShardsDataset(std::vector<Shard> shards, internal::StringTable members, std::vector<Location> locations,
+                   Listing listing, std::vector<Location> text, std::vector<Location> json, std::vector<Location> mask,
+                   internal::StringTable mask_members)
+      : ListedDataset(std::move(listing)),
+        shards_(std::move(shards)),
         members_(std::move(members)),
         locations_(std::move(locations)),
-        labels_(std::move(labels)),
-        issues_(std::move(issues)),
-        fingerprint_(fingerprint),
         text_(std::move(text)),
         json_(std::move(json)),
         mask_(std::move(mask)),
         mask_members_(std::move(mask_members)) {
     FERRY_CHECK(members_.size() == static_cast<int64_t>(locations_.size()));
-    FERRY_CHECK(locations_.size() == labels_.size());
+    FERRY_CHECK(locations_.size() == listing_.labels.size());
     FERRY_CHECK(text_.empty() || (text_.size() == locations_.size() && json_.size() == locations_.size()));
     FERRY_CHECK(mask_.empty() ||
                 (mask_.size() == locations_.size() && mask_members_.size() == int64_t(locations_.size())));
   }
 
   int64_t size() const override { return members_.size(); }
-  int32_t Label(int64_t index) const override {
-    FERRY_CHECK(index >= 0 && index < size());
-    return labels_[static_cast<size_t>(index)];
-  }
   std::string Path(int64_t index) const override {
     FERRY_CHECK(index >= 0 && index < size());
     std::string p = shards_[locations_[static_cast<size_t>(index)].shard].path;
@@ -238,10 +235,6 @@ class TarShardsDataset final : public Dataset {
     if (!s.ok()) return s.WithContext(Path(index));
     return s;
   }
-  const std::vector<std::string>& classes() const override { return no_classes_; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  const std::vector<ListingIssue>& listing_issues() const override { return issues_; }
-  std::string_view kind() const override { return kTarShardsKind; }
 
   bool has_annotations() const override { return !text_.empty() || !mask_.empty(); }
   Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
@@ -268,13 +261,9 @@ class TarShardsDataset final : public Dataset {
   const std::vector<Shard> shards_;
   const internal::StringTable members_;  // member path of each sample's image
   const std::vector<Location> locations_;
-  const std::vector<int32_t> labels_;
-  const std::vector<ListingIssue> issues_;
-  const uint64_t fingerprint_;
   const std::vector<Location> text_, json_;  // empty: no sample has a txt or json member
   const std::vector<Location> mask_;         // empty: no sample has a mask member
   const internal::StringTable mask_members_;  // each sample's mask member path ("" for none)
-  const std::vector<std::string> no_classes_;
 };
 
 // The text of a NUL-terminated (or full-width) header field.
@@ -672,14 +661,111 @@ Result<std::unique_ptr<Dataset>> OpenTarShards(const std::vector<std::string>& s
   if (!any_text) texts.clear(), jsons.clear();
   if (!any_mask) masks.clear(), mask_members = internal::StringTable();
   mask_members.ShrinkToFit();
+  // Members are read from the shards the open checked (by fd or by URL).
+  ListedDataset::Listing listing{.kind = kTarShardsKind,
+                                 .labels = std::move(labels),
+                                 .issues = std::move(issues),
+                                 .fingerprint = fp.Finish(),
+                                 .reads = SampleReads::kChecked};
   std::unique_ptr<Dataset> ds(new TarShardsDataset(std::move(shards), std::move(members), std::move(locations),
-                                                   std::move(labels), std::move(issues), fp.Finish(),
-                                                   std::move(texts), std::move(jsons), std::move(masks),
-                                                   std::move(mask_members)));
+                                                   std::move(listing), std::move(texts), std::move(jsons),
+                                                   std::move(masks), std::move(mask_members)));
   if (!any_remote) return ds;
   // Members of shards in object storage: each a Range request, fetched ahead.
   const store::StoreOptions& o = store::ObjectStore::Get().options();
   return WithReadAhead(std::move(ds), {o.read_ahead_requests, o.read_ahead_bytes});
 }
+
+namespace {
+
+// If `dir` holds at least one .tar file and no subdirectories, returns its .tar
+// files (full paths, sorted by name); otherwise returns an empty list.
+Result<std::vector<std::string>> TarShardsInDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return internal::ErrnoToStatus(errno, dir);
+  std::vector<std::string> names;
+  bool has_subdir = false;
+  int err = 0;
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      err = errno;
+      break;
+    }
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_LNK || e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir = ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (is_dir) {
+      has_subdir = true;
+      break;
+    }
+    if (internal::EndsWithIgnoreCase(name, ".tar")) names.emplace_back(name);
+  }
+  ::closedir(d);
+  if (err != 0) return internal::ErrnoToStatus(err, dir);
+  if (has_subdir) return std::vector<std::string>{};
+  std::sort(names.begin(), names.end());
+  for (std::string& n : names) n = internal::JoinPath(dir, n);
+  return names;
+}
+
+}  // namespace
+
+namespace internal {
+
+Result<std::vector<std::string>> ShardsOfPattern(const std::string& spec, const DataRoots& roots) {
+  std::vector<std::string> shards;
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string piece = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (piece.empty()) continue;
+    FERRY_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(piece));
+    for (std::string& shard : expanded) {
+      if (!internal::EndsWithIgnoreCase(shard, ".tar"))
+        return Status::InvalidArgument("dataset spec '" + spec + "': '" + shard + "' is not a .tar shard");
+      FERRY_RETURN_IF_ERROR(roots.CheckAny(shard, "shard"));  // a URL: before any request
+      shards.push_back(std::move(shard));
+    }
+  }
+  if (shards.empty()) return Status::InvalidArgument("dataset spec '" + spec + "' names no shards");
+  return shards;
+}
+
+}  // namespace internal
+
+void RegisterTarShardsSource() {
+  RegisterSource({
+      .name = std::string(kTarShardsKind),
+      .summary = "a .tar shard, a brace pattern or comma list of them, or a folder of .tar files",
+      .claims =
+          [](const SourceSpec& s) {
+            if (s.form == SpecForm::kPattern) return true;
+            if (!s.is_dir) return internal::EndsWithIgnoreCase(s.text, ".tar");
+            const Result<std::vector<std::string>> shards = TarShardsInDirectory(s.text);
+            return shards.ok() && !shards->empty();
+          },
+      .open = [](const SourceSpec& s, const DataRoots& roots) -> Result<std::unique_ptr<Dataset>> {
+        std::vector<std::string> shards;
+        if (s.form == SpecForm::kPattern) {
+          FERRY_ASSIGN_OR_RETURN(shards, internal::ShardsOfPattern(s.text, roots));
+        } else if (s.is_dir) {
+          FERRY_ASSIGN_OR_RETURN(shards, TarShardsInDirectory(s.text));
+          for (const std::string& shard : shards) FERRY_RETURN_IF_ERROR(roots.Check(shard, "shard"));
+        } else {
+          shards.push_back(s.text);
+        }
+        return OpenTarShards(shards);
+      },
+  });
+}
+
 
 }  // namespace ferry

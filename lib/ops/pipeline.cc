@@ -470,11 +470,13 @@ bool Pipeline::PlanOnTrainer(int64_t rows, int64_t valid, const int64_t* indices
 // ---------------------------------------------------------------------------------
 // CheckJob
 
-Status CheckJob(const JobSpec& job) {
+Status CheckJob(const JobSpec& job) { return CompileJob(job).status(); }
+
+Result<std::shared_ptr<const Pipeline>> CompileJob(const JobSpec& job) {
   FERRY_RETURN_IF_ERROR(job.Validate());
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> p, Pipeline::Compile(job.pipeline));
   if (job.geometric_targets()) FERRY_RETURN_IF_ERROR(p->CheckTargets());
-  if (job.synthetic()) return Status::OK();  // synthetic datasets name their own batch bytes
+  if (job.synthetic()) return p;  // synthetic datasets name their own batch bytes
   const int64_t row = int64_t(p->sample_bytes()) + 2 * int64_t(sizeof(int64_t)) + 4 * int64_t(p->num_classes());
   const int64_t bytes = int64_t(job.batch_size) * row;  // batch_size < 2^31, row < 2^40: no overflow
   if (bytes > JobSpec::kMaxBatchBytes)
@@ -482,7 +484,7 @@ Status CheckJob(const JobSpec& job) {
                                    std::to_string(row) + " bytes is " + std::to_string(bytes >> 20) +
                                    " MiB; the most is " + std::to_string(JobSpec::kMaxBatchBytes >> 20) +
                                    " MiB: use a smaller batch_size or image size");
-  return Status::OK();
+  return p;
 }
 
 }  // namespace ferry

@@ -158,7 +158,10 @@ class Pipeline {
 };
 
 // A job's full check where the ops are known: JobSpec::Validate, the pipeline's
-// Compile, and the batch's bytes (at most JobSpec::kMaxBatchBytes).
+// Compile (and its targets), and the batch's bytes (at most JobSpec::kMaxBatchBytes).
+// CompileJob returns the compiled pipeline (a process that runs the job keeps it:
+// pipeline/prepared_job.h); CheckJob is for those that only check (the dispatcher).
+Result<std::shared_ptr<const Pipeline>> CompileJob(const JobSpec& job);
 Status CheckJob(const JobSpec& job);
 
 }  // namespace ferry

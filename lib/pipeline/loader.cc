@@ -21,11 +21,12 @@ namespace ferry {
 
 class Loader::Impl {
  public:
-  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const Pipeline> pipeline,
+  Impl(const LoaderOptions& o, std::shared_ptr<const Dataset> ds, std::shared_ptr<const PreparedJob> prepared,
        std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<PythonPool> python)
       : opts_(WithListing(o, *ds)),
         python_(std::move(python)),
-        pipeline_(std::move(pipeline)),
+        prepared_(std::move(prepared)),
+        pipeline_(prepared_->pipeline()),
         tokenizer_(std::move(tokenizer)),
         shard_{o.shard_index, o.num_shards, o.first_epoch},
         dataset_(std::move(ds)),
@@ -68,7 +69,7 @@ class Loader::Impl {
 
   void Start() {
     const JobSpec& job = opts_.job;
-    const bool user = python_ != nullptr && dataset_->kind() == "python";  // a whole Dataset
+    const bool user = prepared_->source() == BatchSource::kUserCode;  // a whole Dataset
     // User code: a batch in flight per Python process (and the prefetch after them).
     const bool python = python_ != nullptr;
     const int in_flight = python ? std::max(opts_.prefetch, opts_.python.processes) : opts_.prefetch;
@@ -77,10 +78,10 @@ class Loader::Impl {
     const int threads = !python ? opts_.threads
                         : user  ? std::max(opts_.python.processes, 1)
                                 : (opts_.threads > 0 ? opts_.threads : AvailableCpus()) + opts_.python.processes;
-    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, user ? 0 : pipeline_->sample_bytes(),
-                                                        in_flight + 2, user ? 0 : pipeline_->num_classes());
+    allocator_ = std::make_shared<PooledBatchAllocator>(job.batch_size, prepared_->sample_bytes(), in_flight + 2,
+                                                        prepared_->num_classes());
     producer_ = std::make_unique<BatchProducer>(
-        dataset_, user ? nullptr : pipeline_, job.seed, Plan(), allocator_,
+        dataset_, prepared_->source(), prepared_->sample_pipeline(), job.seed, Plan(), allocator_,
         MakeDecodeArena(threads), in_flight,
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->SetTargets(job.targets);
@@ -189,6 +190,7 @@ class Loader::Impl {
 
   const LoaderOptions opts_;
   const std::shared_ptr<PythonPool> python_;  // user code's processes, or null
+  const std::shared_ptr<const PreparedJob> prepared_;
   const std::shared_ptr<const Pipeline> pipeline_;
   const std::shared_ptr<const Tokenizer> tokenizer_;  // the job's, if it asks for tokens
   const Shard shard_;
@@ -209,8 +211,7 @@ class Loader::Impl {
 };
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
-  FERRY_RETURN_IF_ERROR(CheckJob(options.job));
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> pipeline, Pipeline::Compile(options.job.pipeline));
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedJob> prepared, PreparedJob::Prepare(options.job));
   if (options.prefetch <= 0) return Status::InvalidArgument("prefetch must be > 0");
   if (options.threads < 0) return Status::InvalidArgument("threads must be >= 0");
   FERRY_RETURN_IF_ERROR((Shard{options.shard_index, options.num_shards, options.first_epoch}.Validate()));
@@ -220,22 +221,23 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     if (options.num_shards != 1)
       return Status::InvalidArgument("give ranks (job.num_consumers, rank) or shards, not both");
   }
+  // The trainer's own code runs in Python processes of this machine (like DataLoader's
+  // workers, but seeded per sample: the same batches as remote workers make).
   std::shared_ptr<PythonPool> python;
-  std::shared_ptr<const Dataset> ds;
-  if (options.job.user_code_job()) {
-    // The trainer's own code, in Python processes of this machine (like DataLoader's
-    // workers, but seeded per sample: the same batches as remote workers make).
-    FERRY_ASSIGN_OR_RETURN(JobSpec listed, ListJob(options.job));
-    python = std::make_shared<PythonPool>(options.python);
-    FERRY_ASSIGN_OR_RETURN(ds, OpenUserCode(python.get(), listed));
-  } else {
-    FERRY_ASSIGN_OR_RETURN(ds, OpenDataset(options.job.dataset));
-    if (options.job.has_user_code()) {  // Python steps after the pipeline
-      python = std::make_shared<PythonPool>(options.python);
-      FERRY_RETURN_IF_ERROR(CheckUserCode(python.get(), options.job));
-    }
-  }
-  FERRY_RETURN_IF_ERROR(CheckTargetSource(options.job.targets, *ds));
+  if (prepared->runs_python()) python = std::make_shared<PythonPool>(options.python);
+  DataOpeners openers;
+  openers.dataset = [](const std::string& spec) -> Result<std::shared_ptr<const Dataset>> {
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(spec));
+    return std::shared_ptr<const Dataset>(std::move(ds));
+  };
+  openers.user_code = [&python](const JobSpec& job) -> Result<std::shared_ptr<const Dataset>> {
+    FERRY_ASSIGN_OR_RETURN(JobSpec listed, ListJob(job));
+    return OpenUserCode(python.get(), listed);
+  };
+  openers.check_user_code = [&python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
+  openers.allow_synthetic = true;
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Dataset> ds, prepared->OpenData(openers));
+  FERRY_RETURN_IF_ERROR(prepared->CheckData(*ds));
   FERRY_RETURN_IF_ERROR(Impl::WithListing(options, *ds).job.CheckListed());
   // OpenCV runs its parallel loops on TBB, in whatever arena calls it; disabling them
   // keeps the parallelism per sample, where it is cheapest, and `threads` exact.
@@ -244,7 +246,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (!options.job.tokenizer.model.empty()) {
     FERRY_ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(options.job.tokenizer, DataRoots()));
   }
-  auto impl = std::make_unique<Impl>(options, std::move(ds), std::move(pipeline), std::move(tokenizer),
+  auto impl = std::make_unique<Impl>(options, std::move(ds), std::move(prepared), std::move(tokenizer),
                                      std::move(python));
   impl->Start();
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));

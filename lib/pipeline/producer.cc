@@ -205,11 +205,12 @@ std::shared_ptr<tbb::task_arena> MakeDecodeArena(int threads) {
 // ---------------------------------------------------------------------------------
 // BatchProducer
 
-BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Pipeline> pipeline,
-                             uint64_t seed,
+BatchProducer::BatchProducer(std::shared_ptr<const Dataset> dataset, BatchSource source,
+                             std::shared_ptr<const Pipeline> pipeline, uint64_t seed,
                              std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
                              std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done)
     : dataset_(std::move(dataset)),
+      source_(source),
       pipeline_(std::move(pipeline)),
       seed_(seed),
       sample_bytes_(pipeline_ != nullptr ? pipeline_->sample_bytes() : 0),
@@ -264,7 +265,7 @@ void BatchProducer::StopPlanning() {
 }
 
 void BatchProducer::Run() {
-  if (user_code_ != nullptr && dataset_->kind() == "python") return RunUserCode();
+  if (source_ == BatchSource::kUserCode) return RunUserCode();
   uint64_t seq = 0;
   Status status;
   for (;;) {
@@ -369,8 +370,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   const BatchMemory& m = b->memory;
   const std::vector<int64_t>& samples = b->plan.samples;
   const int n = int(samples.size());
-  if (dataset_->kind() == "synthetic") return FillSynthetic(b, memory_wait_ns);
-  if (user_code_ != nullptr && dataset_->kind() == "python") return FillUserCode(b, memory_wait_ns);
+  if (source_ == BatchSource::kSynthetic) return FillSynthetic(b, memory_wait_ns);
+  if (source_ == BatchSource::kUserCode) return FillUserCode(b, memory_wait_ns);
   PipelineStats* stats = stats_.get();
   std::vector<Status> status(static_cast<size_t>(n));
   std::vector<uint8_t> read_failed(static_cast<size_t>(n));

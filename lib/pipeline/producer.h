@@ -47,6 +47,7 @@
 #include "ops/targets.h"
 #include "pyrt/python_pool.h"
 #include "text/tokenizer.h"
+#include "pipeline/prepared_job.h"
 #include "pipeline/stats.h"
 
 namespace ferry {
@@ -228,13 +229,15 @@ class BatchProducer {
   // are final. `emit` is called in plan order, one
   // call at a time, from an arena thread; it must not block for long. `done` is
   // called once, after the last emit, with OK or the error that stopped production.
-  BatchProducer(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Pipeline> pipeline, uint64_t seed,
+  // `source` is the job's (PreparedJob::source()): how each batch is made.
+  BatchProducer(std::shared_ptr<const Dataset> dataset, BatchSource source, std::shared_ptr<const Pipeline> pipeline,
+                uint64_t seed,
                 std::unique_ptr<PlanSource> plans, std::shared_ptr<BatchAllocator> allocator,
                 std::shared_ptr<tbb::task_arena> arena, int max_in_flight, EmitFn emit, DoneFn done);
   // Stops and waits for every task of this producer to finish.
   ~BatchProducer();
 
-  // Synthetic datasets (kind() "synthetic"): instead of decoding, each batch's rows
+  // Synthetic jobs (BatchSource::kSynthetic): instead of decoding, each batch's rows
   // are filled with a byte pattern and the batch takes `cost_us` of wall time, so a
   // worker emits batches at a fixed rate (the scaling benchmark). Before Start().
   void SetSyntheticBatchCost(int64_t cost_us) { synthetic_cost_us_ = cost_us; }
@@ -247,7 +250,7 @@ class BatchProducer {
   // Tokenizes each sample's caption into SampleTargets::tokens (the "tokens" target).
   void SetTokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
   // User code (JobSpec::user_code): `pool` makes each batch; of a whole Dataset
-  // (a "python" dataset) with no pipeline (it may be null), else from the rows the
+  // (BatchSource::kUserCode) with no pipeline (it may be null), else from the rows the
   // pipeline made (UserCodeSpec::input). Before Start().
   void SetUserCode(std::shared_ptr<PythonPool> pool, JobSpec job) {
     user_code_ = std::move(pool);
@@ -287,6 +290,7 @@ class BatchProducer {
   void DropHeld() LOCKS_EXCLUDED(emit_mu_);
 
   const std::shared_ptr<const Dataset> dataset_;
+  const BatchSource source_;
   const std::shared_ptr<const Pipeline> pipeline_;
   const uint64_t seed_;
   const size_t sample_bytes_;

@@ -251,27 +251,20 @@ std::shared_ptr<WorkerJob> DispatcherLink::OpenJob(const wire::NamedJob& j) cons
   job->opened = std::chrono::steady_clock::now();
   job->name = j.name;
   job->spec = j.job;
-  if (j.job.synthetic()) {
-    if (!o_.allow_synthetic) {
-      job->status = SyntheticRefused();
-      return job;
-    }
-    job->dataset = std::shared_ptr<const Dataset>(MakeSyntheticDataset(j.job.num_samples));
+  // Compiled once here, for every stream of the job on this worker.
+  Result<std::shared_ptr<const PreparedJob>> prepared = PreparedJob::Prepare(j.job);
+  if (!prepared.ok()) {
+    job->status = prepared.status();
     return job;
   }
-  if (j.job.user_code_job()) {
-    auto ds = o_.open_user_code ? o_.open_user_code(j.job) : Result<std::shared_ptr<const Dataset>>(UserCodeRefused());
-    if (ds.ok()) job->dataset = *ds;
-    else job->status = ds.status();
-    return job;
-  }
-  if (j.job.has_user_code()) {  // the steps after the pipeline: their code must load here
-    job->status = o_.check_user_code ? o_.check_user_code(j.job) : UserCodeRefused();
-    if (!job->status.ok()) return job;
-  }
-  auto ds = o_.open_dataset(j.job.dataset);
+  job->prepared = std::move(*prepared);
+  auto ds = job->prepared->OpenData(o_.data);
   if (!ds.ok()) {
     job->status = ds.status();
+    return job;
+  }
+  if (job->prepared->source() != BatchSource::kDecode && job->prepared->source() != BatchSource::kDecodeThenPython) {
+    job->dataset = *ds;  // synthetic and user-code samples: listed by their count alone
     return job;
   }
   job->status = CheckListing(j.job, **ds);

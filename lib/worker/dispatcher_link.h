@@ -39,18 +39,12 @@ struct LinkOptions {
   std::string advertise;   // where clients reach this worker's data plane
   // Hybrid: a trainer's own worker, leasing only this consumer's splits of this job.
   std::string serves_job, serves_consumer;
-  std::function<Result<std::shared_ptr<const Dataset>>(const std::string&)> open_dataset;
+  // Where jobs' data is opened (a synthetic job needs data.allow_synthetic; a user-code
+  // job, data.user_code or data.check_user_code: unset, it is refused).
+  DataOpeners data;
   // The job's tokenizer (null: it asks for none). Unset: a job with a tokenizer is
   // refused.
   std::function<Result<std::shared_ptr<const Tokenizer>>(const JobSpec&)> open_tokenizer;
-  // Whether jobs of "synthetic:" datasets are served (benchmarks); else such a job is
-  // refused like a dataset that cannot be opened.
-  bool allow_synthetic = false;
-  // A user-code job's dataset, once its code loaded (OpenUserCode); unset: such jobs
-  // are refused (no --allow-user-code).
-  std::function<Result<std::shared_ptr<const Dataset>>(const JobSpec&)> open_user_code;
-  // And of a job whose Python steps follow the native pipeline: its code loads.
-  std::function<Status(const JobSpec&)> check_user_code;
   // The worker's production figures, sent with each heartbeat (the dispatcher's
   // advice); may be empty.
   std::function<wire::WorkerLoad()> load;

@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "ferry/job.h"
 #include "ferry/status.h"
+#include "pipeline/prepared_job.h"
 #include "pipeline/split_plan.h"
 #include "text/tokenizer.h"
 
@@ -21,6 +22,7 @@ namespace ferry {
 struct WorkerJob {
   std::string name;
   JobSpec spec;
+  std::shared_ptr<const PreparedJob> prepared;  // the spec compiled, once for all its streams
   std::shared_ptr<const Dataset> dataset;
   std::shared_ptr<const Tokenizer> tokenizer;  // the job's "tokens" target's, or null
   Status status;  // not OK: this worker cannot serve the job (and says why)

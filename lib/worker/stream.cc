@@ -15,7 +15,9 @@ WorkerStream::~WorkerStream() { Closed(); }
 void WorkerStream::Open(wire::OpenStreamMsg m, int64_t now_ns) {
   if (state_ != State::kNew) return;
   state_ = State::kOpening;
-  if (Status st = core_->Admit(m); !st.ok()) return Refuse(st);
+  Result<std::shared_ptr<const PreparedJob>> admitted = core_->Admit(m);
+  if (!admitted.ok()) return Refuse(admitted.status());
+  prepared_ = std::move(*admitted);
   msg_ = std::move(m);
   // The client may grant credits as soon as it has sent OpenStream (its consumer
   // takes batches prefetched before a reconnect), so they count while the stream opens.
@@ -32,17 +34,13 @@ void WorkerStream::Open(wire::OpenStreamMsg m, int64_t now_ns) {
   // Listing can take a second on ImageNet-sized trees: off the io thread.
   std::weak_ptr<WorkerStream> weak = weak_from_this();
   WorkerCore* core = core_;
-  core_->env().run_blocking([weak, core, job = msg_.job] {
+  core_->env().run_blocking([weak, core, prepared = prepared_] {
     // User code: its "listing" is loading it in a Python process (an import error
     // refuses the stream at once, naming the module).
-    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(
-        job.user_code_job() ? OpenUserCode(core->env().python.get(), job) : core->datasets().Open(job.dataset));
-    if (ds->ok() && job.has_user_code() && !job.user_code_job()) {
-      if (Status st = CheckUserCode(core->env().python.get(), job); !st.ok()) *ds = st;
-    }
+    auto ds = std::make_shared<Result<std::shared_ptr<const Dataset>>>(prepared->OpenData(core->openers()));
     // A model to load too (off the io thread as well), once the dataset opened.
     auto tok = std::make_shared<Result<std::shared_ptr<const Tokenizer>>>(std::shared_ptr<const Tokenizer>());
-    if (ds->ok()) *tok = core->datasets().OpenTokenizer(job);
+    if (ds->ok()) *tok = core->datasets().OpenTokenizer(prepared->spec());
     core->env().post([weak, ds, tok] {
       if (auto self = weak.lock()) self->StartInline(std::move(*ds), std::move(*tok));
     });
@@ -63,7 +61,7 @@ void WorkerStream::StartInline(Result<std::shared_ptr<const Dataset>> ds,
   if (state_ != State::kOpening) return;
   if (!ds.ok()) return Refuse(ds.status());
   if (!tokenizer.ok()) return Refuse(tokenizer.status());
-  Result<StreamSource> source = InlineStream(msg_, std::move(*ds));
+  Result<StreamSource> source = InlineStream(msg_, prepared_, std::move(*ds));
   if (!source.ok()) return Refuse(source.status());
   source->tokenizer = std::move(*tokenizer);
   StartProducer(std::move(*source));
@@ -100,14 +98,14 @@ void WorkerStream::WaitForJob(int64_t now_ns) {
 }
 
 void WorkerStream::StartProducer(StreamSource source) {
-  if (Status st = CheckJob(source.job); !st.ok()) return Refuse(st);  // a dispatcher's job, too
-  user_code_ = source.job.has_user_code();
-  const bool whole = source.job.user_code_job();  // no pipeline: the Dataset is Python's
+  // Compiled and checked once: when the stream was admitted (inline), or when the
+  // worker learnt of the dispatcher's job (DispatcherLink::OpenJob).
+  if (source.prepared == nullptr) return Refuse(Status::Internal("the stream's job was not prepared"));
+  const PreparedJob& prepared = *source.prepared;
+  user_code_ = prepared.runs_python();
   if (user_code_ && core_->env().python == nullptr) return Refuse(UserCodeRefused());
-  Result<std::shared_ptr<const Pipeline>> compiled = Pipeline::Compile(source.job.pipeline);
-  if (!compiled.ok()) return Refuse(compiled.status());
-  pipeline_ = std::move(*compiled);
-  if (Status st = CheckTargetSource(source.job.targets, *source.dataset); !st.ok()) return Refuse(st);
+  pipeline_ = prepared.pipeline();
+  if (Status st = prepared.CheckData(*source.dataset); !st.ok()) return Refuse(st);
   targets_ = source.job.targets;
   token_length_ = source.job.tokenizer.length;
   token_pad_ = source.tokenizer != nullptr ? source.tokenizer->pad_id() : 0;
@@ -120,8 +118,8 @@ void WorkerStream::StartProducer(StreamSource source) {
   const int buffers = core_->buffers();
   // User code: the pixels are the Python processes' memory; these buffers hold the
   // rows' indices (and bound the batches in flight).
-  auto allocator = std::make_shared<PooledBatchAllocator>(
-      source.job.batch_size, whole ? 0 : pipeline_->sample_bytes(), buffers, whole ? 0 : pipeline_->num_classes());
+  auto allocator = std::make_shared<PooledBatchAllocator>(source.job.batch_size, prepared.sample_bytes(), buffers,
+                                                          prepared.num_classes());
   if (Status st = Reserve(uint64_t(buffers) * allocator->buffer_bytes()); !st.ok()) return Refuse(st);
   outbox_.SetSource(source.splits, source.last_epoch);
   std::weak_ptr<WorkerStream> weak = weak_from_this();
@@ -132,7 +130,7 @@ void WorkerStream::StartProducer(StreamSource source) {
   // User code: a batch in flight per Python process (each waits on its process).
   const int in_flight = user_code_ ? std::max(2, core_->env().python->options().processes) : 2;
   producer_ = std::make_unique<BatchProducer>(
-      std::move(source.dataset), whole ? nullptr : pipeline_, source.job.seed, std::move(source.plan),
+      std::move(source.dataset), prepared.source(), prepared.sample_pipeline(), source.job.seed, std::move(source.plan),
       std::move(allocator), core_->arena(), in_flight,
       [weak, post](ProducedBatch&& b) {
         auto shared = std::make_shared<ProducedBatch>(std::move(b));

@@ -90,6 +90,7 @@ class WorkerStream : public std::enable_shared_from_this<WorkerStream> {
   StreamHost* const host_;
   State state_ = State::kNew;
   wire::OpenStreamMsg msg_;
+  std::shared_ptr<const PreparedJob> prepared_;  // an inline job's, from Admit
   std::shared_ptr<const Pipeline> pipeline_;
   std::vector<std::string> targets_;  // the job's (JobSpec::targets)
   bool user_code_ = false;            // the job's batches are its Python code's

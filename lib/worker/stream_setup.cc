@@ -6,18 +6,20 @@
 
 namespace ferry {
 
-Status CheckInlineStream(const wire::OpenStreamMsg& m) {
-  FERRY_RETURN_IF_ERROR(CheckJob(m.job));
+Result<std::shared_ptr<const PreparedJob>> PrepareInlineStream(const wire::OpenStreamMsg& m) {
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedJob> prepared, PreparedJob::Prepare(m.job));
   if (m.num_shards == 0 || m.shard_index >= m.num_shards)
     return Status::InvalidArgument("shard_index must be in [0, num_shards)");
   if (m.job.ranked() && m.rank >= uint32_t(m.job.num_consumers))
     return Status::InvalidArgument("rank must be in [0, num_consumers)");
-  return Status::OK();
+  return prepared;
 }
 
-Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<const Dataset> dataset) {
+Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<const PreparedJob> prepared,
+                                  std::shared_ptr<const Dataset> dataset) {
   FERRY_RETURN_IF_ERROR(CheckListing(m.job, *dataset));
   StreamSource s;
+  s.prepared = std::move(prepared);
   s.job = m.job;
   s.job.num_samples = dataset->size();
   if (!m.job.synthetic()) s.job.fingerprint = JobFingerprint(dataset->fingerprint(), m.job.pipeline);
@@ -38,6 +40,7 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
 
 StreamSource NamedStream(const WorkerJob& job, const std::shared_ptr<SplitFeed>& feed, const std::string& worker_id) {
   StreamSource s;
+  s.prepared = job.prepared;
   s.dataset = job.dataset;
   s.tokenizer = job.tokenizer;
   s.job = job.spec;

@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "ferry/job.h"
 #include "ferry/status.h"
+#include "pipeline/prepared_job.h"
 #include "pipeline/producer.h"
 #include "pipeline/split_plan.h"
 #include "wire/codec.h"
@@ -26,6 +27,7 @@
 namespace ferry {
 
 struct StreamSource {
+  std::shared_ptr<const PreparedJob> prepared;  // the job, compiled once
   std::shared_ptr<const Dataset> dataset;
   std::shared_ptr<const Tokenizer> tokenizer;  // the job's "tokens" target's, or null
   JobSpec job;      // batch size, pipeline; `seed` is the augmentation's seed
@@ -34,12 +36,14 @@ struct StreamSource {
   bool splits = false;      // it serves leased splits (no EndOfEpoch frames)
 };
 
-// Checks an inline OpenStream before its dataset is listed.
-Status CheckInlineStream(const wire::OpenStreamMsg& m);
+// Checks an inline OpenStream before its dataset is listed, and compiles its job (once:
+// the stream keeps it).
+Result<std::shared_ptr<const PreparedJob>> PrepareInlineStream(const wire::OpenStreamMsg& m);
 
 // Point to point, once the dataset is open. FailedPrecondition if it does not list
 // what the client expects.
-Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<const Dataset> dataset);
+Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<const PreparedJob> prepared,
+                                  std::shared_ptr<const Dataset> dataset);
 
 // A dispatcher job. `feed` is the stream's (job, consumer) feed; the stream takes it
 // over (SplitFeed::Attach). REQUIRES: job.status.ok().

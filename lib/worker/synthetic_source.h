@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "ferry/status.h"
+#include "pipeline/prepared_job.h"  // SyntheticRefused
 #include "wire/codec.h"
 #include "wire/message.h"
 
@@ -19,10 +20,6 @@ namespace ferry {
 // Why a worker started without --allow-synthetic refuses a "synthetic:" dataset: a
 // synthetic job costs a worker memory and io time but reads no file, so any client
 // could use one to load it; only benchmarks need them.
-inline Status SyntheticRefused() {
-  return Status(StatusCode::kPermissionDenied,
-                "this worker serves no synthetic: datasets (benchmarks start it with --allow-synthetic)");
-}
 
 class SyntheticSource {
  public:

@@ -40,19 +40,31 @@ Result<std::shared_ptr<const Tokenizer>> DatasetCache::OpenTokenizer(const JobSp
 WorkerCore::WorkerCore(WorkerCoreOptions o, WorkerEnv env, DatasetCache* datasets, JobSource* jobs)
     : o_(o), env_(std::move(env)), datasets_(datasets), jobs_(jobs) {}
 
-Status WorkerCore::Admit(const wire::OpenStreamMsg& m) const {
+Result<std::shared_ptr<const PreparedJob>> WorkerCore::Admit(const wire::OpenStreamMsg& m) const {
   if (m.by_name && jobs_ == nullptr)
     return Status::Unimplemented("this worker has no dispatcher (--dispatcher): give the job inline");
   if (draining_) return Status::Unavailable("worker is draining");
   FERRY_RETURN_IF_ERROR(CheckOptionalName("consumer id", m.consumer_id));
   if (m.by_name) {
     if (m.consumer_id.empty()) return Status::InvalidArgument("a stream by job name needs a consumer id");
-    return CheckName("job name", m.job_name);
+    FERRY_RETURN_IF_ERROR(CheckName("job name", m.job_name));
+    return std::shared_ptr<const PreparedJob>();
   }
-  FERRY_RETURN_IF_ERROR(CheckInlineStream(m));
-  if (m.job.synthetic() && !o_.allow_synthetic) return SyntheticRefused();
-  if (m.job.has_user_code() && env_.python == nullptr) return UserCodeRefused();
-  return Status::OK();
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedJob> prepared, PrepareInlineStream(m));
+  if (prepared->source() == BatchSource::kSynthetic && !o_.allow_synthetic) return SyntheticRefused();
+  if (prepared->runs_python() && env_.python == nullptr) return UserCodeRefused();
+  return prepared;
+}
+
+DataOpeners WorkerCore::openers() const {
+  DataOpeners o;
+  o.dataset = [datasets = datasets_](const std::string& spec) { return datasets->Open(spec); };
+  if (env_.python != nullptr) {
+    o.user_code = [python = env_.python](const JobSpec& job) { return OpenUserCode(python.get(), job); };
+    o.check_user_code = [python = env_.python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
+  }
+  o.allow_synthetic = o_.allow_synthetic;
+  return o;
 }
 
 

@@ -108,7 +108,11 @@ class WorkerCore {
   // by name needs a dispatcher and a consumer id; names follow core/names.h; an inline
   // job must be one a worker can run; synthetic datasets need allow_synthetic; a
   // draining worker opens nothing.
-  Status Admit(const wire::OpenStreamMsg& m) const;
+  // An inline job comes back compiled (PrepareInlineStream); a job by name, null.
+  Result<std::shared_ptr<const PreparedJob>> Admit(const wire::OpenStreamMsg& m) const;
+  // Where this worker opens a job's data: its dataset cache, its Python processes
+  // (none without --allow-user-code), synthetic data with allow_synthetic.
+  DataOpeners openers() const;
 
   // A stream's batch memory, taken when it opens and given back when it closes.
   // ResourceExhausted past the budget, saying what the stream needs and what is left.

@@ -124,7 +124,9 @@ TEST(ReadAheadTest, ASampleTakenBeforeItsFetchIsReadOnceAndUnplannedReadsGoStrai
   ASSERT_TRUE(ds->ReadSample(40, &bytes).ok()) << "never planned";
   EXPECT_EQ(bytes, inner->Bytes(40));
   for (int64_t i = 0; i < 19; ++i) {
-    if (i != 13) ASSERT_TRUE(ds->ReadSample(i, &bytes).ok());
+    if (i != 13) {
+      ASSERT_TRUE(ds->ReadSample(i, &bytes).ok());
+    }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(inner->reads(i), i == 13 ? inner->reads(13) : 1) << i;

@@ -79,7 +79,7 @@ class DispatcherLinkTest : public ::testing::Test {
     o.dispatcher = "fake:1";
     o.worker_id = "w1";
     o.advertise = "127.0.0.1:1";
-    o.open_dataset = open ? open : [](const std::string&) -> Result<std::shared_ptr<const Dataset>> {
+    o.data.dataset = open ? open : [](const std::string&) -> Result<std::shared_ptr<const Dataset>> {
       return std::shared_ptr<const Dataset>(MakeSyntheticDataset(40));
     };
     o.call = [this](const wire::OutFrame& f) { return fake_.Call(f); };

@@ -39,24 +39,27 @@ std::vector<BatchPlan> All(PlanSource& plan, size_t max = 1000) {
 }
 
 TEST(StreamSetupTest, InlineRequestsAreChecked) {
-  EXPECT_TRUE(CheckInlineStream(Inline()).ok());
+  Result<std::shared_ptr<const PreparedJob>> prepared = PrepareInlineStream(Inline());
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_EQ((*prepared)->source(), BatchSource::kSynthetic);
+  EXPECT_NE((*prepared)->pipeline(), nullptr) << "compiled once, kept for the stream";
   wire::OpenStreamMsg m = Inline();
   m.shard_index = 2;
-  EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrepareInlineStream(m).status().code(), StatusCode::kInvalidArgument);
   m = Inline();
   m.num_shards = 0;
-  EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrepareInlineStream(m).status().code(), StatusCode::kInvalidArgument);
   m = Inline();
   m.job.batch_size = 0;
-  EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrepareInlineStream(m).status().code(), StatusCode::kInvalidArgument);
   m = Inline();
   m.job.pipeline.Add("hflip", R"({"p": 2})");  // p out of [0, 1]: the ops are checked
-  EXPECT_EQ(CheckInlineStream(m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrepareInlineStream(m).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(StreamSetupTest, AnInlineStreamServesItsShardOfEachEpoch) {
   std::shared_ptr<const Dataset> ds(MakeSyntheticDataset(20));
-  Result<StreamSource> s = InlineStream(Inline(), ds);
+  Result<StreamSource> s = InlineStream(Inline(), *PrepareInlineStream(Inline()), ds);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_FALSE(s->splits);
   EXPECT_EQ(s->last_epoch, 6) << "epochs 5 and 6";
@@ -75,7 +78,7 @@ TEST(StreamSetupTest, AResumedStreamStartsAfterWhatTheClientYielded) {
   wire::OpenStreamMsg m = Inline();
   m.resume_epoch = 5;
   m.resume_batches_done = 2;
-  Result<StreamSource> s = InlineStream(m, ds);
+  Result<StreamSource> s = InlineStream(m, *PrepareInlineStream(m), ds);
   ASSERT_TRUE(s.ok());
   const std::vector<BatchPlan> plans = All(*s->plan);
   ASSERT_EQ(plans.size(), 4u);
@@ -92,9 +95,9 @@ TEST(StreamSetupTest, AListingThatDiffersFromTheClientsIsRefused) {
   wire::OpenStreamMsg m = Inline();
   m.job.dataset = dir.path();
   m.job.fingerprint = JobFingerprint(shared->fingerprint(), m.job.pipeline);
-  EXPECT_TRUE(InlineStream(m, shared).ok());
+  EXPECT_TRUE(InlineStream(m, *PrepareInlineStream(m), shared).ok());
   m.job.fingerprint ^= 1;
-  EXPECT_EQ(InlineStream(m, shared).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(InlineStream(m, *PrepareInlineStream(m), shared).status().code(), StatusCode::kFailedPrecondition);
 }
 
 WorkerJob Named(ProcessingMode mode) {
@@ -107,6 +110,7 @@ WorkerJob Named(ProcessingMode mode) {
   j.spec.mode = mode;
   j.spec.epochs = 1;
   j.dataset = std::shared_ptr<const Dataset>(MakeSyntheticDataset(24));
+  j.prepared = *PreparedJob::Prepare(j.spec);
   return j;
 }
 

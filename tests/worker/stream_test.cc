@@ -335,6 +335,7 @@ TEST_F(StreamTest, ANamedStreamServesTheSplitsLeasedToItsConsumer) {
   job->spec.num_samples = 10;
   job->spec.epochs = 1;
   job->dataset = *ds;
+  job->prepared = *PreparedJob::Prepare(job->spec);
   jobs_.jobs["job"] = job;
   FakeHost host;
   auto s = NewStream(&host);
