@@ -29,12 +29,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
+from shards import write_shards  # noqa: E402  (the tests' shard writer: the same shards)
 
 RANDAUG = {"decode": "rgb", "ops": [{"op": "random_resized_crop", "size": 224}, {"op": "hflip", "p": 0.5},
                                     {"op": "rand_augment", "num_ops": 2, "magnitude": 9},
@@ -81,24 +82,10 @@ def build(data, n, work):
     shards = os.path.join(work, "shards")
     os.makedirs(shards)
     files = sample_files(data, n)
-    classes = sorted({c for c, _ in files})
     for c, f in files:
         os.makedirs(os.path.join(tree, c), exist_ok=True)
         shutil.copy(os.path.join(data, c, f), os.path.join(tree, c, f))
-    per = 100
-    names = []
-    for s in range(0, len(files), per):
-        name = "shard-%03d.tar" % (s // per)
-        names.append(name)
-        with tarfile.open(os.path.join(shards, name), "w") as tar:
-            for c, f in files[s:s + per]:
-                key = "%s_%s" % (c, f.split(".")[0])
-                tar.add(os.path.join(tree, c, f), arcname=key + ".jpg")
-                cls = os.path.join(work, "cls")
-                with open(cls, "w") as out:
-                    out.write(str(classes.index(c)))
-                tar.add(cls, arcname=key + ".cls")
-    return tree, shards, names
+    return tree, shards, write_shards(tree, shards, per_shard=100)
 
 
 def cpu_seconds(pid):

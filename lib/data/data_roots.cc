@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "core/strings.h"
 #include "data/dataset.h"
 #include "data/dataset_bases.h"
 #include "data/file_util.h"
@@ -118,13 +119,6 @@ Status DataRoots::Check(std::string_view path, std::string_view what) const {
 
 namespace {
 
-bool LowerStartsWith(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  return true;
-}
-
 // A host no job may name: link-local addresses (the clouds' metadata services answer
 // at 169.254.169.254 and fd00:ec2::254) and the metadata services' names.
 bool ForbiddenHost(std::string host) {
@@ -132,13 +126,13 @@ bool ForbiddenHost(std::string host) {
   if (!host.empty() && host.front() == '[') {  // [v6]:port
     const size_t close = host.find(']');
     host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
-    return LowerStartsWith(host, "fe8") || LowerStartsWith(host, "fe9") || LowerStartsWith(host, "fea") ||
-           LowerStartsWith(host, "feb") || host == "fd00:ec2::254" || host.find("169.254.") != std::string::npos;
+    return StartsWithNoCase(host, "fe8") || StartsWithNoCase(host, "fe9") || StartsWithNoCase(host, "fea") ||
+           StartsWithNoCase(host, "feb") || host == "fd00:ec2::254" || host.find("169.254.") != std::string::npos;
   }
   const size_t colon = host.find(':');
   if (colon != std::string::npos) host.resize(colon);
   while (!host.empty() && host.back() == '.') host.pop_back();
-  return LowerStartsWith(host, "169.254.") || host == "metadata.google.internal" || host == "metadata" ||
+  return StartsWithNoCase(host, "169.254.") || host == "metadata.google.internal" || host == "metadata" ||
          host == "metadata.azure.internal" || host == "100.100.100.200" || host == "instance-data" ||
          host == "instance-data.ec2.internal";
 }

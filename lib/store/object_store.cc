@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "core/strings.h"
 #include "store/disk_cache.h"
 
 namespace ferry::store {
@@ -54,13 +55,6 @@ std::string Encode(std::string_view s, bool keep_slash) {
     }
   }
   return out;
-}
-
-bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  return true;
 }
 
 // S3's bucket naming rules (3-63 of [a-z0-9.-], starting and ending with a letter or

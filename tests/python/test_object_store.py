@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -16,26 +17,15 @@ import torch
 
 from conftest import Daemons
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "s3"))
+from shards import write_shards  # noqa: E402  (the benchmark writes its shards the same way)
+
 DENIED = "class_01/00001.jpg"  # the test user's policy denies GetObject on this one
 
 
 def make_shards(tree, root, shards=3):
     """WebDataset shards of the tree's samples, in listing order: key.jpg + key.cls."""
-    import tarfile
-    os.makedirs(root, exist_ok=True)
-    classes = sorted(os.listdir(tree))
-    samples = [(c, f) for c in classes for f in sorted(os.listdir(os.path.join(tree, c)))]
-    per = (len(samples) + shards - 1) // shards
-    for s in range(shards):
-        with tarfile.open(os.path.join(root, "shard-%03d.tar" % s), "w") as tar:
-            for c, f in samples[s * per:(s + 1) * per]:
-                key = "%s_%s" % (c, f.split(".")[0])
-                tar.add(os.path.join(tree, c, f), arcname=key + ".jpg")
-                cls = os.path.join(root, "cls.tmp")
-                with open(cls, "w") as out:
-                    out.write(str(classes.index(c)))
-                tar.add(cls, arcname=key + ".cls")
-                os.remove(cls)
+    write_shards(tree, root, shards=shards)
     return root
 
 
