@@ -96,6 +96,11 @@ enum Ordering {
   deterministic @1;
 }
 
+enum Sharing {
+  splits @0;
+  every @1;
+}
+
 # A job: everything needed to produce the same samples, in the same order, with the
 # same pixels, batched the same way (ferry::JobSpec, include/ferry/job.h).
 struct Job {
@@ -119,6 +124,7 @@ struct Job {
   targets @17 :List(Text);      # JobSpec::targets: the batch fields to carry
   tokenizer @18 :Tokenizer;     # JobSpec::tokenizer (the "tokens" target); absent: none
   userCode @19 :UserCode;       # JobSpec::user_code (a "python:" dataset); absent: none
+  sharing @20 :Sharing;         # JobSpec::sharing
 }
 
 struct ResumeState {

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
                  "batch memory of all streams together, e.g. 8GB or 512MB; a stream past it is refused "
                  "(default: 3/4 of the container's or machine's memory)")
       ->transform(CLI::AsSizeValue(false));
+  app.add_option("--share-window", o.share_window_bytes,
+                 "batches kept for a sweep's trainers (jobs shared every batch) to take without decoding again, "
+                 "e.g. 2GB; 0: none (default 1GB)")
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds allowed for Hello and OpenStream");
   app.add_option("--drain-timeout", o.drain_timeout_s, "seconds SIGTERM waits for clients to take their batches");
   app.add_option("--id", o.id, "name reported to clients");

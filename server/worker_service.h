@@ -50,6 +50,9 @@ struct WorkerOptions {
   // ResourceExhausted, rather than the worker dying of bad_alloc or the OOM killer.
   // 0: 3/4 of the memory the worker may use (the container's limit, or the machine's).
   uint64_t max_memory_bytes = 0;
+  // The batches a sweep's lanes (JobSpec::sharing every) share: made once, copied to
+  // each lane that asks while they are here. 0: none shared.
+  uint64_t share_window_bytes = uint64_t{1} << 30;
   double drain_timeout_s = 60;     // Drain(): how long to wait for clients to read
   std::string id = "ferry-worker";
   // Dispatcher mode: register with this dispatcher (HOST:PORT) and serve the splits it

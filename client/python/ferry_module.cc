@@ -346,12 +346,12 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
 }
 
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs, targets,
-// world_size (num_consumers), deterministic, batches_per_split, job_first_epoch,
+// world_size (num_consumers), deterministic, sharing, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known),
 // tokenizer_model, tokenizer_length, tokenizer_add_bos, tokenizer_add_eos, tokenizer_pad_id.
 JobSpec JobFrom(Options& o) {
   JobSpec job;
-  std::string pipeline = "imagenet-train", last_batch = "drop", bad_samples = "skip";
+  std::string pipeline = "imagenet-train", last_batch = "drop", bad_samples = "skip", sharing = "splits";
   bool deterministic = false;
   o.Get("data", &job.dataset);
   o.Get("pipeline", &pipeline);
@@ -363,6 +363,7 @@ JobSpec JobFrom(Options& o) {
   o.Get("epochs", &job.epochs);
   o.Get("world_size", &job.num_consumers);
   o.Get("deterministic", &deterministic);
+  o.Get("sharing", &sharing);
   o.Get("batches_per_split", &job.batches_per_split);
   o.Get("job_first_epoch", &job.first_epoch);
   o.Get("taken", &job.taken);
@@ -380,6 +381,10 @@ JobSpec JobFrom(Options& o) {
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));
   job.ordering = deterministic ? Ordering::kDeterministic : Ordering::kArrival;
+  if (sharing != "splits" && sharing != "every")
+    throw py::value_error("sharing must be \"splits\" (the consumers split each epoch) or \"every\" (a sweep: "
+                          "every trainer takes every batch), not \"" + sharing.substr(0, 32) + "\"");
+  job.sharing = sharing == "every" ? Sharing::kEvery : Sharing::kSplits;
   return job;
 }
 
@@ -420,6 +425,7 @@ std::unique_ptr<PyIterator> Connect(const py::dict& options) {
   in.Get("credits", &o.credits);
   in.Get("token_file", &o.token_file);
   in.Get("consumer_id", &o.consumer_id);
+  in.Get("trainer_id", &o.trainer_id);
   in.Get("resume_state", &o.resume_state);
   // Receive buffers from C functions with cudaHostAlloc's and cudaFreeHost's
   // signatures (addresses, as ctypes gives them): pinned memory, so that a batch is

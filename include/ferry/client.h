@@ -100,6 +100,10 @@ struct ClientOptions {
   // Point to point: "ferry-client" when empty. Dispatcher: a random id when empty (a
   // resumed state brings its own).
   std::string consumer_id;
+  // A sweep (job.sharing == Sharing::kEvery): this trainer's name. It reads every
+  // batch through its lane, the dispatcher job "<job_name>/<trainer_id>" (a saved
+  // state names the lane). Empty: the consumer id (a trainer of ranks must name itself).
+  std::string trainer_id;
 };
 
 // What a dispatcher-mode client has yielded, enough to resume exactly: every split of

@@ -63,6 +63,19 @@ enum class Ordering : uint8_t {
   kDeterministic = 1,  // (epoch, split, batch) order: the same sequence whatever the workers
 };
 
+// How a dispatcher job's batches go to its consumers. The values are the wire's.
+enum class Sharing : uint8_t {
+  kSplits = 0,  // each batch to one consumer: the consumers split every epoch
+  // A sweep: every trainer takes every batch, each exactly once. Each trainer reads
+  // through a lane of its own, the dispatcher job "<job name>/<trainer>" (its
+  // exactly-once, resume and kills are an ordinary job's); the dispatcher places a
+  // split of every lane on the worker that holds it for another lane, and a worker
+  // keeps a window of the batches it made (--share-window-bytes), so that lanes that
+  // keep pace are served one decoding. A lane that falls behind the window has its
+  // batches made again: the same bytes, since content is deterministic.
+  kEvery = 1,
+};
+
 // What happens to a sample that cannot be read or decoded (it is always reported, by
 // path and reason). The values are the wire's.
 enum class BadSamples : uint8_t {
@@ -152,6 +165,7 @@ struct JobSpec {
   // Dispatcher jobs only.
   ProcessingMode mode = ProcessingMode::kDistributedEpoch;
   Ordering ordering = Ordering::kArrival;
+  Sharing sharing = Sharing::kSplits;
   int32_t batches_per_split = 4;
   // 0: consumers join freely and each split goes to whichever needs it. W > 0: the job
   // is W ranks with equal steps (see "ranks" above); their consumer ids are
@@ -231,6 +245,10 @@ struct JobSpec {
   uint64_t end_epoch() const { return epochs > 0 ? first_epoch + uint64_t(epochs) : 0; }
   bool PastEnd(uint64_t epoch) const { return epochs > 0 && epoch >= end_epoch(); }
   bool ranked() const { return num_consumers > 0; }
+  // What decides a batch's bytes (ConfigFingerprint, less the ordering and sharing,
+  // and the listing's fingerprint): lanes of a sweep with equal keys make equal
+  // batches of each (epoch, split, batch).
+  uint64_t ContentKey() const;
   bool remainder() const { return !taken.empty(); }
   // Samples an epoch has: num_samples, less what a remainder job's `taken` holds.
   int64_t epoch_samples() const;

@@ -455,6 +455,14 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   std::optional<IteratorState> resume;
   if (dispatched) {
     FERRY_RETURN_IF_ERROR(net::SplitHostPort(o.dispatcher).status());
+    if (o.job.sharing == Sharing::kEvery && !o.job_name.empty()) {
+      // A sweep: this trainer's lane, a job of its own whose lanes share what workers make.
+      if (o.trainer_id.empty() && o.job.ranked())
+        return Status::InvalidArgument("a sweep of trainers with ranks needs trainer_id: its ranks share one lane");
+      if (o.trainer_id.empty() && o.consumer_id.empty()) o.consumer_id = "consumer-" + net::RandomHex(6);
+      o.job_name += '/';
+      o.job_name += o.trainer_id.empty() ? o.consumer_id : o.trainer_id;
+    }
     if (!o.resume_state.empty()) {
       if (o.job.mode == ProcessingMode::kParallelEpochs)
         return Status::InvalidArgument("a parallel_epochs job is at most once: it has no state to resume");

@@ -86,6 +86,34 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     auto first_of = [&open, &job](const std::string& c) {
       return open.size() < job.consumers.size() && job.HasConsumer(c) && open.insert(c).second;
     };
+    // A sweep's lane: a split that another lane of the same content holds, or made, on
+    // another live worker is that worker's to lease (it makes the batches once, for
+    // both, or serves them from its window); this worker leaves it. The lanes thus place
+    // each split together, first come first served; with its maker gone, anywhere.
+    const std::vector<std::string>* lanes = j.content_key != 0 ? &state.Lanes(j.content_key) : nullptr;
+    if (lanes != nullptr && lanes->size() < 2) lanes = nullptr;
+    auto held_elsewhere = [&](uint64_t epoch, int64_t s) {
+      for (const std::string& other : *lanes) {
+        if (other == name) continue;
+        const JobState* o = state.job(other);
+        if (o == nullptr) continue;
+        auto oe = o->epochs.find(epoch);
+        if (oe == o->epochs.end()) {
+          oe = o->completed.find(epoch);  // a lane one epoch ahead, just past it
+          if (oe == o->completed.end()) continue;
+        }
+        const EpochState& e = oe->second;
+        if (size_t(s) >= e.status.size()) continue;
+        const std::string* holder = nullptr;
+        if (e.status[size_t(s)] == SplitStatus::kLeased) holder = &e.worker[size_t(s)];
+        else if (e.status[size_t(s)] == SplitStatus::kDone && size_t(s) < e.made_by.size()) holder = &e.made_by[size_t(s)];
+        if (holder == nullptr || holder->empty()) continue;
+        if (*holder == worker) return false;  // here already: this worker takes it too
+        auto hw = state.workers().find(*holder);
+        if (hw != state.workers().end() && !hw->second.draining) return true;
+      }
+      return false;
+    };
     size_t before = 0;  // the worker's leases before the candidate
     int leased = 0;     // leased in this decision
     bool full = false;
@@ -117,6 +145,10 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
             continue;
           }
           consumer = et->second.consumer[size_t(s)];
+        }
+        if (lanes != nullptr && held_elsewhere(epoch, s)) {
+          if (!consumer.empty()) first_of(consumer);  // its next split is placed, there
+          continue;
         }
         bool fixed = !consumer.empty();  // the split's consumer does not depend on who leases it
         if (consumer.empty() && j.spec.ranked()) {

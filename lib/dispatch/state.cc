@@ -21,6 +21,12 @@ bool JobState::HasConsumer(const std::string& c) const {
   return std::find(consumers.begin(), consumers.end(), c) != consumers.end();
 }
 
+const std::vector<std::string>& DispatcherState::Lanes(uint64_t content_key) const {
+  static const std::vector<std::string> kNone;
+  auto it = lanes_.find(content_key);
+  return it == lanes_.end() ? kNone : it->second;
+}
+
 const JobState* DispatcherState::job(const std::string& name) const {
   auto it = jobs_.find(name);
   return it == jobs_.end() ? nullptr : &it->second;
@@ -176,6 +182,10 @@ Status DispatcherState::ApplyAck(const AckSplits& u) {
     EpochState* e = OpenEpoch(j, r.epoch);
     const size_t s = size_t(r.split);
     if (e->status[s] == SplitStatus::kDone) continue;
+    if (j.content_key != 0 && e->status[s] == SplitStatus::kLeased) {
+      if (e->made_by.size() < e->status.size()) e->made_by.resize(e->status.size());
+      e->made_by[s] = e->worker[s];
+    }
     // A pending split may be acked: its worker died after the consumer had every
     // batch. The consumer is the authority on what it yielded.
     if (e->status[s] == SplitStatus::kLeased) Unlease(j.name, r.epoch, *e, s);
@@ -341,6 +351,10 @@ Status DispatcherState::Apply(const Update& u) {
           j.name = x.name;
           j.spec = c;
           j.first_open = c.first_epoch;
+          if (c.sharing == Sharing::kEvery) {
+            j.content_key = c.ContentKey();
+            lanes_[j.content_key].push_back(x.name);
+          }
           jobs_.emplace(x.name, std::move(j));
           return Status::OK();
         } else if constexpr (std::is_same_v<T, AddConsumer>) {
@@ -381,6 +395,13 @@ Status DispatcherState::Apply(const Update& u) {
           auto it = jobs_.find(x.job);
           if (it == jobs_.end()) return Status::NotFound("no job " + x.job);
           ForgetLeases(it->second, std::nullopt);
+          if (it->second.content_key != 0) {
+            auto l = lanes_.find(it->second.content_key);
+            if (l != lanes_.end()) {
+              std::erase(l->second, x.job);
+              if (l->second.empty()) lanes_.erase(l);
+            }
+          }
           jobs_.erase(it);
           return Status::OK();
         } else if constexpr (std::is_same_v<T, RestoreConsumer>) {

@@ -109,6 +109,10 @@ struct EpochState {
   // consumer leaves it). Past it, a shared job's splits are all free, so a decision
   // whose budget is full stops there instead of at the epoch's end.
   size_t assigned_end = 0;
+  // A sweep's lane: per split acknowledged, the worker that made it, where the other
+  // lanes' copies of the split go (its window may still hold the batches). A hint, not
+  // a fact of the state: not journaled, lost on a restart. Empty for other jobs.
+  mutable std::vector<std::string> made_by;
   void Assign(size_t s, const std::string& c) {
     consumer[s] = c;
     assigned_end = std::max(assigned_end, s + 1);
@@ -118,6 +122,9 @@ struct EpochState {
 struct JobState {
   std::string name;
   JobSpec spec;
+  // A sweep's lane (spec.sharing == kEvery): JobSpec::ContentKey, which its sibling
+  // lanes share (DispatcherState::Lanes); 0 for any other job. Derived from the spec.
+  uint64_t content_key = 0;
   std::vector<std::string> consumers;  // in the order they joined
   // Epochs from `first_open` on that have been started; earlier ones are complete
   // and dropped (only their count matters).
@@ -152,6 +159,8 @@ class DispatcherState {
   const std::map<std::string, JobState>& jobs() const { return jobs_; }
   const std::map<std::string, WorkerState>& workers() const { return workers_; }
   const JobState* job(const std::string& name) const;
+  // The sweep lanes of one content (JobState::content_key), the job itself included.
+  const std::vector<std::string>& Lanes(uint64_t content_key) const;
   uint64_t applied() const { return applied_; }
 
   // Splits leased to `worker` and not yet acked, per job. From the lease index: costs
@@ -193,6 +202,8 @@ class DispatcherState {
   // worker -> job -> the splits it holds (status kLeased, worker[s] == worker).
   std::map<std::string, std::map<std::string, std::set<SplitId>>> leased_by_worker_;
   std::map<std::string, WorkerState> workers_;
+  // content key -> the lanes of that content (jobs created with sharing every).
+  std::map<uint64_t, std::vector<std::string>> lanes_;
   uint64_t applied_ = 0;
 };
 

@@ -322,11 +322,26 @@ bool BatchProducer::PlanOne(std::unique_ptr<ProducedBatch>* out, int64_t* memory
 }
 
 void BatchProducer::Make(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) {
+  const BatchPlan& p = batch->plan;
+  const bool shareable = window_ != nullptr && source_ == BatchSource::kDecode && user_code_ == nullptr &&
+                         p.refill_group < 0 && !p.discard;
+  if (shareable) return MakeShared(seq, std::move(batch), memory_wait_ns);
+  MakeHere(seq, std::move(batch), memory_wait_ns);
+}
+
+void BatchProducer::MakeHere(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) {
+  FillChecked(batch.get(), memory_wait_ns);
+  Finish(seq, std::move(batch));
+}
+
+bool BatchProducer::FillChecked(ProducedBatch* batch, int64_t memory_wait_ns) {
   // Busy while some batch is being made (PipelineStats::Busy).
   if (stats_ != nullptr) stats_->Busy(true);
+  bool made = false;
   try {
-    Fill(batch.get(), memory_wait_ns);
-    if (!batch->failure.ok()) {
+    Fill(batch, memory_wait_ns);
+    made = batch->failure.ok();
+    if (!made) {
       MutexLock lock(&mu_);
       if (status_.ok()) status_ = batch->failure;
     }
@@ -338,7 +353,81 @@ void BatchProducer::Make(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int
     if (status_.ok()) status_ = Status::Internal(std::string("decoding a batch failed: ") + e.what());
   }
   if (stats_ != nullptr) stats_->Busy(false);
-  Finish(seq, std::move(batch));
+  return made;
+}
+
+// A sweep's lane: the batch from the window when another lane made it (or waits for
+// the lane making it, holding no thread), else made here and put there.
+void BatchProducer::MakeShared(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) {
+  const BatchPlan& p = batch->plan;
+  const BatchWindow::Key key{window_content_, p.epoch, p.split, p.batch_in_split};
+  ProducedBatch* raw = batch.release();
+  FERRY_TSAN_RELEASE(raw);
+  bool make = false;
+  std::shared_ptr<const BatchWindow::Made> made = window_->Take(
+      key,
+      [this, seq, raw, memory_wait_ns](std::shared_ptr<const BatchWindow::Made> m) {
+        FERRY_TSAN_ACQUIRE(raw);
+        if (m == nullptr) {  // its maker gave up: made here after all, on the arena
+          FERRY_TSAN_RELEASE(raw);
+          arena_->enqueue([this, seq, raw, memory_wait_ns] {
+            FERRY_TSAN_ACQUIRE(raw);
+            MakeHere(seq, std::unique_ptr<ProducedBatch>(raw), memory_wait_ns);
+          });
+          return;
+        }
+        std::unique_ptr<ProducedBatch> b(raw);
+        TakeMade(*m, b.get());
+        Finish(seq, std::move(b));
+      },
+      &make);
+  if (made != nullptr) {
+    std::unique_ptr<ProducedBatch> b(raw);
+    TakeMade(*made, b.get());
+    Finish(seq, std::move(b));
+    return;
+  }
+  if (!make) return;  // another lane is making it: its Put finishes this one
+  std::unique_ptr<ProducedBatch> b(raw);
+  bool put = false;
+  if (FillChecked(b.get(), memory_wait_ns)) {
+    try {
+      std::shared_ptr<const BatchWindow::Made> made_here = Snapshot(*b);
+      window_->Put(key, std::move(made_here));
+      put = true;
+    } catch (const std::bad_alloc&) {
+      // No copy for the window: the waiters make it themselves.
+    }
+  }
+  if (!put) window_->Abandon(key);
+  Finish(seq, std::move(b));
+}
+
+std::shared_ptr<const BatchWindow::Made> BatchProducer::Snapshot(const ProducedBatch& b) const {
+  auto m = std::make_shared<BatchWindow::Made>();
+  const size_t rows = size_t(b.rows);
+  m->rows = b.rows;
+  m->valid = b.valid;
+  m->images.assign(b.memory.images, b.memory.images + rows * sample_bytes_);
+  m->labels.assign(b.memory.labels, b.memory.labels + rows);
+  m->indices.assign(b.memory.indices, b.memory.indices + rows);
+  if (b.memory.targets != nullptr && pipeline_ != nullptr)
+    m->targets.assign(b.memory.targets, b.memory.targets + rows * size_t(pipeline_->num_classes()));
+  m->skipped = b.skipped;
+  m->row_targets = b.targets;
+  return m;
+}
+
+void BatchProducer::TakeMade(const BatchWindow::Made& m, ProducedBatch* b) const {
+  b->rows = m.rows;
+  b->valid = m.valid;
+  if (!m.images.empty()) std::memcpy(b->memory.images, m.images.data(), m.images.size());
+  if (!m.labels.empty()) std::memcpy(b->memory.labels, m.labels.data(), m.labels.size() * sizeof(int64_t));
+  if (!m.indices.empty()) std::memcpy(b->memory.indices, m.indices.data(), m.indices.size() * sizeof(int64_t));
+  if (!m.targets.empty() && b->memory.targets != nullptr)
+    std::memcpy(b->memory.targets, m.targets.data(), m.targets.size() * sizeof(float));
+  b->skipped = m.skipped;
+  b->targets = m.row_targets;
 }
 
 // Planning has ended (for good: its end, an error, a stop). `done` is called here when

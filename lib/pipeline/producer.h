@@ -47,6 +47,7 @@
 #include "ops/targets.h"
 #include "pyrt/python_pool.h"
 #include "text/tokenizer.h"
+#include "pipeline/batch_window.h"
 #include "pipeline/prepared_job.h"
 #include "pipeline/stats.h"
 
@@ -258,6 +259,16 @@ class BatchProducer {
     user_job_ = std::move(job);
   }
 
+  // A sweep's lane (JobSpec::sharing every): the batches of `content`
+  // (JobSpec::ContentKey) are shared through `window` with the other producers of that
+  // content on this worker (pipeline/batch_window.h): each made once while they keep
+  // pace. Decoded jobs only, without refill (whose rows depend on the producer's
+  // group). Before Start().
+  void SetWindow(std::shared_ptr<BatchWindow> window, uint64_t content) {
+    window_ = std::move(window);
+    window_content_ = content;
+  }
+
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
   void Stop();
@@ -278,8 +289,17 @@ class BatchProducer {
   // Plans the next batch and takes its memory (counted in flight); false at the end of
   // the plan, on a stop, or with *status set.
   bool PlanOne(std::unique_ptr<ProducedBatch>* out, int64_t* memory_wait_ns, Status* status) LOCKS_EXCLUDED(mu_);
-  // Fills a planned batch and finishes it (emitted in sequence order).
+  // Fills a planned batch and finishes it (emitted in sequence order); a shareable one
+  // through the window (MakeShared).
   void Make(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
+  void MakeHere(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
+  void MakeShared(uint64_t seq, std::unique_ptr<ProducedBatch> batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
+  // Fill, its exceptions and failures turned into the producer's status: whether the
+  // batch was made.
+  bool FillChecked(ProducedBatch* batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
+  // A made batch's rows, copied out of (Snapshot) and into (TakeMade) its memory.
+  std::shared_ptr<const BatchWindow::Made> Snapshot(const ProducedBatch& b) const;
+  void TakeMade(const BatchWindow::Made& made, ProducedBatch* b) const;
   void EndPlanning(const Status& status) LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those
@@ -301,6 +321,8 @@ class BatchProducer {
   const EmitFn emit_;
   const DoneFn done_;
   int64_t synthetic_cost_us_ = 0;
+  std::shared_ptr<BatchWindow> window_;
+  uint64_t window_content_ = 0;
   std::shared_ptr<PipelineStats> stats_;
   std::vector<std::string> targets_;
   std::shared_ptr<const Tokenizer> tokenizer_;

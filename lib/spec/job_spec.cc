@@ -122,6 +122,10 @@ Status JobSpec::Validate() const {
       prev = hi;
     }
   }
+  if (sharing != Sharing::kSplits && sharing != Sharing::kEvery) return Status::InvalidArgument("unknown sharing");
+  if (sharing == Sharing::kEvery && mode != ProcessingMode::kDistributedEpoch)
+    return Status::InvalidArgument("sharing every batch is a distributed_epoch job's (parallel_epochs: every worker "
+                                   "already makes its own epochs)");
   if (num_consumers > 1 && last_batch == LastBatch::kKeep)
     return Status::InvalidArgument(
         "a job of several ranks needs last_batch drop or pad: a short last batch would differ between ranks");
@@ -222,6 +226,8 @@ uint64_t JobSpec::ConfigFingerprint() const {
   if (bad_samples != BadSamples::kSkip) f.AddU64(0x7265'6669'6c6c'0000ull | uint64_t(bad_samples));
   f.AddU64(uint64_t(mode));
   f.AddU64(uint64_t(ordering));
+  // Only when not the default, so that states saved before the field existed restore.
+  if (sharing != Sharing::kSplits) f.AddU64(0x7368'6172'6500'0000ull | uint64_t(sharing));
   f.AddU64(uint64_t(batches_per_split));
   f.AddU64(uint64_t(num_consumers));
   for (const auto& [lo, hi] : taken) {
@@ -239,6 +245,17 @@ uint64_t JobSpec::ConfigFingerprint() const {
     f.Add(user_code.payload);
     f.Add(user_code.input);
   }
+  return f.Finish();
+}
+
+uint64_t JobSpec::ContentKey() const {
+  JobSpec content = *this;
+  content.ordering = Ordering::kArrival;  // the order a client yields in, not what it yields
+  content.sharing = Sharing::kSplits;
+  Fingerprinter f;
+  f.AddU64(content.ConfigFingerprint());
+  f.AddU64(fingerprint);
+  f.AddU64(uint64_t(num_samples));
   return f.Finish();
 }
 

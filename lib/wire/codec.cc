@@ -393,6 +393,7 @@ static_assert(uint16_t(schema::LastBatch::KEEP) == uint16_t(LastBatch::kKeep));
 static_assert(uint16_t(schema::BadSamples::REFILL) == uint16_t(BadSamples::kRefill));
 static_assert(uint16_t(schema::ProcessingMode::PARALLEL_EPOCHS) == uint16_t(ProcessingMode::kParallelEpochs));
 static_assert(uint16_t(schema::Ordering::DETERMINISTIC) == uint16_t(Ordering::kDeterministic));
+static_assert(uint16_t(schema::Sharing::EVERY) == uint16_t(Sharing::kEvery));
 
 void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setDataset(job.dataset);
@@ -405,6 +406,7 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setBadSamples(schema::BadSamples(uint16_t(job.bad_samples)));
   b.setMode(schema::ProcessingMode(uint16_t(job.mode)));
   b.setOrdering(schema::Ordering(uint16_t(job.ordering)));
+  b.setSharing(schema::Sharing(uint16_t(job.sharing)));
   b.setBatchesPerSplit(job.batches_per_split);
   b.setNumSamples(job.num_samples);
   b.setFingerprint(job.fingerprint);
@@ -459,6 +461,8 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   job.bad_samples = BadSamples(uint16_t(r.getBadSamples()));
   job.mode = ProcessingMode(mode);
   job.ordering = Ordering(ord);
+  if (uint16_t(r.getSharing()) > uint16_t(Sharing::kEvery)) return Status::InvalidArgument("job: unknown sharing");
+  job.sharing = Sharing(uint16_t(r.getSharing()));
   job.batches_per_split = r.getBatchesPerSplit();
   job.num_samples = r.getNumSamples();
   job.fingerprint = r.getFingerprint();

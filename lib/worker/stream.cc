@@ -148,6 +148,9 @@ void WorkerStream::StartProducer(StreamSource source) {
   producer_->SetTokenizer(std::move(source.tokenizer));
   producer_->SetStats(core_->pipeline_stats());
   if (user_code_) producer_->SetUserCode(core_->env().python, source.job);
+  // A sweep's lane: what the other lanes made here is served from the window.
+  if (source.splits && source.job.sharing == Sharing::kEvery && core_->env().window != nullptr)
+    producer_->SetWindow(core_->env().window, source.job.ContentKey());
   state_ = State::kStreaming;
   ++core_->counters().streams;
   producer_->Start();

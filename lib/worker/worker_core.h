@@ -94,6 +94,8 @@ struct WorkerEnv {
   // The Python processes that run jobs' user code (--allow-user-code); null: this
   // worker refuses user code.
   std::shared_ptr<PythonPool> python;
+  // The batches a sweep's lanes share (--share-window); null: each lane makes its own.
+  std::shared_ptr<BatchWindow> window;
 };
 
 

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "net/http_server.h"
+#include "pipeline/batch_window.h"
 #include "store/disk_cache.h"
 #include "store/object_store.h"
 #include "worker/dispatcher_link.h"
@@ -10,7 +11,7 @@
 namespace ferry {
 
 std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, const WorkerQueues& q,
-                              uint64_t memory_budget_bytes, const DispatcherLink* link) {
+                              uint64_t memory_budget_bytes, const DispatcherLink* link, const BatchWindow* window) {
   net::PromText t;
   t.One("ferry_worker_connections_total", "counter", "Connections accepted.", double(c.connections.load()));
   t.One("ferry_worker_streams_total", "counter", "Streams opened by clients.", double(c.streams.load()));
@@ -73,6 +74,18 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
             double(cache->misses()));
       t.One("ferry_worker_cache_bytes", "gauge", "Bytes in the local cache.", double(cache->bytes()));
     }
+  }
+  if (window != nullptr) {
+    const BatchWindow::Counters w = window->counters();
+    t.One("ferry_worker_shared_batches_made_total", "counter",
+          "Batches of sweeps (jobs shared every batch) made here and kept for the other trainers.", double(w.made));
+    t.One("ferry_worker_shared_batches_served_total", "counter",
+          "Batches of sweeps served to a trainer from what another trainer's lane made (no decoding).",
+          double(w.served));
+    t.One("ferry_worker_shared_batches_evicted_total", "counter",
+          "Batches of sweeps dropped from the window (--share-window) before every trainer took them.",
+          double(w.evicted));
+    t.One("ferry_worker_share_window_bytes", "gauge", "Bytes of made batches the window holds.", double(w.bytes));
   }
   if (link != nullptr) {
     t.One("ferry_worker_registered", "gauge", "1 while registered with the dispatcher.", link->registered() ? 1 : 0);

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "dispatch_test_util.h"
 
 namespace ferry::dispatch {
@@ -30,6 +34,71 @@ TEST(DecisionsTest, TheTailOfAJobIsSharedFairly) {
   auto l3 = DecideLeases(s, "w1", LeasePolicy{4});
   ASSERT_EQ(l3.size(), 1u);
   EXPECT_EQ(l3[0].splits.size(), 2u) << "3 pending left, 2 workers: a share of 2";
+}
+
+// A sweep: lanes of one content (jobs shared every batch) place each split on one
+// worker, the one that holds it (or made it) for another lane.
+TEST(DecisionsTest, ASweepsLanesPlaceEachSplitWithItsMaker) {
+  DispatcherState s;
+  for (const char* lane : {"sweep/a", "sweep/b"}) {
+    CreateJob c = Create(lane, 100, 10, 1, 3);  // 3 epochs of 10 one-batch splits
+    c.spec.sharing = Sharing::kEvery;
+    MustApply(s, c);
+    MustApply(s, AddConsumer{lane, "c"});
+  }
+  MustApply(s, Create("other", 100, 10, 1, 3));  // the same content, not a lane
+  MustApply(s, AddConsumer{"other", "c"});
+  ASSERT_EQ(s.Lanes(s.job("sweep/a")->content_key).size(), 2u);
+  EXPECT_EQ(s.job("other")->content_key, 0u);
+  MustApply(s, RegisterWorker{"w1", "a"});
+  MustApply(s, RegisterWorker{"w2", "b"});
+  // Where the other lane has split (epoch, s): held or made, by which worker.
+  auto where = [&](const std::string& lane, uint64_t epoch, int64_t split) -> std::string {
+    const JobState* o = s.job(lane == "sweep/a" ? "sweep/b" : "sweep/a");
+    auto e = o->epochs.find(epoch);
+    if (e == o->epochs.end()) return "";
+    if (e->second.status[size_t(split)] == SplitStatus::kLeased) return e->second.worker[size_t(split)];
+    if (size_t(split) < e->second.made_by.size()) return e->second.made_by[size_t(split)];
+    return "";
+  };
+  // Applies `worker`'s decision; every lane split it takes is the other lane's there
+  // or nowhere. Returns the lanes' splits it took.
+  auto decide = [&](const std::string& worker, int budget) {
+    std::map<std::string, std::vector<SplitId>> took;
+    for (const LeaseSplits& l : DecideLeases(s, worker, LeasePolicy{budget})) {
+      for (const LeasedSplit& x : l.splits) {
+        if (l.job == "other") continue;
+        const std::string at = where(l.job, x.ref.epoch, x.ref.split);
+        EXPECT_TRUE(at.empty() || at == worker || !s.workers().count(at))
+            << l.job << " split " << x.ref.split << " of epoch " << x.ref.epoch << " is the other lane's on " << at;
+        took[l.job].push_back(x.ref);
+      }
+      MustApply(s, l);
+    }
+    return took;
+  };
+  // w1 asks first: both lanes' splits 0-3 (the lanes are asked in one decision).
+  auto w1 = decide("w1", 4);
+  EXPECT_EQ(w1["sweep/a"], w1["sweep/b"]);
+  ASSERT_EQ(w1["sweep/a"].size(), 4u);
+  EXPECT_EQ(w1["sweep/a"].front().split, 0);
+  // w2 leaves what the other lane holds on w1: both lanes get 4-7.
+  auto w2 = decide("w2", 4);
+  EXPECT_EQ(w2["sweep/a"], w2["sweep/b"]);
+  ASSERT_EQ(w2["sweep/a"].size(), 4u);
+  EXPECT_EQ(w2["sweep/a"].front().split, 4);
+  // Lane a finishes 0-7; lane b falls behind (0-3 still on w1). w1 and w2 lease on:
+  // lane a's next splits; lane b's 4-7 went (made_by) to w2, whose window has them.
+  MustApply(s, AckSplits{"sweep/a", "c", {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}}});
+  EXPECT_EQ(where("sweep/b", 0, 5), "w2") << "made by w2 for lane a";
+  decide("w1", 4);
+  decide("w2", 4);
+  // With w2 gone, nothing lane a made there holds lane b's splits back.
+  MustApply(s, RemoveWorker{"w2"});
+  auto after = decide("w1", 8);
+  bool took_b = false;
+  for (const SplitId& x : after["sweep/b"]) took_b = took_b || (x.epoch == 0 && x.split >= 4 && x.split < 8);
+  EXPECT_TRUE(took_b) << "the maker is gone: the lane's splits go anywhere";
 }
 
 TEST(DecisionsTest, DrainingWorkerGetsNoLeases) {

@@ -81,6 +81,12 @@ class Loader(torch.utils.data.IterableDataset):
       is the same whatever the number of workers.
     consumer_id: a dispatcher job shared by independent consumers (not ranks): each
       takes whichever batches come first, with no promise of equal counts.
+    sharing: "splits" (default): a dispatcher job's consumers split every epoch.
+      "every": a sweep: every trainer naming the job takes every batch of it, each
+      exactly once, and the workers decode each batch once for all the trainers that
+      keep pace (a trainer that falls far behind has its batches made again, the same
+      bytes). Each trainer gives trainer_id, a name of its own that stays the same
+      across restarts (its saved states resume it); its ranks, if any, share it.
     local_threads: hybrid (dispatcher mode): this many of the trainer's own cores join
       the job as a worker that serves only this loader, leasing splits like any other
       worker (exactly once and equal steps hold as before).
@@ -139,7 +145,8 @@ class Loader(torch.utils.data.IterableDataset):
                  deterministic=False, token_file="", consumer_id="", batches_per_split=4, rank=None,
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
                  targets=None, targets_format="list", tokenizer=None, dataset=None, transform=None, collate_fn=None,
-                 python_processes=1, sample_timeout=None, python=None, python_steps=None, io_cpus=None):
+                 python_processes=1, sample_timeout=None, python=None, python_steps=None, io_cpus=None,
+                 sharing="splits", trainer_id=""):
         self._user_code = None
         self._user_input = ""
         if python_steps is not None:
@@ -221,6 +228,20 @@ class Loader(torch.utils.data.IterableDataset):
         self.deterministic = bool(deterministic)
         self.token_file = token_file or ""
         self.consumer_id = consumer_id or ""
+        if sharing not in ("splits", "every"):
+            raise ValueError("sharing must be 'splits' or 'every', not %r" % (sharing,))
+        self.sharing = sharing
+        self.trainer_id = trainer_id or ""
+        if sharing == "every":
+            if not dispatcher:
+                raise ValueError("sharing='every' is a dispatcher job's: give dispatcher= and job_name=")
+            if not self.trainer_id:
+                raise ValueError("sharing='every' needs trainer_id=: this trainer's name, the same across restarts")
+            if local_threads:
+                raise ValueError("sharing='every' and local_threads do not go together yet: a trainer's own worker "
+                                 "serves one job, and a sweep's trainers read one lane each")
+        elif self.trainer_id:
+            raise ValueError("trainer_id names a trainer of a sweep: give sharing='every'")
         self.batches_per_split = int(batches_per_split)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
@@ -393,6 +414,8 @@ class Loader(torch.utils.data.IterableDataset):
         o = {"data": self.data, "pipeline": self._wire_pipeline, "batch_size": self.batch_size, "seed": self.seed,
              "shuffle": self.shuffle, "last_batch": self._last_batch(), "batches_per_split": self.batches_per_split,
              "deterministic": self.deterministic, "bad_samples": self.bad_samples}
+        if self.sharing != "splits":
+            o["sharing"] = self.sharing
         if self.targets:
             o["targets"] = list(self.targets)
         for k, v in self.tokenizer.items():
@@ -438,6 +461,8 @@ class Loader(torch.utils.data.IterableDataset):
                      job_name=self._segment_name, credits=self.prefetch, token_file=self.token_file,
                      consumer_id=self.consumer_id, resume_state=self._resume_state, host_alloc=self._host_alloc(),
                      io_cpus=self.io_cpus)
+            if self.trainer_id:
+                o["trainer_id"] = self.trainer_id
             self._it = _ferry.connect(o)
         else:
             # Point to point, the streams start at the epoch to read.
