@@ -148,6 +148,10 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         }
         if (lanes != nullptr && held_elsewhere(epoch, s)) {
           if (!consumer.empty()) first_of(consumer);  // its next split is placed, there
+          // Deterministic order (of consumers that join freely) needs a consumer's
+          // splits assigned in split order (client/ledger.h): none past this one until
+          // its worker has taken it.
+          if (j.spec.ordering == Ordering::kDeterministic && !j.spec.ranked()) break;
           continue;
         }
         bool fixed = !consumer.empty();  // the split's consumer does not depend on who leases it
