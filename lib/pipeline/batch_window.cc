@@ -1,8 +1,23 @@
 #include "pipeline/batch_window.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ferry {
+
+std::shared_ptr<BatchWindow::Made> BatchWindow::Made::Allocate(int64_t capacity, size_t sample_bytes,
+                                                               int num_classes) {
+  auto m = std::make_shared<Made>();
+  m->capacity = capacity;
+  m->sample_bytes = sample_bytes;
+  m->num_classes = num_classes;
+  const size_t n = size_t(std::max<int64_t>(capacity, 1));
+  m->images.reset(new uint8_t[n * std::max<size_t>(sample_bytes, 1)]);  // default-initialized: filled by its maker
+  m->labels.reset(new int64_t[n]);
+  m->indices.reset(new int64_t[n]);
+  if (num_classes > 0) m->targets.reset(new float[n * size_t(num_classes)]);
+  return m;
+}
 
 std::shared_ptr<const BatchWindow::Made> BatchWindow::Take(const Key& key, Waiter waiter, bool* make) {
   MutexLock lock(&mu_);

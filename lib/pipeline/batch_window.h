@@ -37,16 +37,21 @@ class BatchWindow {
     auto operator<=>(const Key&) const = default;
   };
 
-  // A made batch's rows.
+  // A made batch's rows: its tensors (room for `capacity` rows, `rows` of them made)
+  // and what goes with them.
   struct Made {
     int64_t rows = 0, valid = 0;
-    std::vector<uint8_t> images;   // rows * sample bytes
-    std::vector<int64_t> labels, indices;
-    std::vector<float> targets;    // rows * classes, or empty
+    int64_t capacity = 0;
+    size_t sample_bytes = 0;
+    int num_classes = 0;                 // soft targets per row; 0: none
+    std::unique_ptr<uint8_t[]> images;   // capacity * sample_bytes (not zeroed)
+    std::unique_ptr<int64_t[]> labels, indices;  // capacity
+    std::unique_ptr<float[]> targets;    // capacity * num_classes, or null
     std::vector<SkippedSample> skipped;
     std::vector<SampleTargets> row_targets;
+    static std::shared_ptr<Made> Allocate(int64_t capacity, size_t sample_bytes, int num_classes);
     uint64_t bytes() const {
-      return images.size() + 8 * (labels.size() + indices.size()) + 4 * targets.size() +
+      return uint64_t(capacity) * (sample_bytes + 16 + 4 * uint64_t(num_classes)) +
              row_targets.size() * sizeof(SampleTargets) + 64;
     }
   };

@@ -377,23 +377,40 @@ void BatchProducer::MakeShared(uint64_t seq, std::unique_ptr<ProducedBatch> batc
           return;
         }
         std::unique_ptr<ProducedBatch> b(raw);
-        TakeMade(*m, b.get());
+        TakeMade(m, b.get());
         Finish(seq, std::move(b));
       },
       &make);
   if (made != nullptr) {
     std::unique_ptr<ProducedBatch> b(raw);
-    TakeMade(*made, b.get());
+    TakeMade(made, b.get());
     Finish(seq, std::move(b));
     return;
   }
   if (!make) return;  // another lane is making it: its Put finishes this one
   std::unique_ptr<ProducedBatch> b(raw);
+  std::shared_ptr<BatchWindow::Made> here;
+  if (!pipeline_->has_batch_ops()) {
+    // Made straight into the window's memory (nothing writes to the rows after Fill,
+    // which a batch op would): no copy for the window, and the buffer the batch was
+    // planned with goes back to its pool now.
+    try {
+      const int64_t capacity = std::max<int64_t>(b->plan.rows, int64_t(b->plan.samples.size()));
+      here = BatchWindow::Made::Allocate(capacity, sample_bytes_, 0);
+      b->memory = WindowMemory(here);
+    } catch (const std::bad_alloc&) {
+      here.reset();  // made in its own buffer, and not shared
+    }
+  }
   bool put = false;
   if (FillChecked(b.get(), memory_wait_ns)) {
     try {
-      std::shared_ptr<const BatchWindow::Made> made_here = Snapshot(*b);
-      window_->Put(key, std::move(made_here));
+      std::shared_ptr<BatchWindow::Made> made = here != nullptr ? std::move(here) : Snapshot(*b);
+      made->rows = b->rows;
+      made->valid = b->valid;
+      made->skipped = b->skipped;
+      made->row_targets = b->targets;
+      window_->Put(key, std::move(made));
       put = true;
     } catch (const std::bad_alloc&) {
       // No copy for the window: the waiters make it themselves.
@@ -403,31 +420,50 @@ void BatchProducer::MakeShared(uint64_t seq, std::unique_ptr<ProducedBatch> batc
   Finish(seq, std::move(b));
 }
 
-std::shared_ptr<const BatchWindow::Made> BatchProducer::Snapshot(const ProducedBatch& b) const {
-  auto m = std::make_shared<BatchWindow::Made>();
+BatchMemory BatchProducer::WindowMemory(const std::shared_ptr<BatchWindow::Made>& m) {
+  BatchMemory memory;
+  memory.images = m->images.get();
+  memory.labels = m->labels.get();
+  memory.indices = m->indices.get();
+  memory.targets = m->targets.get();
+  memory.owner = std::shared_ptr<void>(m, m.get());
+  memory.size = size_t(m->capacity) * (m->sample_bytes + 16 + 4 * size_t(m->num_classes));
+  return memory;
+}
+
+std::shared_ptr<BatchWindow::Made> BatchProducer::Snapshot(const ProducedBatch& b) const {
+  const int classes = b.memory.targets != nullptr && pipeline_ != nullptr ? pipeline_->num_classes() : 0;
+  auto m = BatchWindow::Made::Allocate(b.rows, sample_bytes_, classes);
   const size_t rows = size_t(b.rows);
-  m->rows = b.rows;
-  m->valid = b.valid;
-  m->images.assign(b.memory.images, b.memory.images + rows * sample_bytes_);
-  m->labels.assign(b.memory.labels, b.memory.labels + rows);
-  m->indices.assign(b.memory.indices, b.memory.indices + rows);
-  if (b.memory.targets != nullptr && pipeline_ != nullptr)
-    m->targets.assign(b.memory.targets, b.memory.targets + rows * size_t(pipeline_->num_classes()));
-  m->skipped = b.skipped;
-  m->row_targets = b.targets;
+  if (rows > 0) {
+    std::memcpy(m->images.get(), b.memory.images, rows * sample_bytes_);
+    std::memcpy(m->labels.get(), b.memory.labels, rows * sizeof(int64_t));
+    std::memcpy(m->indices.get(), b.memory.indices, rows * sizeof(int64_t));
+    if (classes > 0) std::memcpy(m->targets.get(), b.memory.targets, rows * size_t(classes) * sizeof(float));
+  }
   return m;
 }
 
-void BatchProducer::TakeMade(const BatchWindow::Made& m, ProducedBatch* b) const {
+void BatchProducer::TakeMade(const std::shared_ptr<const BatchWindow::Made>& made, ProducedBatch* b) const {
+  const BatchWindow::Made& m = *made;
   b->rows = m.rows;
   b->valid = m.valid;
-  if (!m.images.empty()) std::memcpy(b->memory.images, m.images.data(), m.images.size());
-  if (!m.labels.empty()) std::memcpy(b->memory.labels, m.labels.data(), m.labels.size() * sizeof(int64_t));
-  if (!m.indices.empty()) std::memcpy(b->memory.indices, m.indices.data(), m.indices.size() * sizeof(int64_t));
-  if (!m.targets.empty() && b->memory.targets != nullptr)
-    std::memcpy(b->memory.targets, m.targets.data(), m.targets.size() * sizeof(float));
   b->skipped = m.skipped;
   b->targets = m.row_targets;
+  if (pipeline_ == nullptr || !pipeline_->has_batch_ops()) {
+    // Nothing writes to the rows from here on (a batch op would, in Finish): the batch
+    // is sent from the window's copy itself, and the buffer it was planned with goes
+    // back to its pool now.
+    b->memory = WindowMemory(std::const_pointer_cast<BatchWindow::Made>(made));
+    return;
+  }
+  const size_t rows = size_t(m.rows);
+  if (rows == 0) return;
+  std::memcpy(b->memory.images, m.images.get(), rows * m.sample_bytes);
+  std::memcpy(b->memory.labels, m.labels.get(), rows * sizeof(int64_t));
+  std::memcpy(b->memory.indices, m.indices.get(), rows * sizeof(int64_t));
+  if (m.targets != nullptr && b->memory.targets != nullptr)
+    std::memcpy(b->memory.targets, m.targets.get(), rows * size_t(m.num_classes) * sizeof(float));
 }
 
 // Planning has ended (for good: its end, an error, a stop). `done` is called here when

@@ -297,9 +297,13 @@ class BatchProducer {
   // Fill, its exceptions and failures turned into the producer's status: whether the
   // batch was made.
   bool FillChecked(ProducedBatch* batch, int64_t memory_wait_ns) LOCKS_EXCLUDED(mu_);
-  // A made batch's rows, copied out of (Snapshot) and into (TakeMade) its memory.
-  std::shared_ptr<const BatchWindow::Made> Snapshot(const ProducedBatch& b) const;
-  void TakeMade(const BatchWindow::Made& made, ProducedBatch* b) const;
+  // A made batch's rows, copied out of its memory (Snapshot); and taken by another
+  // lane's batch (TakeMade): its tensors are then the window's copy, or a copy of it
+  // when a batch op will write to them.
+  std::shared_ptr<BatchWindow::Made> Snapshot(const ProducedBatch& b) const;
+  void TakeMade(const std::shared_ptr<const BatchWindow::Made>& made, ProducedBatch* b) const;
+  // Batch memory that is a window batch's tensors (it keeps the batch alive).
+  static BatchMemory WindowMemory(const std::shared_ptr<BatchWindow::Made>& m);
   void EndPlanning(const Status& status) LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t seq, std::unique_ptr<ProducedBatch> batch);
   // BadSamples::kRefill: takes the next batch in plan order; appends to `out` those

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -11,11 +12,11 @@ namespace ferry {
 namespace {
 
 std::shared_ptr<const BatchWindow::Made> Batch(int64_t rows, uint8_t fill, size_t bytes_per_row = 1000) {
-  auto m = std::make_shared<BatchWindow::Made>();
+  auto m = BatchWindow::Made::Allocate(rows, bytes_per_row, 0);
   m->rows = m->valid = rows;
-  m->images.assign(size_t(rows) * bytes_per_row, fill);
-  m->labels.assign(size_t(rows), fill);
-  m->indices.assign(size_t(rows), fill);
+  std::fill_n(m->images.get(), size_t(rows) * bytes_per_row, fill);
+  std::fill_n(m->labels.get(), size_t(rows), fill);
+  std::fill_n(m->indices.get(), size_t(rows), fill);
   return m;
 }
 
@@ -34,7 +35,7 @@ TEST(BatchWindowTest, TheFirstToAskMakesItAndTheOthersAreServedIt) {
   EXPECT_TRUE(got.empty());
   w.Put(k, Batch(4, 9));
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0]->images[0], 9);
+  EXPECT_EQ(got[0]->images.get()[0], 9);
   // Asked after: served at once. Another key, or another content, is not.
   auto now = w.Take(k, nullptr, &make);
   ASSERT_NE(now, nullptr);
