@@ -125,6 +125,8 @@ struct Job {
   tokenizer @18 :Tokenizer;     # JobSpec::tokenizer (the "tokens" target); absent: none
   userCode @19 :UserCode;       # JobSpec::user_code (a "python:" dataset); absent: none
   sharing @20 :Sharing;         # JobSpec::sharing
+  weight @21 :Float64 = 1.0;    # JobSpec::weight: a share of the workers' threads
+  priority @22 :Int32;          # JobSpec::priority
 }
 
 struct ResumeState {

@@ -55,6 +55,7 @@ class WorkerService::Impl {
     env.run_blocking = [pool = &blocking_](std::function<void()> fn) { asio::post(*pool, std::move(fn)); };
     env.retire = [this](std::unique_ptr<BatchProducer> p) { Retire(std::move(p)); };
     if (opts_.share_window_bytes > 0) env.window = std::make_shared<BatchWindow>(opts_.share_window_bytes);
+    env.scheduler = FairScheduler::Make(env.arena, env.arena->max_concurrency());
     if (opts_.allow_user_code) {
       env.python = std::make_shared<PythonPool>(opts_.python);
       env.python->Warm();  // their imports overlap the worker's start, not a job's
@@ -477,7 +478,7 @@ void WorkerService::StopWaiting() {
 std::string WorkerService::MetricsText() const {
   const WorkerCore& core = *impl_->core_;
   return WorkerMetricsText(core.counters(), *core.pipeline_stats(), impl_->Queues(), core.memory_budget(),
-                           impl_->link_.get(), core.env().window.get());
+                           impl_->link_.get(), core.env().window.get(), core.env().scheduler.get());
 }
 bool WorkerService::Ready() const { return !impl_->drain_started_.load() && (!impl_->link_ || impl_->link_->registered()); }
 WorkerService::Stats WorkerService::stats() const {

@@ -346,7 +346,7 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
 }
 
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs, targets,
-// world_size (num_consumers), deterministic, sharing, batches_per_split, job_first_epoch,
+// world_size (num_consumers), deterministic, sharing, weight, priority, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known),
 // tokenizer_model, tokenizer_length, tokenizer_add_bos, tokenizer_add_eos, tokenizer_pad_id.
 JobSpec JobFrom(Options& o) {
@@ -364,6 +364,8 @@ JobSpec JobFrom(Options& o) {
   o.Get("world_size", &job.num_consumers);
   o.Get("deterministic", &deterministic);
   o.Get("sharing", &sharing);
+  o.Get("weight", &job.weight);
+  o.Get("priority", &job.priority);
   o.Get("batches_per_split", &job.batches_per_split);
   o.Get("job_first_epoch", &job.first_epoch);
   o.Get("taken", &job.taken);

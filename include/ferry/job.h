@@ -166,6 +166,11 @@ struct JobSpec {
   ProcessingMode mode = ProcessingMode::kDistributedEpoch;
   Ordering ordering = Ordering::kArrival;
   Sharing sharing = Sharing::kSplits;
+  // Jobs on the same workers share their decode threads in proportion to `weight`
+  // (0 < weight <= 1000); a job of a higher `priority` (-100..100) takes a free thread
+  // before any of a lower one (pipeline/fair_scheduler.h). Neither changes a batch.
+  double weight = 1;
+  int32_t priority = 0;
   int32_t batches_per_split = 4;
   // 0: consumers join freely and each split goes to whichever needs it. W > 0: the job
   // is W ranks with equal steps (see "ranks" above); their consumer ids are

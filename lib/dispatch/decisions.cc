@@ -92,9 +92,10 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // each split together, first come first served; with its maker gone, anywhere.
     const std::vector<std::string>* lanes = j.content_key != 0 ? &state.Lanes(j.content_key) : nullptr;
     if (lanes != nullptr && lanes->size() < 2) lanes = nullptr;
+    const std::string& lane = name;  // (a structured binding cannot be captured before C++20)
     auto held_elsewhere = [&](uint64_t epoch, int64_t s) {
       for (const std::string& other : *lanes) {
-        if (other == name) continue;
+        if (other == lane) continue;
         const JobState* o = state.job(other);
         if (o == nullptr) continue;
         auto oe = o->epochs.find(epoch);

@@ -280,10 +280,12 @@ void BatchProducer::Run() {
     const uint64_t my_seq = seq++;
     ProducedBatch* raw = batch.release();
     FERRY_TSAN_RELEASE(raw);  // libtbb orders the enqueue before the task (core/tsan.h)
-    arena_->enqueue([this, my_seq, raw, memory_wait_ns] {
+    auto make = [this, my_seq, raw, memory_wait_ns] {
       FERRY_TSAN_ACQUIRE(raw);
       Make(my_seq, std::unique_ptr<ProducedBatch>(raw), memory_wait_ns);
-    });
+    };
+    if (flow_ != nullptr) flow_->Submit(std::move(make));  // the job's turn among the worker's jobs
+    else arena_->enqueue(std::move(make));
   }
   EndPlanning(status);
 }

@@ -48,6 +48,7 @@
 #include "pyrt/python_pool.h"
 #include "text/tokenizer.h"
 #include "pipeline/batch_window.h"
+#include "pipeline/fair_scheduler.h"
 #include "pipeline/prepared_job.h"
 #include "pipeline/stats.h"
 
@@ -269,6 +270,10 @@ class BatchProducer {
     window_content_ = content;
   }
 
+  // The worker's threads shared among jobs (pipeline/fair_scheduler.h): batches are
+  // submitted to `flow` (this job's) instead of straight into the arena. Before Start().
+  void SetFlow(std::shared_ptr<FairScheduler::Flow> flow) { flow_ = std::move(flow); }
+
   void Start();
   // Stops planning, cancels the allocator, waits for tasks in flight. Idempotent.
   void Stop();
@@ -326,6 +331,7 @@ class BatchProducer {
   const DoneFn done_;
   int64_t synthetic_cost_us_ = 0;
   std::shared_ptr<BatchWindow> window_;
+  std::shared_ptr<FairScheduler::Flow> flow_;
   uint64_t window_content_ = 0;
   std::shared_ptr<PipelineStats> stats_;
   std::vector<std::string> targets_;

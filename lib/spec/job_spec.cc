@@ -123,6 +123,8 @@ Status JobSpec::Validate() const {
     }
   }
   if (sharing != Sharing::kSplits && sharing != Sharing::kEvery) return Status::InvalidArgument("unknown sharing");
+  if (!(weight > 0 && weight <= 1000)) return Status::InvalidArgument("weight must be in (0, 1000]");
+  if (priority < -100 || priority > 100) return Status::InvalidArgument("priority must be in [-100, 100]");
   if (sharing == Sharing::kEvery && mode != ProcessingMode::kDistributedEpoch)
     return Status::InvalidArgument("sharing every batch is a distributed_epoch job's (parallel_epochs: every worker "
                                    "already makes its own epochs)");

@@ -407,6 +407,8 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
   b.setMode(schema::ProcessingMode(uint16_t(job.mode)));
   b.setOrdering(schema::Ordering(uint16_t(job.ordering)));
   b.setSharing(schema::Sharing(uint16_t(job.sharing)));
+  b.setWeight(job.weight);
+  b.setPriority(job.priority);
   b.setBatchesPerSplit(job.batches_per_split);
   b.setNumSamples(job.num_samples);
   b.setFingerprint(job.fingerprint);
@@ -463,6 +465,8 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   job.ordering = Ordering(ord);
   if (uint16_t(r.getSharing()) > uint16_t(Sharing::kEvery)) return Status::InvalidArgument("job: unknown sharing");
   job.sharing = Sharing(uint16_t(r.getSharing()));
+  job.weight = r.getWeight();
+  job.priority = r.getPriority();
   job.batches_per_split = r.getBatchesPerSplit();
   job.num_samples = r.getNumSamples();
   job.fingerprint = r.getFingerprint();

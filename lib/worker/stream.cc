@@ -148,6 +148,11 @@ void WorkerStream::StartProducer(StreamSource source) {
   producer_->SetTokenizer(std::move(source.tokenizer));
   producer_->SetStats(core_->pipeline_stats());
   if (user_code_) producer_->SetUserCode(core_->env().python, source.job);
+  // The job's share of the threads: streams of one job (by name) are one flow.
+  if (core_->env().scheduler != nullptr)
+    producer_->SetFlow(core_->env().scheduler->Join(source.splits || msg_.by_name ? msg_.job_name
+                                                                                   : "inline/" + msg_.consumer_id,
+                                                    source.job.weight, source.job.priority));
   // A sweep's lane: what the other lanes made here is served from the window.
   if (source.splits && source.job.sharing == Sharing::kEvery && core_->env().window != nullptr)
     producer_->SetWindow(core_->env().window, source.job.ContentKey());

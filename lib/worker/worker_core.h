@@ -96,6 +96,9 @@ struct WorkerEnv {
   std::shared_ptr<PythonPool> python;
   // The batches a sweep's lanes share (--share-window); null: each lane makes its own.
   std::shared_ptr<BatchWindow> window;
+  // The arena's threads shared among jobs by weight and priority; null: first come
+  // first served.
+  std::shared_ptr<FairScheduler> scheduler;
 };
 
 

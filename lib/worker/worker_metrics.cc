@@ -4,6 +4,7 @@
 
 #include "net/http_server.h"
 #include "pipeline/batch_window.h"
+#include "pipeline/fair_scheduler.h"
 #include "store/disk_cache.h"
 #include "store/object_store.h"
 #include "worker/dispatcher_link.h"
@@ -11,7 +12,8 @@
 namespace ferry {
 
 std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, const WorkerQueues& q,
-                              uint64_t memory_budget_bytes, const DispatcherLink* link, const BatchWindow* window) {
+                              uint64_t memory_budget_bytes, const DispatcherLink* link, const BatchWindow* window,
+                              const FairScheduler* scheduler) {
   net::PromText t;
   t.One("ferry_worker_connections_total", "counter", "Connections accepted.", double(c.connections.load()));
   t.One("ferry_worker_streams_total", "counter", "Streams opened by clients.", double(c.streams.load()));
@@ -86,6 +88,15 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
           "Batches of sweeps dropped from the window (--share-window) before every trainer took them.",
           double(w.evicted));
     t.One("ferry_worker_share_window_bytes", "gauge", "Bytes of made batches the window holds.", double(w.bytes));
+  }
+  if (scheduler != nullptr) {
+    const std::map<std::string, FairScheduler::FlowStats> flows = scheduler->Stats();
+    t.Family("ferry_worker_job_busy_seconds_total", "counter",
+             "Decode-thread time each job's batches took here (its share, against its weight: jobs share the "
+             "threads in proportion to their weights).");
+    for (const auto& [name, f] : flows) t.Sample("ferry_worker_job_busy_seconds_total", {{"job", name}}, double(f.busy_ns) / 1e9);
+    t.Family("ferry_worker_job_weight", "gauge", "Each job's weight (JobSpec::weight) among the jobs here.");
+    for (const auto& [name, f] : flows) t.Sample("ferry_worker_job_weight", {{"job", name}}, f.weight);
   }
   if (link != nullptr) {
     t.One("ferry_worker_registered", "gauge", "1 while registered with the dispatcher.", link->registered() ? 1 : 0);

@@ -15,6 +15,7 @@
 namespace ferry {
 
 class BatchWindow;
+class FairScheduler;
 class DispatcherLink;
 
 // Thread-safe (each a relaxed atomic): bumped on the io thread, read by /metrics.
@@ -34,7 +35,7 @@ struct WorkerQueues {
 
 std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, const WorkerQueues& q,
                               uint64_t memory_budget_bytes, const DispatcherLink* link,
-                              const BatchWindow* window = nullptr);
+                              const BatchWindow* window = nullptr, const FairScheduler* scheduler = nullptr);
 
 // The worker's production figures, as each heartbeat carries them (the dispatcher's
 // advice on how many workers to run).

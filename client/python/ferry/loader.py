@@ -87,6 +87,11 @@ class Loader(torch.utils.data.IterableDataset):
       keep pace (a trainer that falls far behind has its batches made again, the same
       bytes). Each trainer gives trainer_id, a name of its own that stays the same
       across restarts (its saved states resume it); its ranks, if any, share it.
+    weight, priority: a dispatcher job's share of the workers' decode threads, against
+      the other jobs on them: jobs that all want more than the workers make get
+      throughput in proportion to their weights (0 < weight <= 1000); a job of a higher
+      priority (-100..100) takes a free thread before any of a lower one. Neither
+      changes a batch.
     local_threads: hybrid (dispatcher mode): this many of the trainer's own cores join
       the job as a worker that serves only this loader, leasing splits like any other
       worker (exactly once and equal steps hold as before).
@@ -146,7 +151,7 @@ class Loader(torch.utils.data.IterableDataset):
                  world_size=None, device=None, trainer_normalize=None, local_threads=0, bad_samples="skip",
                  targets=None, targets_format="list", tokenizer=None, dataset=None, transform=None, collate_fn=None,
                  python_processes=1, sample_timeout=None, python=None, python_steps=None, io_cpus=None,
-                 sharing="splits", trainer_id=""):
+                 sharing="splits", trainer_id="", weight=1.0, priority=0):
         self._user_code = None
         self._user_input = ""
         if python_steps is not None:
@@ -242,6 +247,12 @@ class Loader(torch.utils.data.IterableDataset):
                                  "serves one job, and a sweep's trainers read one lane each")
         elif self.trainer_id:
             raise ValueError("trainer_id names a trainer of a sweep: give sharing='every'")
+        self.weight = float(weight)
+        self.priority = int(priority)
+        if not 0 < self.weight <= 1000:
+            raise ValueError("weight must be in (0, 1000], not %r" % (weight,))
+        if not -100 <= self.priority <= 100:
+            raise ValueError("priority must be in [-100, 100], not %r" % (priority,))
         self.batches_per_split = int(batches_per_split)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
@@ -416,6 +427,8 @@ class Loader(torch.utils.data.IterableDataset):
              "deterministic": self.deterministic, "bad_samples": self.bad_samples}
         if self.sharing != "splits":
             o["sharing"] = self.sharing
+        if self.weight != 1.0 or self.priority != 0:
+            o.update(weight=self.weight, priority=self.priority)
         if self.targets:
             o["targets"] = list(self.targets)
         for k, v in self.tokenizer.items():
