@@ -143,6 +143,14 @@ struct WorkerLoad {
   # Each pipeline step's cost, sampled (a fraction of samples is timed step by step):
   # read, decode, each op by name, output. Cumulative, like the rest.
   ops @5 :List(OpCost);
+  # Each job's decode-thread time here (its flow in the worker's fair scheduler),
+  # cumulative: the jobs' shares.
+  jobs @6 :List(JobBusy);
+}
+
+struct JobBusy {
+  name @0 :Text;
+  busyNs @1 :Int64;
 }
 
 struct OpCost {
@@ -227,6 +235,9 @@ struct JobSummary {
   demand @13 :Float64;           # samples/s
   recommendedWorkers @14 :Int64; # 0: not known yet
   limitedBy @15 :Text;
+  threadShare @16 :Float64 = -1;  # of its workers' decode-thread time, last window; -1: not known
+  weight @17 :Float64 = 1;
+  priority @18 :Int32;
 }
 
 struct ClusterStatus {

@@ -560,6 +560,11 @@ std::string DispatcherService::MetricsText() const {
         for (const auto& [name, a] : advice)
           if (a.recommended_workers > 0)
             t.Sample("ferry_job_recommended_workers", {{"ferry_job", name}}, double(a.recommended_workers));
+        t.Family("ferry_job_thread_share", "gauge",
+                 "The job's share of its workers' decode-thread time, last 10 s (the workers share their threads "
+                 "among jobs by weight and priority).");
+        for (const auto& [name, a] : advice)
+          if (a.thread_share >= 0) t.Sample("ferry_job_thread_share", {{"ferry_job", name}}, a.thread_share);
         t.Family("ferry_job_op_share", "gauge",
                  "Each pipeline step's share of a sample's time on the job's workers (read, decode, each op, output), "
                  "last 10 s, from the workers' sampled op costs.");

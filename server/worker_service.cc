@@ -60,7 +60,7 @@ class WorkerService::Impl {
       env.python = std::make_shared<PythonPool>(opts_.python);
       env.python->Warm();  // their imports overlap the worker's start, not a job's
     }
-    if (!opts_.dispatcher.empty()) link_ = std::make_unique<DispatcherLink>(LinkOptionsFor(env.stats, env.python));
+    if (!opts_.dispatcher.empty()) link_ = std::make_unique<DispatcherLink>(LinkOptionsFor(env.stats, env.python, env.scheduler));
     WorkerCoreOptions c;
     c.buffered_batches = opts_.buffered_batches;
     c.memory_budget_bytes = opts_.max_memory_bytes != 0 ? opts_.max_memory_bytes : MemoryLimitBytes() / 4 * 3;
@@ -75,7 +75,8 @@ class WorkerService::Impl {
   }
 
   // Dispatcher mode: the link registers this worker under the address clients use.
-  LinkOptions LinkOptionsFor(std::shared_ptr<PipelineStats> stats, std::shared_ptr<PythonPool> python) {
+  LinkOptions LinkOptionsFor(std::shared_ptr<PipelineStats> stats, std::shared_ptr<PythonPool> python,
+                             std::shared_ptr<FairScheduler> scheduler) {
     LinkOptions l;
     l.dispatcher = opts_.dispatcher;
     l.token = opts_.token;
@@ -98,7 +99,7 @@ class WorkerService::Impl {
       l.data.check_user_code = [python](const JobSpec& job) { return CheckUserCode(python.get(), job); };
     }
     l.forget_after = std::chrono::milliseconds(int64_t(opts_.forget_jobs_after_s * 1000));
-    l.load = [stats = std::move(stats)] { return WorkerLoadOf(*stats); };
+    l.load = [stats = std::move(stats), scheduler = std::move(scheduler)] { return WorkerLoadOf(*stats, scheduler.get()); };
     return l;
   }
 

@@ -44,6 +44,11 @@ void PrintTables(const std::string& dispatcher, const ClusterStatusMsg& m) {
                                                 std::to_string(j.done) + " of " + std::to_string(j.splits_per_epoch);
     std::printf("%-20s %-8lld %-9s %-9s %-24s %s\n", j.name.c_str(), (long long)j.num_samples, consumers.c_str(),
                 Epoch(j).c_str(), splits.c_str(), j.dataset.c_str());
+    if (j.thread_share >= 0 || j.weight != 1 || j.priority != 0) {
+      std::printf("  weight %g, priority %d", j.weight, j.priority);
+      if (j.thread_share >= 0) std::printf("; share of its workers' decode threads %.0f%%", 100 * j.thread_share);
+      std::printf("\n");
+    }
     if (!j.limited_by.empty()) {
       std::printf("  input wait %.0f%%, demand %.0f samples/s", 100 * j.input_wait, j.demand);
       if (j.recommended_workers > 0) std::printf(", recommended workers %lld", (long long)j.recommended_workers);
@@ -84,7 +89,10 @@ nlohmann::json ToJson(const std::string& dispatcher, const ClusterStatusMsg& m) 
                          {"input_wait", x.input_wait},
                          {"demand_samples_per_second", x.demand},
                          {"recommended_workers", x.recommended_workers},
-                         {"limited_by", x.limited_by}});
+                         {"limited_by", x.limited_by},
+                         {"weight", x.weight},
+                         {"priority", x.priority},
+                         {"thread_share", x.thread_share}});
   }
   j["workers"] = nlohmann::json::array();
   for (const auto& w : m.workers) {

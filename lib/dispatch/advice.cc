@@ -95,6 +95,25 @@ LoadTracker::Advice LoadTracker::AdviceFor(const std::string& job, const std::ve
                                            const std::vector<std::string>& workers,
                                            const std::string& storage) const {
   Advice a;
+  // The job's share of the decode threads of its workers, whatever its consumers report.
+  double job_ns = 0, all_ns = 0;
+  for (const std::string& w : workers) {
+    auto it = workers_.find(w);
+    if (it == workers_.end() || it->second.points.size() < 2 || Stale(it->second)) continue;
+    const wire::WorkerLoad& x = it->second.points.front().second;
+    const wire::WorkerLoad& y = it->second.points.back().second;
+    for (const wire::JobBusy& b : y.jobs) {
+      int64_t before = 0;
+      for (const wire::JobBusy& p : x.jobs) {
+        if (p.name == b.name) before = p.ns;
+      }
+      if (b.ns < before) before = 0;  // its flow was forgotten and came back: counted from zero
+      const double d = double(b.ns - before);
+      all_ns += d;
+      if (b.name == job) job_ns += d;
+    }
+  }
+  if (all_ns > 0) a.thread_share = job_ns / all_ns;
   double wait = 0, elapsed = 0;
   for (const std::string& c : consumers) {
     auto it = consumers_.find({job, c});

@@ -72,6 +72,9 @@ class LoadTracker {
     // The pipeline steps' shares of a sample's time on the job's workers, costliest
     // first (from the workers' sampled op costs; empty until known).
     std::vector<std::pair<std::string, double>> op_shares;
+    // The job's share of its workers' decode-thread time in the window (the workers'
+    // fair schedulers: a share against its weight); -1 while no worker reports one.
+    double thread_share = -1;
   };
   // `consumers`: the job's live consumers; `workers`: those that may serve it.
   // `storage` names where the job's samples are read from ("S3 (s3://bucket)",

@@ -299,6 +299,9 @@ wire::ClusterStatusMsg Dispatcher::ClusterStatus(int64_t now_ms) const {
     x.demand = a.demand;
     x.recommended_workers = a.recommended_workers;
     x.limited_by = a.limited_by;
+    x.thread_share = a.thread_share;
+    x.weight = j.spec.weight;
+    x.priority = j.spec.priority;
     for (const auto& [epoch, e] : j.epochs) {
       x.leased += e.leased;
       x.done += e.done;

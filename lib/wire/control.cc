@@ -156,6 +156,11 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
       ops[k].setNs(m.load.ops[k].ns);
       ops[k].setSamples(m.load.ops[k].samples);
     }
+    auto jobs = load.initJobs(unsigned(std::min(m.load.jobs.size(), WorkerLoad::kMaxJobs)));
+    for (unsigned k = 0; k < jobs.size(); ++k) {
+      jobs[k].setName(m.load.jobs[k].name);
+      jobs[k].setBusyNs(m.load.jobs[k].ns);
+    }
   });
 }
 
@@ -280,6 +285,14 @@ Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
       const auto name = o.getName();
       if (name.size() > 64) return Status::InvalidArgument("Heartbeat: an op name over 64 bytes");
       m.load.ops.push_back({Str(name), o.getNs(), o.getSamples()});
+    }
+    const auto jobs = l.getJobs();
+    if (jobs.size() > WorkerLoad::kMaxJobs)
+      return Status::InvalidArgument("Heartbeat: more than " + std::to_string(WorkerLoad::kMaxJobs) + " jobs' times");
+    for (auto j : jobs) {
+      const auto name = j.getName();
+      if (name.size() > 256) return Status::InvalidArgument("Heartbeat: a job name over 256 bytes");
+      m.load.jobs.push_back({Str(name), j.getBusyNs()});
     }
     return m;
   });
@@ -480,6 +493,9 @@ OutFrame EncodeClusterStatus(const ClusterStatusMsg& m) {
       js[i].setDemand(j.demand);
       js[i].setRecommendedWorkers(j.recommended_workers);
       js[i].setLimitedBy(j.limited_by);
+      js[i].setThreadShare(j.thread_share);
+      js[i].setWeight(j.weight);
+      js[i].setPriority(j.priority);
     }
   });
 }
@@ -522,6 +538,9 @@ Result<ClusterStatusMsg> DecodeClusterStatus(const InFrame& f) {
       x.demand = j.getDemand();
       x.recommended_workers = j.getRecommendedWorkers();
       x.limited_by = Str(j.getLimitedBy());
+      x.thread_share = j.getThreadShare();
+      x.weight = j.getWeight();
+      x.priority = j.getPriority();
       m.jobs.push_back(std::move(x));
     }
     return m;

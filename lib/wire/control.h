@@ -58,10 +58,18 @@ struct OpCost {
   int64_t ns = 0, samples = 0;
   bool operator==(const OpCost&) const = default;
 };
+// A job's decode-thread time on a worker (its flow in the fair scheduler), cumulative.
+struct JobBusy {
+  std::string name;
+  int64_t ns = 0;
+  bool operator==(const JobBusy&) const = default;
+};
 struct WorkerLoad {
   int64_t samples = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, augment_ns = 0;
   std::vector<OpCost> ops;  // cumulative, at most kMaxOpCosts
   static constexpr size_t kMaxOpCosts = 256;
+  std::vector<JobBusy> jobs{};  // at most kMaxJobs
+  static constexpr size_t kMaxJobs = 4096;
   bool operator==(const WorkerLoad&) const = default;
 };
 
@@ -166,6 +174,10 @@ struct JobSummaryMsg {
   double input_wait = 0, demand = 0;
   int64_t recommended_workers = 0;
   std::string limited_by;
+  // The job's share of its workers' decode-thread time over the last window (-1: not
+  // known), against its weight and priority.
+  double thread_share = -1, weight = 1;
+  int32_t priority = 0;
 };
 struct ClusterStatusMsg {
   std::string state_id;

@@ -112,12 +112,17 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
   return t.str();
 }
 
-wire::WorkerLoad WorkerLoadOf(const PipelineStats& ps) {
+wire::WorkerLoad WorkerLoadOf(const PipelineStats& ps, const FairScheduler* scheduler) {
   const Histogram::Snapshot r = ps.read.Read(), d = ps.decode.Read(), a = ps.augment.Read();
   wire::WorkerLoad load{ps.samples.load(std::memory_order_relaxed), ps.BusyNs(), int64_t(r.sum * 1e9),
                         int64_t(d.sum * 1e9), int64_t(a.sum * 1e9), {}};
   for (const auto& [name, c] : ps.ops.Read()) {
     if (load.ops.size() < wire::WorkerLoad::kMaxOpCosts) load.ops.push_back({name.substr(0, 64), c.ns, c.samples});
+  }
+  if (scheduler != nullptr) {
+    for (const auto& [name, f] : scheduler->Stats()) {
+      if (load.jobs.size() < wire::WorkerLoad::kMaxJobs) load.jobs.push_back({name.substr(0, 256), f.busy_ns});
+    }
   }
   return load;
 }

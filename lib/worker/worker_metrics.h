@@ -39,7 +39,7 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
 
 // The worker's production figures, as each heartbeat carries them (the dispatcher's
 // advice on how many workers to run).
-wire::WorkerLoad WorkerLoadOf(const PipelineStats& ps);
+wire::WorkerLoad WorkerLoadOf(const PipelineStats& ps, const FairScheduler* scheduler = nullptr);
 
 }  // namespace ferry
 

@@ -35,6 +35,25 @@ void Feed(LoadTracker& t, double rate_needed, double rate_got, const std::vector
   }
 }
 
+// The jobs' shares of their workers' threads, from each worker's per-job thread time.
+TEST(AdviceTest, EachJobsShareOfItsWorkersThreads) {
+  LoadTracker t;
+  for (int step = 0; step <= 30; ++step) {
+    const double s = step / 10.0;
+    // w0: job a 0.75 s a second, job b 0.25; w1: job a alone, at half its time.
+    wire::WorkerLoad w0{int64_t(100 * s), int64_t(s * kS), 0, 0, 0, {},
+                        {{"a", int64_t(0.75 * s * kS)}, {"b", int64_t(0.25 * s * kS)}}};
+    wire::WorkerLoad w1{int64_t(50 * s), int64_t(0.5 * s * kS), 0, 0, 0, {}, {{"a", int64_t(0.5 * s * kS)}}};
+    t.Worker("w0", w0, int64_t(s * 1000));
+    t.Worker("w1", w1, int64_t(s * 1000));
+  }
+  // Over both workers: a had 1.25 of 1.5 thread-seconds a second; b 0.25. Only w0: 0.75 and 0.25.
+  EXPECT_NEAR(t.AdviceFor("a", {}, {"w0", "w1"}).thread_share, 1.25 / 1.5, 1e-6);
+  EXPECT_NEAR(t.AdviceFor("b", {}, {"w0", "w1"}).thread_share, 0.25 / 1.5, 1e-6);
+  EXPECT_NEAR(t.AdviceFor("b", {}, {"w0"}).thread_share, 0.25, 1e-6);
+  EXPECT_EQ(t.AdviceFor("c", {}, {"w9"}).thread_share, -1) << "no worker reports: not known";
+}
+
 TEST(AdviceTest, AnInputBoundJobGetsTheWorkersItsDemandNeeds) {
   LoadTracker t;
   // Needs 1000 samples/s; 2 workers of capacity 400 (busy all the time) give 800.

@@ -75,6 +75,43 @@ TEST(JobSpecTest, BadSamplesNamesAndFingerprint) {
   EXPECT_FALSE(a.SameJobAs(b));
 }
 
+// A sweep's lanes, and jobs of other weights, make the same batches: the content key
+// (what decides a batch's bytes) leaves out sharing, ordering, weight and priority; the
+// config fingerprint (what a saved state must match) keeps sharing.
+TEST(JobSpecTest, SharingWeightAndPriority) {
+  JobSpec a;
+  a.dataset = "/data/train";
+  a.num_samples = 1000;
+  a.fingerprint = 7;
+  JobSpec b = a;
+  b.sharing = Sharing::kEvery;
+  b.ordering = Ordering::kDeterministic;
+  b.weight = 3;
+  b.priority = 2;
+  EXPECT_EQ(a.ContentKey(), b.ContentKey());
+  EXPECT_NE(a.ConfigFingerprint(), b.ConfigFingerprint());
+  JobSpec other_seed = b;
+  other_seed.seed = 1;
+  EXPECT_NE(b.ContentKey(), other_seed.ContentKey());
+  JobSpec other_listing = b;
+  other_listing.fingerprint = 8;
+  EXPECT_NE(b.ContentKey(), other_listing.ContentKey()) << "another listing: other samples";
+  JobSpec weights = a;
+  weights.weight = 3;
+  EXPECT_EQ(a.ConfigFingerprint(), weights.ConfigFingerprint()) << "a weight changes no batch";
+  EXPECT_TRUE(b.Validate().ok());
+  b.mode = ProcessingMode::kParallelEpochs;
+  EXPECT_NE(b.Validate().message().find("sharing every batch is a distributed_epoch job's"), std::string::npos);
+  JobSpec w = a;
+  for (double bad : {0.0, -1.0, 1001.0}) {
+    w.weight = bad;
+    EXPECT_FALSE(w.Validate().ok()) << bad;
+  }
+  w.weight = 1;
+  w.priority = 101;
+  EXPECT_FALSE(w.Validate().ok());
+}
+
 TEST(JobSpecTest, Validate) {
   EXPECT_TRUE(Job(10, 2, 1, LastBatch::kKeep).Validate().ok());
   JobSpec j = Job(10, 0, 1, LastBatch::kKeep);

@@ -33,6 +33,8 @@ JobSpec AJob() {
   j.mode = ProcessingMode::kParallelEpochs;
   j.ordering = Ordering::kDeterministic;
   j.batches_per_split = 3;
+  j.weight = 2.5;
+  j.priority = -3;
   j.num_samples = 1281167;
   j.fingerprint = 0xFEEDFACEull;
   return j;
@@ -66,7 +68,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_EQ(*interval, 250u);
 
   HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}},
-                 {100, 2, 3, 4, 5, {{"decode", 7000, 3}, {"rand_augment", 9000, 3}}}};
+                 {100, 2, 3, 4, 5, {{"decode", 7000, 3}, {"rand_augment", 9000, 3}}, {{"run7", 123}, {"sweep/a", 4}}}};
   Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->worker_id, "w1");
