@@ -8,8 +8,15 @@
 
 namespace ferry {
 
-std::shared_ptr<FairScheduler> FairScheduler::Make(std::shared_ptr<tbb::task_arena> arena, int slots) {
-  return std::shared_ptr<FairScheduler>(new FairScheduler(std::move(arena), std::max(1, slots)));
+std::shared_ptr<FairScheduler> FairScheduler::Make(std::shared_ptr<tbb::task_arena> arena, int slots,
+                                                   std::function<int64_t()> clock) {
+  if (!clock) {
+    clock = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  return std::shared_ptr<FairScheduler>(new FairScheduler(std::move(arena), std::max(1, slots), std::move(clock)));
 }
 
 FairScheduler::Flow::~Flow() { scheduler_->Leave(name_); }
@@ -68,10 +75,9 @@ void FairScheduler::Pump() {
     arena_->enqueue([self = shared_from_this(), name = *best_name, raw] {
       FERRY_TSAN_ACQUIRE(raw);
       std::unique_ptr<std::function<void()>> t(raw);
-      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t t0 = self->clock_();
       (*t)();
-      const int64_t ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      const int64_t ns = self->clock_() - t0;
       t.reset();
       self->Done(name, ns);
     });
