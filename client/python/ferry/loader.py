@@ -17,32 +17,9 @@ from . import device_finish
 from .targets import batch_fields
 from .user_code import user_code_payload
 from .distributed import resolve_rank
+from ._options import _cpu_list, _pipeline_string, _sharing
 
 FerryError = RuntimeError
-
-
-def _pipeline_string(pipeline):
-    if isinstance(pipeline, dict):
-        return json.dumps(pipeline)
-    return str(pipeline)
-
-
-def _cpu_list(cpus):
-    """io_cpus as the native client takes it: "0-3,8" (taskset -c's form), "" for none."""
-    if cpus is None:
-        return ""
-    if isinstance(cpus, str):
-        return _ferry.cpu_list(cpus)  # checked now: a ValueError naming the mistake
-    if isinstance(cpus, int):
-        cpus = [cpus]
-    out = []
-    for c in cpus:
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise ValueError("io_cpus: CPU numbers are integers >= 0, not %r" % (c,))
-        out.append(str(c))
-    if not out:
-        raise ValueError("io_cpus: an empty list (give None to leave the threads where they start)")
-    return _ferry.cpu_list(",".join(out))
 
 
 class Loader(torch.utils.data.IterableDataset):
@@ -233,26 +210,8 @@ class Loader(torch.utils.data.IterableDataset):
         self.deterministic = bool(deterministic)
         self.token_file = token_file or ""
         self.consumer_id = consumer_id or ""
-        if sharing not in ("splits", "every"):
-            raise ValueError("sharing must be 'splits' or 'every', not %r" % (sharing,))
-        self.sharing = sharing
-        self.trainer_id = trainer_id or ""
-        if sharing == "every":
-            if not dispatcher:
-                raise ValueError("sharing='every' is a dispatcher job's: give dispatcher= and job_name=")
-            if not self.trainer_id:
-                raise ValueError("sharing='every' needs trainer_id=: this trainer's name, the same across restarts")
-            if local_threads:
-                raise ValueError("sharing='every' and local_threads do not go together yet: a trainer's own worker "
-                                 "serves one job, and a sweep's trainers read one lane each")
-        elif self.trainer_id:
-            raise ValueError("trainer_id names a trainer of a sweep: give sharing='every'")
-        self.weight = float(weight)
-        self.priority = int(priority)
-        if not 0 < self.weight <= 1000:
-            raise ValueError("weight must be in (0, 1000], not %r" % (weight,))
-        if not -100 <= self.priority <= 100:
-            raise ValueError("priority must be in [-100, 100], not %r" % (priority,))
+        self.sharing, self.trainer_id, self.weight, self.priority = _sharing(
+            sharing, trainer_id, weight, priority, dispatcher, local_threads)
         self.batches_per_split = int(batches_per_split)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
