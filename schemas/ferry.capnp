@@ -127,6 +127,16 @@ struct Job {
   sharing @20 :Sharing;         # JobSpec::sharing
   weight @21 :Float64 = 1.0;    # JobSpec::weight: a share of the workers' threads
   priority @22 :Int32;          # JobSpec::priority
+  mixture @23 :List(MixtureSource);  # JobSpec::mixture: a weighted mixture's sources (dataset "mixture")
+  mixtureEpoch @24 :Int64;      # JobSpec::mixture_epoch: draws an epoch
+}
+
+# One source of a weighted mixture (ferry::MixtureSource).
+struct MixtureSource {
+  dataset @0 :Text;
+  weight @1 :Float64 = 1.0;
+  pipeline @2 :Text;            # "": the job's; else a PipelineSpec name or JSON
+  numSamples @3 :Int64;         # of the source's listing; 0 = not known yet
 }
 
 struct ResumeState {

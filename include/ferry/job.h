@@ -25,6 +25,15 @@
 //              epoch (elastic resume with another world size): the epoch's order less
 //              the positions that run yielded (`taken`). Its geometry is that of a
 //              dataset of epoch_samples() = N - |taken| samples in that order.
+//   mixture    a job whose data is several datasets drawn by weight (MixtureSource):
+//              an epoch is `mixture_epoch` draws, source k's share of them fixed at its
+//              weight's (largest remainders), their interleaving drawn from (seed,
+//              epoch). Each source is read without replacement, in an order of its own
+//              for each of its passes, and its next pass begins where the last ended,
+//              across epochs (data/mixture.h). The epoch's order holds draws, not
+//              sample indices (a draw names a sample and its pass); every position
+//              rule above holds for it unchanged, so exactly once, ranks, splits and
+//              elastic resume are an ordinary job's.
 //   listing    what the dataset's source lists (paths and labels); its fingerprint
 //              and size are facts whoever lists it fills in (num_samples,
 //              fingerprint), so that every process can check it means the same
@@ -147,6 +156,18 @@ struct UserCodeSpec {
   bool operator==(const UserCodeSpec& other) const = default;
 };
 
+// One source of a weighted mixture (JobSpec::mixture).
+struct MixtureSource {
+  std::string dataset;   // any dataset kind the workers open, as JobSpec::dataset
+  double weight = 1;     // > 0: its share of an epoch is weight / the sum of the weights
+  // "": the job's pipeline; else its own (a PipelineSpec name, or JSON), which must
+  // make rows of the job pipeline's shape and type, with no batch op (a grayscale
+  // source's pipeline may convert to RGB, another resize differently).
+  std::string pipeline;
+  int64_t num_samples = 0;  // a listing fact, as JobSpec::num_samples
+  bool operator==(const MixtureSource& other) const = default;
+};
+
 struct JobSpec {
   std::string dataset;  // an ImageFolder root, a .tsv list or .tar shards, as the workers
                         // see it; or "synthetic:..." for benchmarks
@@ -213,6 +234,14 @@ struct JobSpec {
   // function, run by workers started with --allow-user-code (UserCodeSpec).
   UserCodeSpec user_code;
 
+  // A mixture (see "mixture" above): dataset is then "mixture", and an epoch is
+  // mixture_epoch draws (1..2^28) from these sources (1..kMaxMixtureSources).
+  std::vector<MixtureSource> mixture;
+  int64_t mixture_epoch = 0;
+  static constexpr size_t kMaxMixtureSources = 256;
+  static constexpr int64_t kMaxMixtureEpoch = int64_t(1) << 28;
+  bool mixed() const { return !mixture.empty(); }
+
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for
   // a named job (and for synthetic datasets the client gives num_samples). 0 in a
   // request means "not known yet"; a client may set `fingerprint` to make workers
@@ -255,7 +284,9 @@ struct JobSpec {
   // batches of each (epoch, split, batch).
   uint64_t ContentKey() const;
   bool remainder() const { return !taken.empty(); }
-  // Samples an epoch has: num_samples, less what a remainder job's `taken` holds.
+  // The length of an epoch's full order: num_samples, or a mixture's mixture_epoch.
+  int64_t order_samples() const { return mixed() ? mixture_epoch : num_samples; }
+  // Samples an epoch has: order_samples(), less what a remainder job's `taken` holds.
   int64_t epoch_samples() const;
 
   // Geometry, from epoch_samples().

@@ -102,6 +102,16 @@ class Dataset {
   // The sample's size in bytes when the listing knows it (objects), else 0.
   virtual uint64_t SizeHint(int64_t index) const { return 0; }
 
+  // A mixture's indices are draw ids (data/mixture.h); every other dataset's are its
+  // samples'. The sample an index names, as a batch reports it: the index itself but
+  // for a mixture.
+  virtual int64_t SampleIndex(int64_t index) const { return index; }
+  // Which of a mixture's sources an index comes from (its pipeline runs on it); 0 for
+  // any other dataset.
+  virtual int Part(int64_t index) const { return 0; }
+  // A mixture's sources' sizes (listing facts), in its order; empty for any other.
+  virtual std::vector<int64_t> part_sizes() const { return {}; }
+
   // Sources whose samples carry annotations (COCO): true, and ReadAnnotations fills
   // `out` for sample `index` (data/annotations.h). Classification sources: false.
   virtual bool has_annotations() const { return false; }

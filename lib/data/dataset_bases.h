@@ -69,6 +69,9 @@ class ForwardingDataset : public Dataset {
   bool entries_from_contents() const override { return inner_->entries_from_contents(); }
   void Prefetch(const std::vector<int64_t>& indices) const override { inner_->Prefetch(indices); }
   uint64_t SizeHint(int64_t index) const override { return inner_->SizeHint(index); }
+  int64_t SampleIndex(int64_t index) const override { return inner_->SampleIndex(index); }
+  int Part(int64_t index) const override { return inner_->Part(index); }
+  std::vector<int64_t> part_sizes() const override { return inner_->part_sizes(); }
   bool has_annotations() const override { return inner_->has_annotations(); }
   Status ReadAnnotations(int64_t index, SampleAnnotations* out) const override {
     return inner_->ReadAnnotations(index, out);

@@ -31,6 +31,10 @@ uint64_t UserCodeFingerprint(const JobSpec& job);
 // given (checked against the bound).
 Result<JobSpec> ListJob(JobSpec job, const DataRoots& roots = DataRoots());
 
+// The listing facts of `job` from its open dataset: num_samples (and each mixture
+// source's), and the fingerprint. Not for synthetic or user-code jobs.
+void SetListing(JobSpec* job, const Dataset& dataset);
+
 // Checks `dataset` against the job's listing facts: FailedPrecondition, naming the
 // dataset, if it lists another number of samples or another fingerprint (facts left
 // at 0 are not checked; synthetic datasets are not either).

@@ -470,7 +470,44 @@ bool Pipeline::PlanOnTrainer(int64_t rows, int64_t valid, const int64_t* indices
 // ---------------------------------------------------------------------------------
 // CheckJob
 
-Status CheckJob(const JobSpec& job) { return CompileJob(job).status(); }
+Status CheckJob(const JobSpec& job) {
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> p, CompileJob(job));
+  return CompileSourcePipelines(job, p).status();
+}
+
+Result<std::vector<std::shared_ptr<const Pipeline>>> CompileSourcePipelines(const JobSpec& job,
+                                                                            const std::shared_ptr<const Pipeline>& main) {
+  std::vector<std::shared_ptr<const Pipeline>> out;
+  for (size_t k = 0; k < job.mixture.size(); ++k) {
+    const MixtureSource& m = job.mixture[k];
+    if (m.pipeline.empty()) {
+      out.push_back(main);
+      continue;
+    }
+    const std::string which = "mixture source " + std::to_string(k) + " (" + m.dataset.substr(0, 256) + "): ";
+    Result<PipelineSpec> spec = PipelineSpec::Parse(m.pipeline);
+    if (!spec.ok()) return Status::InvalidArgument(which + "pipeline: " + spec.status().message());
+    Result<std::shared_ptr<const Pipeline>> p = Pipeline::Compile(*spec);
+    if (!p.ok()) return Status(p.status().code(), which + "pipeline: " + p.status().message());
+    const Pipeline& q = **p;
+    if (q.has_batch_ops())
+      return Status::InvalidArgument(which + "its pipeline has a batch op: give batch ops in the job's pipeline, "
+                                             "which runs them on whole batches");
+    const Shape a = q.output_shape(), b = main->output_shape();
+    if (a.height != b.height || a.width != b.width || a.channels != b.channels || q.dtype() != main->dtype() ||
+        q.sample_bytes() != main->sample_bytes())
+      return Status::InvalidArgument(
+          which + "its pipeline makes " + std::to_string(a.height) + "x" + std::to_string(a.width) + "x" +
+          std::to_string(a.channels) + " " + std::string(DTypeName(q.dtype())) + " rows, the job's " +
+          std::to_string(b.height) + "x" + std::to_string(b.width) + "x" + std::to_string(b.channels) + " " +
+          std::string(DTypeName(main->dtype())) + ": a batch's rows must all be alike");
+    if (job.geometric_targets()) {
+      if (Status st = q.CheckTargets(); !st.ok()) return Status(st.code(), which + st.message());
+    }
+    out.push_back(std::move(*p));
+  }
+  return out;
+}
 
 Result<std::shared_ptr<const Pipeline>> CompileJob(const JobSpec& job) {
   FERRY_RETURN_IF_ERROR(job.Validate());

@@ -163,6 +163,12 @@ class Pipeline {
 // pipeline/prepared_job.h); CheckJob is for those that only check (the dispatcher).
 Result<std::shared_ptr<const Pipeline>> CompileJob(const JobSpec& job);
 Status CheckJob(const JobSpec& job);
+// A mixture's pipeline for each source (JobSpec::mixture), given the job's compiled
+// one: `main` for a source with none of its own, else its own, checked to make rows of
+// main's shape and type, with no batch op (main's batch op runs on the whole batch),
+// and to move the job's targets. Empty for a job that is no mixture.
+Result<std::vector<std::shared_ptr<const Pipeline>>> CompileSourcePipelines(const JobSpec& job,
+                                                                            const std::shared_ptr<const Pipeline>& main);
 
 }  // namespace ferry
 

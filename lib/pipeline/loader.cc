@@ -44,6 +44,8 @@ class Loader::Impl {
 
   static LoaderOptions WithListing(LoaderOptions o, const Dataset& ds) {
     o.job.num_samples = ds.size();
+    const std::vector<int64_t> parts = ds.part_sizes();  // a mixture's sources
+    for (size_t k = 0; k < o.job.mixture.size() && k < parts.size(); ++k) o.job.mixture[k].num_samples = parts[k];
     return o;
   }
 
@@ -86,6 +88,7 @@ class Loader::Impl {
         [this](ProducedBatch&& b) { OnBatch(std::move(b)); }, [this](const Status& s) { OnDone(s); });
     producer_->SetTargets(job.targets);
     producer_->SetTokenizer(tokenizer_);
+    producer_->SetSourcePipelines(prepared_->source_pipelines());
     if (python_ != nullptr) producer_->SetUserCode(python_, job);
     producer_->Start();
   }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "data/mixture.h"
 #include "pipeline/targets_batch.h"
 #include "pyrt/python_pool.h"
 
@@ -28,11 +29,12 @@ Status SyntheticRefused() {
 
 Result<std::shared_ptr<const PreparedJob>> PreparedJob::Prepare(const JobSpec& job) {
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const Pipeline> pipeline, CompileJob(job));
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const Pipeline>> sources, CompileSourcePipelines(job, pipeline));
   const BatchSource source = job.synthetic()       ? BatchSource::kSynthetic
                              : job.user_code_job() ? BatchSource::kUserCode
                              : job.has_user_code() ? BatchSource::kDecodeThenPython
                                                    : BatchSource::kDecode;
-  return std::shared_ptr<const PreparedJob>(new PreparedJob(job, source, std::move(pipeline)));
+  return std::shared_ptr<const PreparedJob>(new PreparedJob(job, source, std::move(pipeline), std::move(sources)));
 }
 
 Result<std::shared_ptr<const Dataset>> PreparedJob::OpenData(const DataOpeners& openers) const {
@@ -49,9 +51,26 @@ Result<std::shared_ptr<const Dataset>> PreparedJob::OpenData(const DataOpeners& 
       [[fallthrough]];
     case BatchSource::kDecode:
       if (!openers.dataset) return Status::Unimplemented("this process opens no datasets");
+      if (spec_.mixed()) return OpenMixture(openers);
       return openers.dataset(spec_.dataset);
   }
   return Status::Internal("unknown batch source");
+}
+
+Result<std::shared_ptr<const Dataset>> PreparedJob::OpenMixture(const DataOpeners& openers) const {
+  std::vector<std::shared_ptr<const Dataset>> parts;
+  for (size_t k = 0; k < spec_.mixture.size(); ++k) {
+    const std::string& data = spec_.mixture[k].dataset;
+    Result<std::shared_ptr<const Dataset>> ds = openers.dataset(data);
+    if (!ds.ok())
+      return Status(ds.status().code(),
+                    "mixture source " + std::to_string(k) + " (" + data.substr(0, 256) + "): " + ds.status().message());
+    if ((*ds)->size() == 0)
+      return Status::InvalidArgument("mixture source " + std::to_string(k) + " (" + data.substr(0, 256) +
+                                     ") has no samples");
+    parts.push_back(std::move(*ds));
+  }
+  return std::shared_ptr<const Dataset>(MakeMixtureDataset(std::move(parts)));
 }
 
 Status PreparedJob::CheckData(const Dataset& dataset) const {

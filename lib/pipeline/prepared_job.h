@@ -7,7 +7,9 @@
 // worker ask instead of looking at what kind of dataset they hold:
 //
 //   kDecode            samples read (files on disk or objects in a bucket: the sources
-//                      of data/source.h) and decoded, the pipeline run on each
+//                      of data/source.h) and decoded, the pipeline run on each (a
+//                      mixture's: its sources opened each, and each sample's source's
+//                      pipeline run on it)
 //   kDecodeThenPython  the same, then the job's Python steps on the rows it made
 //                      (UserCodeSpec::input)
 //   kUserCode          the trainer's own Dataset makes each batch in Python processes;
@@ -22,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "data/dataset.h"
 #include "ferry/job.h"
@@ -63,6 +66,10 @@ class PreparedJob {
   std::shared_ptr<const Pipeline> sample_pipeline() const {
     return source_ == BatchSource::kUserCode ? nullptr : pipeline_;
   }
+  // A mixture's pipeline for each source (Dataset::Part() of an index picks one);
+  // empty for any other job. sample_pipeline() is the job's: the one that runs batch
+  // ops, and the shape every source's rows have.
+  const std::vector<std::shared_ptr<const Pipeline>>& source_pipelines() const { return source_pipelines_; }
   // Bytes of one row's image, and the label width: 0 when batches are Python's.
   size_t sample_bytes() const { return source_ == BatchSource::kUserCode ? 0 : pipeline_->sample_bytes(); }
   int num_classes() const { return source_ == BatchSource::kUserCode ? 0 : pipeline_->num_classes(); }
@@ -76,12 +83,18 @@ class PreparedJob {
   Status CheckData(const Dataset& dataset) const;
 
  private:
-  PreparedJob(JobSpec spec, BatchSource source, std::shared_ptr<const Pipeline> pipeline)
-      : spec_(std::move(spec)), source_(source), pipeline_(std::move(pipeline)) {}
+  Result<std::shared_ptr<const Dataset>> OpenMixture(const DataOpeners& openers) const;
+  PreparedJob(JobSpec spec, BatchSource source, std::shared_ptr<const Pipeline> pipeline,
+              std::vector<std::shared_ptr<const Pipeline>> source_pipelines)
+      : spec_(std::move(spec)),
+        source_(source),
+        pipeline_(std::move(pipeline)),
+        source_pipelines_(std::move(source_pipelines)) {}
 
   const JobSpec spec_;
   const BatchSource source_;
   const std::shared_ptr<const Pipeline> pipeline_;
+  const std::vector<std::shared_ptr<const Pipeline>> source_pipelines_;
 };
 
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #include "core/mutex.h"
 #include "core/resources.h"
 #include "core/tsan.h"
+#include "data/mixture.h"
 #include "data/permutation.h"
 #include "pipeline/batch_pool.h"
 #include "pipeline/targets_batch.h"
@@ -95,10 +96,10 @@ Status Shard::Validate() const {
 }
 
 StaticShardPlan::StaticShardPlan(int64_t dataset_size, const JobSpec& job, Shard shard)
-    : n_(dataset_size),
+    : n_(job.mixed() ? job.mixture_epoch : dataset_size),
       job_(job),
       shard_(shard),
-      shard_size_(dataset_size / shard.num_shards + (shard.shard_index < dataset_size % shard.num_shards ? 1 : 0)) {}
+      shard_size_(n_ / shard.num_shards + (shard.shard_index < n_ % shard.num_shards ? 1 : 0)) {}
 
 int64_t StaticShardPlan::batches_per_epoch() const { return BatchesIn(shard_size_, job_.batch_size, job_.last_batch); }
 
@@ -113,7 +114,8 @@ std::optional<BatchPlan> StaticShardPlan::Next() {
   if (job_.epochs > 0 && epoch_offset_ >= uint64_t(job_.epochs)) return std::nullopt;
   const uint64_t epoch = shard_.first_epoch + epoch_offset_;
   if (order_.empty()) {
-    const std::vector<int64_t> perm = EpochPermutation(n_, job_.seed, epoch, job_.shuffle);
+    const std::vector<int64_t> perm =
+        job_.mixed() ? MixtureOrder(job_, epoch) : EpochPermutation(n_, job_.seed, epoch, job_.shuffle);
     order_.reserve(size_t(shard_size_));
     for (size_t i = size_t(shard_.shard_index); i < perm.size(); i += size_t(shard_.num_shards)) {
       order_.push_back(perm[i]);
@@ -410,9 +412,11 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
     thread_local uint32_t sampled = 0;  // every kOpSampling-th sample of a thread is timed step by step
     thread_local StepTimes times;
     for (int i = r.begin(); i != r.end(); ++i) {
-      const int64_t idx = samples[size_t(i)];
+      const int64_t idx = samples[size_t(i)];  // a mixture's draw id: its augmentation's key
       m.labels[i] = dataset_->Label(idx);
-      m.indices[i] = idx;
+      m.indices[i] = dataset_->SampleIndex(idx);
+      const Pipeline& pipeline =
+          source_pipelines_.empty() ? *pipeline_ : *source_pipelines_[size_t(dataset_->Part(idx))];
       const int64_t t0 = stats != nullptr ? MonoNs() : 0;
       // The annotations are read with the bytes (a shard's caption is a read too, whose
       // errors may pass like the image's).
@@ -443,8 +447,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
       if (st.ok()) {
         int64_t t2 = 0;
         const bool profile = stats != nullptr && ++sampled % PipelineStats::kOpSampling == 0;
-        if (profile) times.ns.assign(pipeline_->step_names().size(), 0);
-        st = pipeline_->Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
+        if (profile) times.ns.assign(pipeline.step_names().size(), 0);
+        st = pipeline.Process(bytes, seed_, b->plan.epoch, idx, m.images + size_t(i) * sample_bytes_,
                                 stats != nullptr ? &t2 : nullptr, profile ? &times : nullptr,
                                 geometric ? targets : nullptr);
         if (stats != nullptr && st.ok()) {
@@ -452,7 +456,7 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
           stats->augment.ObserveNs(MonoNs() - t2);
           if (profile) {
             stats->ops.Add("read", t1 - t0);
-            stats->ops.Add(pipeline_->step_names(), times.ns);
+            stats->ops.Add(pipeline.step_names(), times.ns);
           }
         }
       }
@@ -477,7 +481,8 @@ void BatchProducer::Fill(ProducedBatch* b, int64_t memory_wait_ns) {
   }
   for (int i = 0; i < n; ++i) {
     if (!status[size_t(i)].ok()) {
-      b->skipped.push_back({samples[size_t(i)], dataset_->Path(samples[size_t(i)]), status[size_t(i)].ToString()});
+      b->skipped.push_back(
+          {dataset_->SampleIndex(samples[size_t(i)]), dataset_->Path(samples[size_t(i)]), status[size_t(i)].ToString()});
       if (stats != nullptr) {
         const PipelineStats::Reason r =
             read_failed[size_t(i)] ? PipelineStats::kReadFailed : PipelineStats::DecodeReason(status[size_t(i)].code());

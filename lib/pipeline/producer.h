@@ -260,6 +260,10 @@ class BatchProducer {
     user_job_ = std::move(job);
   }
 
+  // A mixture's pipeline for each source (PreparedJob::source_pipelines()): a sample's
+  // source's (Dataset::Part) runs on it; the job's runs the batch ops. Before Start().
+  void SetSourcePipelines(std::vector<std::shared_ptr<const Pipeline>> p) { source_pipelines_ = std::move(p); }
+
   // A sweep's lane (JobSpec::sharing every): the batches of `content`
   // (JobSpec::ContentKey) are shared through `window` with the other producers of that
   // content on this worker (pipeline/batch_window.h): each made once while they keep
@@ -324,6 +328,7 @@ class BatchProducer {
   const uint64_t seed_;
   const size_t sample_bytes_;
   std::unique_ptr<PlanSource> plans_;
+  std::vector<std::shared_ptr<const Pipeline>> source_pipelines_;  // a mixture's; set before Start()
   const std::shared_ptr<BatchAllocator> allocator_;
   const std::shared_ptr<tbb::task_arena> arena_;
   const int max_in_flight_;

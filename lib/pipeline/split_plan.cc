@@ -2,12 +2,14 @@
 
 #include <algorithm>
 
+#include "data/mixture.h"
 #include "data/permutation.h"
 
 namespace ferry {
 
 std::vector<int64_t> EpochOrder(const JobSpec& job, uint64_t epoch) {
-  std::vector<int64_t> perm = EpochPermutation(job.num_samples, job.seed, epoch, job.shuffle);
+  std::vector<int64_t> perm =
+      job.mixed() ? MixtureOrder(job, epoch) : EpochPermutation(job.num_samples, job.seed, epoch, job.shuffle);
   if (!job.remainder()) return perm;
   std::vector<int64_t> rest;
   rest.reserve(size_t(std::max<int64_t>(0, job.epoch_samples())));

@@ -1,6 +1,8 @@
 #include "ferry/job.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "core/hash.h"
 
@@ -56,8 +58,42 @@ uint64_t JobFingerprint(uint64_t listing_fingerprint, const PipelineSpec& pipeli
   return f.Finish();
 }
 
+namespace {
+
+Status ValidateMixture(const JobSpec& job) {
+  if (job.mixed() != (job.dataset == "mixture"))
+    return Status::InvalidArgument(job.mixed() ? "a mixture's dataset is \"mixture\""
+                                               : "dataset \"mixture\" needs its sources (a list of datasets and weights)");
+  if (!job.mixed()) {
+    if (job.mixture_epoch != 0) return Status::InvalidArgument("mixture_epoch is a mixture's");
+    return Status::OK();
+  }
+  if (job.mixture.size() > JobSpec::kMaxMixtureSources)
+    return Status::InvalidArgument("a mixture of " + std::to_string(job.mixture.size()) + " sources: at most " +
+                                   std::to_string(JobSpec::kMaxMixtureSources));
+  if (job.mixture_epoch < 1 || job.mixture_epoch > JobSpec::kMaxMixtureEpoch)
+    return Status::InvalidArgument("a mixture's epoch (mixture_epoch, samples drawn an epoch) must be in [1, 2^28]");
+  for (size_t k = 0; k < job.mixture.size(); ++k) {
+    const MixtureSource& m = job.mixture[k];
+    const std::string which = "mixture source " + std::to_string(k);
+    if (m.dataset.empty() || m.dataset == "mixture") return Status::InvalidArgument(which + ": needs a dataset");
+    if (m.dataset.size() > 65536) return Status::InvalidArgument(which + ": dataset is too long");
+    if (m.dataset.rfind("python:", 0) == 0 || m.dataset.rfind("synthetic:", 0) == 0)
+      return Status::InvalidArgument(which + ": a mixture draws from datasets the workers read (not " +
+                                     m.dataset.substr(0, m.dataset.find(':') + 1) + ")");
+    if (!(m.weight > 0) || !std::isfinite(m.weight)) return Status::InvalidArgument(which + ": weight must be > 0");
+    if (m.pipeline.size() > 65536) return Status::InvalidArgument(which + ": pipeline is too long");
+    if (m.num_samples < 0) return Status::InvalidArgument(which + ": num_samples must be >= 0");
+  }
+  if (job.has_user_code()) return Status::InvalidArgument("a mixture runs no user code");
+  return Status::OK();
+}
+
+}  // namespace
+
 Status JobSpec::Validate() const {
   if (dataset.empty()) return Status::InvalidArgument("the job needs a dataset");
+  FERRY_RETURN_IF_ERROR(ValidateMixture(*this));
   if (batch_size <= 0) return Status::InvalidArgument("batch_size must be > 0");
   FERRY_RETURN_IF_ERROR(pipeline.Validate());
   if (batches_per_split <= 0) return Status::InvalidArgument("batches_per_split must be > 0");
@@ -137,14 +173,17 @@ Status JobSpec::Validate() const {
 
 
 int64_t JobSpec::epoch_samples() const {
-  int64_t n = num_samples;
+  int64_t n = order_samples();
   for (const auto& [lo, hi] : taken) n -= hi - lo;
   return n;
 }
 
 Status JobSpec::CheckListed() const {
-  if (remainder() && taken.back().second > num_samples)
-    return Status::InvalidArgument("taken: positions past the dataset's " + std::to_string(num_samples) + " samples");
+  if (remainder() && taken.back().second > order_samples())
+    return Status::InvalidArgument("taken: positions past the epoch's " + std::to_string(order_samples()) + " samples");
+  for (const MixtureSource& m : mixture)
+    if (m.num_samples == 0 && num_samples != 0)
+      return Status::InvalidArgument("mixture source " + m.dataset.substr(0, 256) + " has no samples");
   if (remainder() && epoch_samples() <= 0) return Status::InvalidArgument("a remainder job with no sample left");
   if (ranked() && RankBatches() == 0)
     return Status::InvalidArgument(std::to_string(epoch_samples()) + " samples make no batch for each of " +
@@ -182,7 +221,7 @@ Result<std::vector<std::pair<int64_t, int64_t>>> TakenPositions(const JobSpec& j
     at += lo - prev;
     prev = hi;
   }
-  if (job.num_samples > prev) segments.push_back({at, prev, job.num_samples});
+  if (job.order_samples() > prev) segments.push_back({at, prev, job.order_samples()});
   std::vector<std::pair<int64_t, int64_t>> out = job.taken;
   for (const auto& [lo, hi] : mine) {
     // The first segment holding `lo`, then on through the segments `hi` reaches.
@@ -213,6 +252,8 @@ bool JobSpec::SameJobAs(const JobSpec& other) const {
   JobSpec a = *this;
   a.num_samples = other.num_samples;
   a.fingerprint = other.fingerprint;
+  for (size_t k = 0; k < a.mixture.size() && k < other.mixture.size(); ++k)
+    a.mixture[k].num_samples = other.mixture[k].num_samples;
   return a == other;
 }
 
@@ -246,6 +287,16 @@ uint64_t JobSpec::ConfigFingerprint() const {
   if (!user_code.payload.empty()) {  // the code decides the samples
     f.Add(user_code.payload);
     f.Add(user_code.input);
+  }
+  if (mixed()) {  // the sources, their weights and pipelines, and the epoch decide the draws
+    f.AddU64(uint64_t(mixture_epoch));
+    for (const MixtureSource& m : mixture) {
+      f.Add(m.dataset);
+      uint64_t w;
+      std::memcpy(&w, &m.weight, sizeof w);
+      f.AddU64(w);
+      f.Add(m.pipeline);
+    }
   }
   return f.Finish();
 }

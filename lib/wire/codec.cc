@@ -433,6 +433,16 @@ void PutJob(schema::Job::Builder b, const JobSpec& job) {
     u.setVersions(job.user_code.versions);
     u.setInput(job.user_code.input);
   }
+  if (job.mixed()) {
+    auto m = b.initMixture(unsigned(job.mixture.size()));
+    for (size_t i = 0; i < job.mixture.size(); ++i) {
+      m[unsigned(i)].setDataset(job.mixture[i].dataset);
+      m[unsigned(i)].setWeight(job.mixture[i].weight);
+      m[unsigned(i)].setPipeline(job.mixture[i].pipeline);
+      m[unsigned(i)].setNumSamples(job.mixture[i].num_samples);
+    }
+    b.setMixtureEpoch(job.mixture_epoch);
+  }
   if (!job.taken.empty()) {
     auto begin = b.initTakenBegin(unsigned(job.taken.size()));
     auto end = b.initTakenEnd(unsigned(job.taken.size()));
@@ -476,6 +486,11 @@ Result<JobSpec> GetJob(schema::Job::Reader r) {
   const auto end = r.getTakenEnd();
   if (begin.size() != end.size()) return Status::InvalidArgument("job: taken ranges malformed");
   for (unsigned i = 0; i < begin.size(); ++i) job.taken.emplace_back(begin[i], end[i]);
+  const auto mixture = r.getMixture();
+  if (mixture.size() > JobSpec::kMaxMixtureSources) return Status::InvalidArgument("job: too many mixture sources");
+  for (auto m : mixture)
+    job.mixture.push_back({Str(m.getDataset()), m.getWeight(), Str(m.getPipeline()), m.getNumSamples()});
+  job.mixture_epoch = r.getMixtureEpoch();
   const auto targets = r.getTargets();
   if (targets.size() > std::size(JobSpec::kTargetNames)) return Status::InvalidArgument("job: too many targets");
   for (auto t : targets) job.targets.push_back(Str(t));

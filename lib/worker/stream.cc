@@ -146,6 +146,7 @@ void WorkerStream::StartProducer(StreamSource source) {
   producer_->SetSyntheticBatchCost(core_->options().synthetic_cost_us);
   producer_->SetTargets(targets_);
   producer_->SetTokenizer(std::move(source.tokenizer));
+  producer_->SetSourcePipelines(prepared.source_pipelines());
   producer_->SetStats(core_->pipeline_stats());
   if (user_code_) producer_->SetUserCode(core_->env().python, source.job);
   // The job's share of the threads: streams of one job (by name) are one flow.

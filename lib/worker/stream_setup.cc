@@ -21,8 +21,8 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
   StreamSource s;
   s.prepared = std::move(prepared);
   s.job = m.job;
-  s.job.num_samples = dataset->size();
-  if (!m.job.synthetic()) s.job.fingerprint = JobFingerprint(dataset->fingerprint(), m.job.pipeline);
+  if (m.job.synthetic()) s.job.num_samples = dataset->size();
+  else SetListing(&s.job, *dataset);
   FERRY_RETURN_IF_ERROR(s.job.CheckListed());
   s.dataset = std::move(dataset);
   const Shard shard{int(m.shard_index), int(m.num_shards), m.first_epoch};
@@ -30,7 +30,7 @@ Result<StreamSource> InlineStream(const wire::OpenStreamMsg& m, std::shared_ptr<
     // This rank's batches of each epoch, shared among the client's workers.
     s.plan = std::make_unique<RankPlan>(s.job, m.rank, shard);
   } else {
-    s.plan = std::make_unique<StaticShardPlan>(s.dataset->size(), m.job, shard);
+    s.plan = std::make_unique<StaticShardPlan>(s.dataset->size(), s.job, shard);
   }
   if (m.resume_epoch > m.first_epoch || m.resume_batches_done > 0)
     s.plan = std::make_unique<ResumePlan>(std::move(s.plan), m.resume_epoch, m.resume_batches_done);
