@@ -348,6 +348,7 @@ std::shared_ptr<BufferAllocator> HostAllocator(uintptr_t alloc_fn, uintptr_t fre
 // The job's keys: data, pipeline, batch_size, seed, shuffle, last_batch, bad_samples, epochs, targets,
 // world_size (num_consumers), deterministic, sharing, weight, priority, batches_per_split, job_first_epoch,
 // taken (a remainder job's [begin, end) pairs), num_samples (the listing's, where known),
+// mixture ([(data, weight, pipeline or "")]) and mixture_epoch,
 // tokenizer_model, tokenizer_length, tokenizer_add_bos, tokenizer_add_eos, tokenizer_pad_id.
 JobSpec JobFrom(Options& o) {
   JobSpec job;
@@ -379,6 +380,11 @@ JobSpec JobFrom(Options& o) {
   o.Get("user_code", &job.user_code.payload);  // bytes: cloudpickle of (dataset, transform, collate_fn)
   o.Get("user_versions", &job.user_code.versions);
   o.Get("user_input", &job.user_code.input);  // "pil", "uint8", "float": Python steps after the pipeline
+  std::vector<std::tuple<std::string, double, std::string>> mixture;  // (data, weight, pipeline or "")
+  o.Get("mixture", &mixture);
+  o.Get("mixture_epoch", &job.mixture_epoch);
+  for (const auto& [data, weight, own] : mixture)
+    job.mixture.push_back({data, weight, own.empty() ? "" : ToSpec(own).ToJson(), 0});
   job.pipeline = ToSpec(pipeline);
   job.last_batch = ToLastBatch(last_batch);
   job.bad_samples = Check(ParseBadSamples(bad_samples));

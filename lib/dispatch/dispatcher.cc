@@ -399,8 +399,13 @@ Result<wire::NamedJob> Dispatcher::CreateJob(const wire::GetOrCreateJobMsg& m, c
   creating_.erase(m.job.name);
   FERRY_RETURN_IF_ERROR(listed.status());
   FERRY_RETURN_IF_ERROR(Commit(dispatch::CreateJob{m.job.name, *listed}));
-  Log("job %s: %s, %lld samples, %lld splits per epoch", m.job.name.c_str(), listed->dataset.c_str(),
-      (long long)listed->num_samples, (long long)listed->SplitsPerEpoch());
+  if (listed->mixed())
+    Log("job %s: a mixture of %zu sources, %lld samples, %lld drawn an epoch, %lld splits per epoch", m.job.name.c_str(),
+        listed->mixture.size(), (long long)listed->num_samples, (long long)listed->mixture_epoch,
+        (long long)listed->SplitsPerEpoch());
+  else
+    Log("job %s: %s, %lld samples, %lld splits per epoch", m.job.name.c_str(), listed->dataset.c_str(),
+        (long long)listed->num_samples, (long long)listed->SplitsPerEpoch());
   const JobState* j = state_.job(m.job.name);
   if (j == nullptr) return Status::Internal("job " + m.job.name + " vanished");
   return Join(*j, m.job.job, m.consumer_id, m.fresh);

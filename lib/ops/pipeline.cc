@@ -485,6 +485,9 @@ Result<std::vector<std::shared_ptr<const Pipeline>>> CompileSourcePipelines(cons
       continue;
     }
     const std::string which = "mixture source " + std::to_string(k) + " (" + m.dataset.substr(0, 256) + "): ";
+    // A name or JSON, never a file: a job names no file on a worker but its data.
+    if (m.pipeline.front() != '{' && m.pipeline != "imagenet-train" && m.pipeline != "imagenet-eval")
+      return Status::InvalidArgument(which + "its pipeline is a JSON object or imagenet-train/imagenet-eval");
     Result<PipelineSpec> spec = PipelineSpec::Parse(m.pipeline);
     if (!spec.ok()) return Status::InvalidArgument(which + "pipeline: " + spec.status().message());
     Result<std::shared_ptr<const Pipeline>> p = Pipeline::Compile(*spec);

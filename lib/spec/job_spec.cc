@@ -181,9 +181,6 @@ int64_t JobSpec::epoch_samples() const {
 Status JobSpec::CheckListed() const {
   if (remainder() && taken.back().second > order_samples())
     return Status::InvalidArgument("taken: positions past the epoch's " + std::to_string(order_samples()) + " samples");
-  for (const MixtureSource& m : mixture)
-    if (m.num_samples == 0 && num_samples != 0)
-      return Status::InvalidArgument("mixture source " + m.dataset.substr(0, 256) + " has no samples");
   if (remainder() && epoch_samples() <= 0) return Status::InvalidArgument("a remainder job with no sample left");
   if (ranked() && RankBatches() == 0)
     return Status::InvalidArgument(std::to_string(epoch_samples()) + " samples make no batch for each of " +

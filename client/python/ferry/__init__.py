@@ -31,12 +31,12 @@ import os
 
 from . import _ferry
 from .dataloader import DataLoader
-from .datasets import list_dataset
+from .datasets import Mixture, list_dataset
 from .distributed import available_cpus, default_threads
 from .loader import FerryError, Loader
 from .transforms import pipeline_from_transform
 
-__all__ = ["Loader", "DataLoader", "FerryError", "list_dataset", "pipeline_from_transform", "available_cpus",
+__all__ = ["Loader", "DataLoader", "FerryError", "Mixture", "list_dataset", "pipeline_from_transform", "available_cpus",
            "default_threads", "registered_ops", "load_plugin"]
 
 

@@ -155,3 +155,77 @@ def segmentation_listing(dataset):
                          "scripts give them), not a transform and a target_transform")
     spec = {"format": "segmentation", "images": images_dir, "masks": masks_dir, "list": split}
     return spec, transforms
+
+
+class Mixture:
+    """Several datasets drawn as one by weight: data=ferry.Mixture(...) for ferry.Loader.
+
+        data = ferry.Mixture([("/data/laion", 0.6), ("/data/cc12m", 0.3),
+                              ("s3://bucket/coyo/", 0.1, coyo_pipeline)], epoch=1_000_000)
+
+    sources: a list of (data, weight) or (data, weight, pipeline) (or dicts with those
+    keys), or a dict {data: weight}. Each data is any dataset the Loader reads (a
+    folder, a list, shards, a description dict, a bucket URL); a pipeline of its own
+    (a name, a JSON string or a dict) must make rows of the Loader's pipeline's shape
+    and type (say, another resize for a source of other image sizes), with no batch op.
+    epoch: the draws of an epoch (len(loader) follows from it). Every epoch each
+    source gets weight / sum(weights) of them (to within one draw; largest remainders),
+    interleaved in an order drawn from (seed, epoch). Each source is read without
+    replacement, in a new order each pass; a pass goes on across epochs where the last
+    one stopped, so every sample of a source comes once in each of its passes.
+    Deterministic for a seed, equal steps on every rank, resumable mid-epoch (also on
+    another world size), exactly once within each source's pass through worker and
+    dispatcher failures. Batch indices are the sources' samples one after the other:
+    source k's sample i is sum(len(source j), j < k) + i (see loader.source_sizes()).
+    """
+
+    def __init__(self, sources, epoch):
+        import json
+        import math
+        from ._options import _pipeline_string
+        if isinstance(sources, dict):
+            sources = list(sources.items())
+        out = []
+        for s in sources:
+            if isinstance(s, dict):
+                unknown = set(s) - {"data", "weight", "pipeline"}
+                if unknown or "data" not in s:
+                    raise ValueError("a mixture source is {data, weight, pipeline}; got %s" % sorted(s))
+                data, weight, pipeline = s["data"], s.get("weight", 1.0), s.get("pipeline")
+            elif isinstance(s, (tuple, list)) and len(s) in (2, 3):
+                data, weight, pipeline = (tuple(s) + (None,))[:3]
+            else:
+                raise ValueError("a mixture source is (data, weight) or (data, weight, pipeline), not %r" % (s,))
+            if isinstance(data, dict):
+                data = json.dumps(data, sort_keys=True, separators=(",", ":"))
+            data = os.fspath(data)
+            if not data or data == "mixture":
+                raise ValueError("a mixture source needs its data")
+            weight = float(weight)
+            if not (weight > 0 and math.isfinite(weight)):
+                raise ValueError("mixture source %s: weight must be > 0, not %r" % (data, weight))
+            out.append((data, weight, "" if pipeline is None else _pipeline_string(pipeline)))
+        if not out:
+            raise ValueError("a mixture needs at least one source")
+        if len(out) > 256:
+            raise ValueError("a mixture of %d sources: at most 256" % len(out))
+        if int(epoch) < 1 or int(epoch) > 1 << 28:
+            raise ValueError("epoch (the draws of an epoch) must be in [1, 2^28], not %r" % (epoch,))
+        self.sources = tuple(out)
+        self.epoch = int(epoch)
+
+    @property
+    def own_pipelines(self):
+        return any(p for _, _, p in self.sources)
+
+    def options(self):
+        """The job's keys for the native loader."""
+        return {"mixture": [list(s) for s in self.sources], "mixture_epoch": self.epoch}
+
+    def key(self):
+        """One canonical string: a saved state names the mixture it was read from."""
+        import json
+        return json.dumps({"epoch": self.epoch, "sources": [list(s) for s in self.sources]}, sort_keys=True)
+
+    def __repr__(self):
+        return "ferry.Mixture(%r, epoch=%d)" % (list(self.sources), self.epoch)

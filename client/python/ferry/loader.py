@@ -16,6 +16,7 @@ from . import _user_worker
 from . import device_finish
 from .targets import batch_fields
 from .user_code import user_code_payload
+from .datasets import Mixture
 from .distributed import resolve_rank
 from ._options import _cpu_list, _pipeline_string, _sharing
 
@@ -160,6 +161,22 @@ class Loader(torch.utils.data.IterableDataset):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards (or dataset=, a "
                              "Dataset of your own)")
+        self._mixture = None
+        if isinstance(data, Mixture):
+            # Several sources drawn by weight: the job's dataset is "mixture", its
+            # sources travel with it (ferry.Mixture).
+            self._mixture = data
+            data = "mixture"
+            if self._user_code is not None:
+                raise ValueError("a mixture draws from data Ferry reads: no dataset= or python steps")
+            if self._mixture.own_pipelines:
+                # The trainer's finish is the job pipeline's; a source's own pipeline
+                # may normalize otherwise: its workers send what it makes.
+                if trainer_normalize:
+                    raise ValueError("trainer_normalize: a mixture whose sources have pipelines of their own is "
+                                     "normalized where it is made")
+                trainer_normalize = False
+        self.mixture = self._mixture.key() if self._mixture is not None else ""
         if isinstance(data, dict):
             # A source described by its fields ({"format": "coco", ...}): one canonical
             # string, so that every process names the same job by it.
@@ -394,6 +411,8 @@ class Loader(torch.utils.data.IterableDataset):
             o["tokenizer_" + k] = v
         if self.ranked:
             o.update(rank=self.rank, world_size=self.world_size)
+        if self._mixture is not None:
+            o.update(self._mixture.options())
         if self._user_code is not None:
             o.update(user_code=self._user_code[0], user_versions=self._user_code[1], user_input=self._user_input)
             if not self._user_input:
@@ -415,7 +434,8 @@ class Loader(torch.utils.data.IterableDataset):
                 o.update(python=self.python, python_processes=self.python_processes,
                          sample_timeout=self.sample_timeout)
             self._it = _ferry.open_local(o)
-            self._num_samples = self._it.dataset_size()
+            if self._mixture is None:
+                self._num_samples = self._it.dataset_size()
         elif self.mode == "dispatcher":
             # The job holds the run's epochs from its first (a saved state says where it
             # stands): epochs counts them, as everywhere; a remainder job is the one epoch
@@ -611,7 +631,9 @@ class Loader(torch.utils.data.IterableDataset):
         return self._len
 
     def _samples_listed(self):
-        """The dataset's sample count as the job lists it."""
+        """The dataset's sample count as the job lists it (a mixture's: its epoch)."""
+        if self._mixture is not None:
+            return self._mixture.epoch
         if self._num_samples < 0:
             if self.mode == "local":
                 self._open()
@@ -640,6 +662,8 @@ class Loader(torch.utils.data.IterableDataset):
               "ranked": self.ranked, "epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed,
               "batch_size": self.batch_size, "data": self.data, "pipeline": self.pipeline,
               "last_batch": self._last_batch(), "bad_samples": self.bad_samples}
+        if self._mixture is not None:
+            sd["mixture"] = self.mixture
         sd["job_name"] = self.job_name
         # The job being read, as elastic resume needs it to work out what was yielded.
         sd["job"] = {"name": self._segment_name, "first_epoch": self._job_first_epoch,
@@ -718,6 +742,8 @@ class Loader(torch.utils.data.IterableDataset):
                        "seed": self.seed, "shuffle": self.shuffle, "last_batch": old["last_batch"],
                        "batches_per_split": int(job["batches_per_split"]), "world_size": int(old["world_size"]),
                        "num_samples": n, "taken": taken}
+            if self._mixture is not None:
+                old_job.update(self._mixture.options())
             yielded = []
             for r, x in enumerate(states):
                 if int(x["batches_done"]) == 0:
@@ -763,6 +789,9 @@ class Loader(torch.utils.data.IterableDataset):
             if sd.get(key) != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
                                                                                         getattr(self, key)))
+        if sd.get("mixture", "") != self.mixture:
+            raise ValueError("state_dict was saved with another mixture (its sources, weights or epoch) than "
+                             "this loader's")
         if sd.get("bad_samples", "skip") != self.bad_samples:
             # Saved by a loader of the other policy: its positions name other batches.
             raise ValueError("state_dict was saved with bad_samples=%r, this loader has %r"
