@@ -235,11 +235,12 @@ struct JobSpec {
   UserCodeSpec user_code;
 
   // A mixture (see "mixture" above): dataset is then "mixture", and an epoch is
-  // mixture_epoch draws (1..2^28) from these sources (1..kMaxMixtureSources).
+  // mixture_epoch draws (1..2^26: workers hold an epoch's order, 8 bytes a draw,
+  // as for a synthetic job; a longer run is more epochs) from these sources (1..kMaxMixtureSources).
   std::vector<MixtureSource> mixture;
   int64_t mixture_epoch = 0;
   static constexpr size_t kMaxMixtureSources = 256;
-  static constexpr int64_t kMaxMixtureEpoch = int64_t(1) << 28;
+  static constexpr int64_t kMaxMixtureEpoch = int64_t(1) << 26;
   bool mixed() const { return !mixture.empty(); }
 
   // Facts of the listing, filled in by whoever lists the dataset: the dispatcher for

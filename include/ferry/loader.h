@@ -21,7 +21,8 @@
 namespace ferry {
 
 struct LoaderOptions {
-  // The job: dataset (an ImageFolder root, a .tsv list, or .tar shards), pipeline,
+  // The job: dataset (an ImageFolder root, a .tsv list, .tar shards, or a weighted
+  // mixture of such: JobSpec::mixture), pipeline,
   // seed, shuffle, epochs, batch size, last-batch and bad-sample policies. Its
   // dispatcher fields (mode, ordering) have no meaning in-process; batches_per_split
   // is the size of bad_samples = kRefill's groups, as it is a dispatcher's split's.

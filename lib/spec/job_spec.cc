@@ -72,7 +72,7 @@ Status ValidateMixture(const JobSpec& job) {
     return Status::InvalidArgument("a mixture of " + std::to_string(job.mixture.size()) + " sources: at most " +
                                    std::to_string(JobSpec::kMaxMixtureSources));
   if (job.mixture_epoch < 1 || job.mixture_epoch > JobSpec::kMaxMixtureEpoch)
-    return Status::InvalidArgument("a mixture's epoch (mixture_epoch, samples drawn an epoch) must be in [1, 2^28]");
+    return Status::InvalidArgument("a mixture's epoch (mixture_epoch, samples drawn an epoch) must be in [1, 2^26]");
   for (size_t k = 0; k < job.mixture.size(); ++k) {
     const MixtureSource& m = job.mixture[k];
     const std::string which = "mixture source " + std::to_string(k);

@@ -176,7 +176,7 @@ class Mixture:
     Deterministic for a seed, equal steps on every rank, resumable mid-epoch (also on
     another world size), exactly once within each source's pass through worker and
     dispatcher failures. Batch indices are the sources' samples one after the other:
-    source k's sample i is sum(len(source j), j < k) + i (see loader.source_sizes()).
+    source k's sample i is sum(len(source j), j < k) + i.
     """
 
     def __init__(self, sources, epoch):
@@ -209,8 +209,8 @@ class Mixture:
             raise ValueError("a mixture needs at least one source")
         if len(out) > 256:
             raise ValueError("a mixture of %d sources: at most 256" % len(out))
-        if int(epoch) < 1 or int(epoch) > 1 << 28:
-            raise ValueError("epoch (the draws of an epoch) must be in [1, 2^28], not %r" % (epoch,))
+        if int(epoch) < 1 or int(epoch) > 1 << 26:
+            raise ValueError("epoch (the draws of an epoch) must be in [1, 2^26], not %r" % (epoch,))
         self.sources = tuple(out)
         self.epoch = int(epoch)
 
