@@ -125,6 +125,24 @@ TEST(WireCodecTest, JobsWithTargetsAndATokenizerRoundTrip) {
   EXPECT_EQ(d->tokenizer, TokenizerSpec()) << "no tokenizer: none decoded";
 }
 
+TEST(WireCodecTest, MixturesRoundTrip) {
+  JobSpec j;
+  j.dataset = "mixture";
+  j.mixture = {{"/data/a", 0.6, "", 1200}, {"s3://b/c/", 0.3, R"({"ops":[{"op":"resize","size":8}]})", 7},
+               {"/data/d.tsv", 0.1, "", 0}};
+  j.mixture_epoch = 10000;
+  Result<JobSpec> d = DecodeJobBytes(EncodeJobBytes(j));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, j);
+  j.mixture.clear();
+  j.mixture_epoch = 0;
+  j.dataset = "/data/a";
+  d = DecodeJobBytes(EncodeJobBytes(j));
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->mixture.empty());
+  EXPECT_EQ(d->mixture_epoch, 0);
+}
+
 TEST(WireCodecTest, OpenStreamRoundTripsByName) {
   OpenStreamMsg m;
   m.by_name = true;
