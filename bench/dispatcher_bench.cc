@@ -16,7 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +46,7 @@ struct LoadState {
   asio::io_context io;
   tcp::endpoint dispatcher;
   std::shared_ptr<BufferAllocator> buffers = DefaultBufferAllocator();
-  std::deque<wire::LeaseMsg> to_ack;
+  std::map<std::string, std::deque<SplitId>> to_ack;  // per job: leased, to acknowledge
   bool measuring = false, stopping = false;
   int64_t leases = 0, heartbeats = 0, errors = 0, registered = 0;
   std::vector<double> rtt_ms;
@@ -133,7 +136,7 @@ class SimWorker : public Peer {
     }
     // The reply lists every split held, new ones first: ack the new ones.
     ok->leases.resize(ok->new_leases);
-    for (auto& l : ok->leases) s_->to_ack.push_back(std::move(l));
+    for (auto& l : ok->leases) s_->to_ack[l.job].push_back({l.epoch, l.split});
     Schedule(s_->interval_ms);
   }
 
@@ -173,12 +176,11 @@ class SimConsumer : public Peer {
     timer_.expires_after(std::chrono::milliseconds(5));
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
-      if (self->s_->to_ack.empty()) return self->AckSoon();
+      std::deque<SplitId>& q = self->s_->to_ack[self->job_.name];
+      if (q.empty()) return self->AckSoon();
       wire::AckSplitsMsg m{self->job_.name, "bench-consumer", {}};
-      while (!self->s_->to_ack.empty()) {
-        m.splits.push_back({self->s_->to_ack.front().epoch, self->s_->to_ack.front().split});
-        self->s_->to_ack.pop_front();
-      }
+      for (const SplitId& x : q) m.splits.push_back({x.epoch, x.split});
+      q.clear();
       self->conn_->Send(wire::EncodeAckSplits(m));
     });
   }
@@ -196,6 +198,171 @@ std::string SiblingBinary(const std::string& rel) {
 
 }  // namespace
 
+namespace {
+
+// The child's resident memory (KiB) and CPU time (s), from /proc.
+int64_t RssKib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  return 0;
+}
+
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields;
+  std::string field;
+  for (size_t i = close + 2; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == ' ') {
+      fields.push_back(field);
+      field.clear();
+    } else {
+      field += text[i];
+    }
+  }
+  if (fields.size() < 13) return 0;  // utime and stime are fields 14 and 15 (11 and 12 after the name)
+  return double(std::atoll(fields[11].c_str()) + std::atoll(fields[12].c_str())) / double(sysconf(_SC_CLK_TCK));
+}
+
+// Bytes of the journal's files (the work dir's).
+int64_t DirBytes(const std::string& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += int64_t(e.file_size(ec));
+  return n;
+}
+
+struct Round {
+  int workers = 0;
+  double offered = 0, handled = 0, leases = 0, p50 = 0, p99 = 0, cpu_us = 0;
+  double kib_per_worker = 0, kib_per_job = 0;
+  int64_t journal_kib = 0, journal_kib_max = 0, errors = 0;
+  bool ok = false;
+};
+
+Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& bin) {
+  Round out;
+  out.workers = num_workers;
+  char dir_template[] = "/tmp/ferry-dispatcher-load-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  int pipe_fds[2];
+  if (dir == nullptr || pipe(pipe_fds) != 0) return out;
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    const std::string interval = std::to_string(a.interval_ms);
+    // Every simulated worker connects at once: more handshakes in flight than the
+    // default cap (128, against a flood of unauthenticated peers) allows.
+    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
+          interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000", "--log-level", "warn",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  FILE* f = fdopen(pipe_fds[0], "r");
+  char line[256] = {0};
+  if (!f || !std::fgets(line, sizeof line, f)) {
+    std::fprintf(stderr, "error: ferry-dispatcher did not start\n");
+    return out;
+  }
+  std::string address = line;
+  address = address.substr(address.find("on ") + 3);
+  while (!address.empty() && std::isspace(static_cast<unsigned char>(address.back()))) address.pop_back();
+  auto hp = net::SplitHostPort(address);
+  const int64_t rss_start = RssKib(child);
+
+  LoadState s;
+  s.interval_ms = a.interval_ms;
+  s.dispatcher = tcp::endpoint(asio::ip::make_address(hp->first), hp->second);
+  std::vector<std::shared_ptr<SimConsumer>> consumers;
+  for (int j = 0; j < a.jobs; ++j) {
+    wire::NamedJob job;
+    job.name = "load-" + std::to_string(j);
+    job.job.dataset = "synthetic:";
+    job.job.batch_size = 1;  // the dispatcher never sees a sample: only splits count
+    job.job.batches_per_split = 1;
+    job.job.num_samples = a.splits;  // --splits splits an epoch
+    job.job.epochs = 0;
+    consumers.push_back(std::make_shared<SimConsumer>(&s, job));
+    consumers.back()->Start();
+  }
+  std::vector<std::shared_ptr<SimWorker>> workers;
+  int64_t rss_jobs = -1, rss_workers = -1;
+
+  asio::steady_timer timer(s.io);
+  const auto begin = Clock::now();
+  double t0 = 0, c_measure = 0, cpu0 = 0;
+  int64_t journal0 = 0;
+  std::function<void()> phase;
+  phase = [&] {
+    timer.expires_after(std::chrono::milliseconds(100));
+    timer.async_wait([&](const boost::system::error_code&) {
+      const double el = std::chrono::duration<double>(Clock::now() - begin).count();
+      const bool joined =
+          std::all_of(consumers.begin(), consumers.end(), [](const auto& c) { return c->joined(); });
+      if (joined && rss_jobs < 0) {
+        // Every job created: then the workers, all at once.
+        rss_jobs = RssKib(child);
+        for (int i = 0; i < num_workers; ++i) workers.push_back(std::make_shared<SimWorker>(&s, i));
+        for (auto& w : workers) w->Start();
+      }
+      if (!s.measuring && rss_jobs >= 0 && s.registered == num_workers && el > 1.0) {
+        rss_workers = RssKib(child);
+        s.measuring = true;
+        t0 = el;
+        c_measure = WallSeconds();
+        cpu0 = CpuSeconds(child);
+        journal0 = DirBytes(dir);
+      }
+      if (s.measuring) out.journal_kib_max = std::max(out.journal_kib_max, DirBytes(dir) / 1024);
+      if ((s.measuring && el - t0 >= a.seconds) || el > a.seconds + 90) {
+        s.stopping = true;
+        for (auto& c : consumers) c->Stop();
+        for (auto& w : workers) w->Stop();
+        return;
+      }
+      phase();
+    });
+  };
+  phase();
+  s.io.run();
+  const double wall = WallSeconds() - c_measure;
+  const double cpu = CpuSeconds(child) - cpu0;
+  out.journal_kib = DirBytes(dir) / 1024;
+  (void)journal0;
+  kill(child, SIGTERM);
+  waitpid(child, nullptr, 0);
+  fclose(f);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  out.errors = s.errors;
+  if (s.rtt_ms.empty()) {
+    std::fprintf(stderr, "error: %d workers: no heartbeat completed (%lld errors, %lld registered)\n", num_workers,
+                 (long long)s.errors, (long long)s.registered);
+    return out;
+  }
+  std::sort(s.rtt_ms.begin(), s.rtt_ms.end());
+  auto pct = [&](double p) { return s.rtt_ms[std::min(s.rtt_ms.size() - 1, size_t(p * double(s.rtt_ms.size())))]; };
+  out.offered = double(num_workers) * 1000.0 / double(a.interval_ms);
+  out.handled = double(s.heartbeats) / wall;
+  out.leases = double(s.leases) / wall;
+  out.p50 = pct(0.5);
+  out.p99 = pct(0.99);
+  out.cpu_us = s.heartbeats > 0 ? cpu * 1e6 / double(s.heartbeats) : 0;
+  out.kib_per_job = rss_jobs >= 0 ? double(rss_jobs - rss_start) / a.jobs : 0;
+  out.kib_per_worker = rss_workers >= 0 && rss_jobs >= 0 ? double(rss_workers - rss_jobs) / num_workers : 0;
+  out.ok = true;
+  return out;
+}
+
+}  // namespace
+
 int RunDispatcherLoad(const DispatcherLoadArgs& a) {
   rlimit r{};  // one socket per simulated worker
   if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
@@ -207,93 +374,23 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
     std::fprintf(stderr, "error: ferry-dispatcher not found at %s (use --dispatcher-bin)\n", bin.c_str());
     return 1;
   }
-  char dir_template[] = "/tmp/ferry-dispatcher-load-XXXXXX";
-  const char* dir = mkdtemp(dir_template);
-  int out[2];
-  if (dir == nullptr || pipe(out) != 0) return 1;
-  const pid_t child = fork();
-  if (child == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    const std::string interval = std::to_string(a.interval_ms);
-    // Every simulated worker connects at once: more handshakes in flight than the
-    // default cap (128, against a flood of unauthenticated peers) allows.
-    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
-          interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000",
-          static_cast<char*>(nullptr));
-    _exit(127);
+  bool all_ok = true;
+  std::printf("simulated workers, one heartbeat each per %d ms, leasing; %d job(s), a consumer each acknowledging at "
+              "once; journal fsynced; %.0f s timed per round\n",
+              a.interval_ms, a.jobs, a.seconds);
+  for (int n : a.workers) {
+    const Round x = RunRound(a, n, bin);
+    all_ok = all_ok && x.ok && x.errors == 0;
+    if (!x.ok) continue;
+    std::printf("dispatcher workers=%d jobs=%d splits=%lld offered/s=%.0f heartbeats/s=%.0f handled=%.1f%% "
+                "leases/s=%.0f p50_ms=%.2f p99_ms=%.2f cpu_us_per_heartbeat=%.1f kib_per_worker=%.1f "
+                "kib_per_job=%.1f journal_kib=%lld journal_kib_max=%lld errors=%lld\n",
+                n, a.jobs, (long long)a.splits, x.offered, x.handled, 100 * x.handled / x.offered, x.leases, x.p50,
+                x.p99, x.cpu_us, x.kib_per_worker, x.kib_per_job, (long long)x.journal_kib,
+                (long long)x.journal_kib_max, (long long)x.errors);
+    std::fflush(stdout);
   }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
-  char line[256] = {0};
-  if (!f || !std::fgets(line, sizeof line, f)) {
-    std::fprintf(stderr, "error: ferry-dispatcher did not start\n");
-    return 1;
-  }
-  std::string address = line;
-  address = address.substr(address.find("on ") + 3);
-  while (!address.empty() && std::isspace(static_cast<unsigned char>(address.back()))) address.pop_back();
-  auto hp = net::SplitHostPort(address);
-
-  LoadState s;
-  s.interval_ms = a.interval_ms;
-  s.dispatcher = tcp::endpoint(asio::ip::make_address(hp->first), hp->second);
-  wire::NamedJob job;
-  job.name = "load";
-  job.job.dataset = "synthetic:";
-  job.job.batch_size = 1;  // the dispatcher never sees a sample: only splits count
-  job.job.batches_per_split = 1;
-  job.job.num_samples = a.splits;  // --splits splits an epoch
-  job.job.epochs = 0;
-  auto consumer = std::make_shared<SimConsumer>(&s, job);
-  consumer->Start();
-  std::vector<std::shared_ptr<SimWorker>> workers;
-  for (int i = 0; i < a.workers; ++i) workers.push_back(std::make_shared<SimWorker>(&s, i));
-  for (auto& w : workers) w->Start();
-
-  asio::steady_timer timer(s.io);
-  const auto begin = Clock::now();
-  double t0 = 0, c_measure = 0;
-  std::function<void()> phase;
-  phase = [&] {
-    timer.expires_after(std::chrono::milliseconds(100));
-    timer.async_wait([&](const boost::system::error_code&) {
-      const double el = std::chrono::duration<double>(Clock::now() - begin).count();
-      if (!s.measuring && s.registered == a.workers && consumer->joined() && el > 1.0) {
-        s.measuring = true;
-        t0 = el;
-        c_measure = WallSeconds();
-      }
-      if ((s.measuring && el - t0 >= a.seconds) || el > a.seconds + 60) {
-        s.stopping = true;
-        consumer->Stop();
-        for (auto& w : workers) w->Stop();
-        return;
-      }
-      phase();
-    });
-  };
-  phase();
-  s.io.run();
-  const double wall = WallSeconds() - c_measure;
-  kill(child, SIGTERM);
-  waitpid(child, nullptr, 0);
-  fclose(f);
-  std::string rm = std::string("rm -rf ") + dir;
-  if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", dir);
-  if (s.rtt_ms.empty()) {
-    std::fprintf(stderr, "error: no heartbeat completed (%lld errors, %lld registered)\n", (long long)s.errors,
-                 (long long)s.registered);
-    return 1;
-  }
-  std::sort(s.rtt_ms.begin(), s.rtt_ms.end());
-  auto pct = [&](double p) { return s.rtt_ms[std::min(s.rtt_ms.size() - 1, size_t(p * double(s.rtt_ms.size())))]; };
-  std::printf("%d simulated workers, one heartbeat each per %d ms, leasing and acked at once; %lld errors\n",
-              a.workers, a.interval_ms, (long long)s.errors);
-  std::printf("dispatcher workers=%d splits=%lld leases/s=%.0f heartbeats/s=%.0f p50_ms=%.2f p99_ms=%.2f\n",
-              a.workers, (long long)a.splits, double(s.leases) / wall, double(s.heartbeats) / wall, pct(0.5),
-              pct(0.99));
-  return s.errors == 0 ? 0 : 1;
+  return all_ok ? 0 : 1;
 }
 
 }  // namespace ferry::bench

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ferry::bench {
 
@@ -24,10 +25,11 @@ struct TransportArgs {
 int RunTransport(const TransportArgs& a, const char* argv0);
 
 struct DispatcherLoadArgs {
-  int workers = 1000;
+  std::vector<int> workers = {1000};  // one round per count, each against a fresh dispatcher
+  int jobs = 1;               // jobs, each with a consumer acknowledging what is leased
   double seconds = 5;
   int interval_ms = 100;      // heartbeat period of each simulated worker
-  int64_t splits = 10000;     // splits an epoch of the job
+  int64_t splits = 10000;     // splits an epoch of each job
   std::string dispatcher_bin; // default: next to ferry-bench
 };
 int RunDispatcherLoad(const DispatcherLoadArgs& a);
