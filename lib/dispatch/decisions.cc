@@ -10,7 +10,9 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   std::vector<LeaseSplits> out;
   auto wt = state.workers().find(worker);
   if (wt == state.workers().end() || wt->second.draining) return out;
-  const auto held = state.LeasesOf(worker);
+  static const std::map<std::string, std::set<SplitId>> kNone;
+  const std::map<std::string, std::set<SplitId>>* refs = state.LeaseRefs(worker);
+  const auto& held = refs != nullptr ? *refs : kNone;
   const WorkerState& self = wt->second;
   for (const auto& [name, j] : state.jobs()) {
     if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
@@ -24,11 +26,8 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
     // the consumers hold back until it is done (the next epoch of a ranked job at its
     // barrier, later splits under deterministic order). A worker then holds more than
     // max_outstanding only while earlier splits come back, at most two epochs' worth.
-    std::vector<SplitId> mine;
-    if (auto h = held.find(name); h != held.end()) {
-      for (const LeasedSplit& x : h->second) mine.push_back(x.ref);
-    }
-    std::sort(mine.begin(), mine.end());
+    std::vector<SplitId> mine;  // (a set's order: sorted)
+    if (auto h = held.find(name); h != held.end()) mine.assign(h->second.begin(), h->second.end());
     int budget = policy.max_outstanding;  // new leases in this decision, at most
     // Splits in flight per consumer, to balance new assignments: counted (a scan of
     // the open epochs) only when a free split of a shared job has several consumers
@@ -127,7 +126,18 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
         const EpochState& e = et->second;
         while (e.scan_from < e.status.size() && e.status[e.scan_from] == SplitStatus::kDone) ++e.scan_from;
         from = int64_t(e.scan_from);
+        // Of one consumer: every split in [scan_from, pending_from) is leased (the first
+        // one is: not done) or done, and all the scan would do there is note that the
+        // consumer has a split in flight (one consumer: the first leased split says it)
+        // and count this worker's own leases. Jump, doing just that.
+        const size_t jump = std::max(e.scan_from, std::min(e.pending_from, e.status.size()));
+        if (j.consumers.size() == 1 && jump > e.scan_from) {
+          first_of(e.consumer[e.scan_from]);
+          while (before < mine.size() && mine[before] < SplitId{epoch, int64_t(jump)}) ++before;
+          from = int64_t(jump);
+        }
       }
+      bool pending_seen = false;  // the scan from `from` has met a pending split
       // Free splits of a shared job have no fixed consumer: past the last assigned
       // split, a full decision has nothing left to find.
       const bool free_splits_unfixed = !j.spec.ranked() && j.spec.ordering != Ordering::kDeterministic;
@@ -144,6 +154,10 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
           if (st == SplitStatus::kLeased) {
             first_of(et->second.consumer[size_t(s)]);
             continue;
+          }
+          if (!pending_seen) {
+            pending_seen = true;
+            et->second.pending_from = std::max(et->second.pending_from, size_t(s));  // none before it
           }
           consumer = et->second.consumer[size_t(s)];
         }

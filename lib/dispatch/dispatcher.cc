@@ -94,8 +94,9 @@ Dispatcher::Stats Dispatcher::stats() const {
 
 int64_t Dispatcher::LeasedTo(const std::string& worker, const std::string& job) const {
   int64_t n = 0;
-  for (const auto& [j, l] : state_.LeasesOf(worker))
-    if (job.empty() || j == job) n += int64_t(l.size());
+  if (const auto* refs = state_.LeaseRefs(worker))
+    for (const auto& [j, l] : *refs)
+      if (job.empty() || j == job) n += int64_t(l.size());
   return n;
 }
 
@@ -174,7 +175,10 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
     auto was = before.find(job);
     unfit[job] = reason.empty() && was != before.end() ? was->second : reason;
   }
-  const auto held_before = state_.LeasesOf(m.worker_id);
+  // (A copy of the job names: the commits below change the index.)
+  std::set<std::string> held_before;
+  if (const auto* refs = state_.LeaseRefs(m.worker_id))
+    for (const auto& [job, held] : *refs) held_before.insert(job);
   for (const auto& [job, reason] : unfit) {
     if (!before.count(job))
       LogWarn("worker %s cannot serve job %s (%s): it takes no splits of it", m.worker_id.c_str(), job.c_str(),
@@ -228,11 +232,20 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   }
   for (const std::string& j : jobs) {
     const JobState* js = state_.job(j);
-    reply.jobs.push_back({js->name, js->spec});
+    reply.jobs.push_back({js->name, js->spec, PipelineJson(*js)});
   }
   reply.idle = Idle();
   if (reply.idle) told_idle_.insert(m.worker_id);
   return reply;
+}
+
+std::shared_ptr<const std::string> Dispatcher::PipelineJson(const JobState& j) {
+  auto it = pipeline_json_.find(j.name);
+  if (it != pipeline_json_.end() && it->second.first == j.spec.pipeline) return it->second.second;
+  if (pipeline_json_.size() > state_.jobs().size() + 64) pipeline_json_.clear();  // of jobs gone
+  auto json = std::make_shared<const std::string>(j.spec.pipeline.ToJson());
+  pipeline_json_[j.name] = {j.spec.pipeline, json};
+  return json;
 }
 
 std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::string& consumer) const {

@@ -172,6 +172,10 @@ class Dispatcher {
   Status fatal_;  // a failed journal sync: final (see fatal())
   int64_t journal_retry_ms_ = 0;
   std::map<std::string, int64_t> last_seen_ms_;
+  // Each job's pipeline JSON, made once for the heartbeat replies that name it (with
+  // the pipeline it was made from: a job re-created under its name gets its own).
+  std::map<std::string, std::pair<PipelineSpec, std::shared_ptr<const std::string>>> pipeline_json_;
+  std::shared_ptr<const std::string> PipelineJson(const JobState& j);
   std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)
   std::set<std::string> creating_;   // jobs whose dataset is being listed
   std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle

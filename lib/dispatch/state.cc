@@ -84,6 +84,7 @@ void DispatcherState::ReturnLeases(JobState& j, const std::string& worker) {
     EpochState& e = j.epochs.at(r.epoch);
     const size_t s = size_t(r.split);
     e.status[s] = SplitStatus::kPending;
+    e.pending_from = std::min(e.pending_from, s);
     e.worker[s].clear();
     --e.leased;
   }
@@ -272,6 +273,7 @@ Status DispatcherState::ApplyRestore(const RestoreConsumer& u) {
       } else if (e.status[s] == SplitStatus::kDone && e.consumer[s] == u.consumer) {
         e.status[s] = SplitStatus::kPending;  // keeps its consumer
         e.scan_from = std::min(e.scan_from, s);
+        e.pending_from = std::min(e.pending_from, s);
         --e.done;
       }
     }
@@ -303,6 +305,7 @@ Status DispatcherState::ApplyRemoveConsumer(const RemoveConsumer& u) {
       if (e.status[s] == SplitStatus::kDone || e.consumer[s] != u.consumer) continue;
       if (e.status[s] == SplitStatus::kLeased) Unlease(j.name, epoch, e, s);
       e.status[s] = SplitStatus::kPending;
+      e.pending_from = std::min(e.pending_from, s);
       e.worker[s].clear();
       e.consumer[s].clear();
     }
@@ -468,6 +471,9 @@ std::string DispatcherState::CheckLeaseIndex() const {
       for (size_t s = 0; s < std::min(e.scan_from, e.status.size()); ++s)
         if (e.status[s] != SplitStatus::kDone)
           return "job " + name + " epoch " + std::to_string(epoch) + ": scan hint past split " + std::to_string(s);
+      for (size_t s = 0; s < std::min(e.pending_from, e.status.size()); ++s)
+        if (e.status[s] == SplitStatus::kPending)
+          return "job " + name + " epoch " + std::to_string(epoch) + ": pending hint past split " + std::to_string(s);
     }
     for (const auto& [epoch, e] : j.completed) {
       if (e.leased != 0 || e.done != int64_t(e.status.size()))

@@ -105,6 +105,13 @@ struct EpochState {
   // A hint, not a fact of the state: decisions move it past done splits; a split
   // that stops being done (a restore) moves it back.
   mutable size_t scan_from = 0;
+  // No split before this one is pending (they are leased or done): a decision for a
+  // job of one consumer jumps here past the splits every other worker holds (with
+  // thousands of workers, tens of thousands of them: the scan cost what the fleet
+  // holds on every heartbeat). A hint like scan_from: decisions move it forward, a
+  // split that becomes pending again (returned, restored, its consumer gone) moves it
+  // back.
+  mutable size_t pending_from = 0;
   // No split from this one on has a consumer (an upper bound: a split that loses its
   // consumer leaves it). Past it, a shared job's splits are all free, so a decision
   // whose budget is full stops there instead of at the epoch's end.
@@ -166,6 +173,12 @@ class DispatcherState {
   // Splits leased to `worker` and not yet acked, per job. From the lease index: costs
   // what the worker holds, not what the jobs have (every heartbeat asks).
   std::map<std::string, std::vector<LeasedSplit>> LeasesOf(const std::string& worker) const;
+  // The same splits without their consumers, as the index holds them (no copy): null
+  // when the worker holds none. Valid until the next Apply().
+  const std::map<std::string, std::set<SplitId>>* LeaseRefs(const std::string& worker) const {
+    auto it = leased_by_worker_.find(worker);
+    return it == leased_by_worker_.end() ? nullptr : &it->second;
+  }
   // How many splits `worker` holds.
   size_t LeaseCount(const std::string& worker) const;
   // The lease index and the scan hints checked against the splits (tests and the

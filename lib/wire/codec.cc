@@ -395,9 +395,10 @@ static_assert(uint16_t(schema::ProcessingMode::PARALLEL_EPOCHS) == uint16_t(Proc
 static_assert(uint16_t(schema::Ordering::DETERMINISTIC) == uint16_t(Ordering::kDeterministic));
 static_assert(uint16_t(schema::Sharing::EVERY) == uint16_t(Sharing::kEvery));
 
-void PutJob(schema::Job::Builder b, const JobSpec& job) {
+void PutJob(schema::Job::Builder b, const JobSpec& job, const std::string* pipeline_json) {
   b.setDataset(job.dataset);
-  b.setPipelineJson(job.pipeline.ToJson());
+  if (pipeline_json != nullptr) b.setPipelineJson(*pipeline_json);
+  else b.setPipelineJson(job.pipeline.ToJson());
   b.setSeed(job.seed);
   b.setShuffle(job.shuffle);
   b.setEpochs(job.epochs);

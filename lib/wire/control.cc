@@ -21,7 +21,7 @@ namespace {
 
 void PutNamedJob(ctl::NamedJob::Builder b, const NamedJob& j) {
   b.setName(j.name);
-  codec::PutJob(b.initJob(), j.job);
+  codec::PutJob(b.initJob(), j.job, j.pipeline_json.get());
 }
 
 Result<NamedJob> GetNamedJob(ctl::NamedJob::Reader r) {

@@ -9,7 +9,8 @@
 
 namespace ferry::wire::codec {
 
-void PutJob(schema::Job::Builder b, const JobSpec& job);
+// `pipeline_json`: job.pipeline.ToJson() if the caller has it (else made here).
+void PutJob(schema::Job::Builder b, const JobSpec& job, const std::string* pipeline_json = nullptr);
 // Checks the enums and parses the pipeline (InvalidArgument otherwise).
 Result<JobSpec> GetJob(schema::Job::Reader r);
 
