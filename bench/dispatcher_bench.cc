@@ -46,7 +46,10 @@ struct LoadState {
   asio::io_context io;
   tcp::endpoint dispatcher;
   std::shared_ptr<BufferAllocator> buffers = DefaultBufferAllocator();
-  std::map<std::string, std::deque<SplitId>> to_ack;  // per job: leased, to acknowledge
+  // Per job: leased, to acknowledge once due (leased + split_ms: the time a worker takes
+  // to make a split; in lease order, so due in order).
+  std::map<std::string, std::deque<std::pair<Clock::time_point, SplitId>>> to_ack;
+  int split_ms = 0;
   bool measuring = false, stopping = false;
   int64_t leases = 0, heartbeats = 0, errors = 0, registered = 0;
   std::vector<double> rtt_ms;
@@ -136,7 +139,8 @@ class SimWorker : public Peer {
     }
     // The reply lists every split held, new ones first: ack the new ones.
     ok->leases.resize(ok->new_leases);
-    for (auto& l : ok->leases) s_->to_ack[l.job].push_back({l.epoch, l.split});
+    const Clock::time_point due = Clock::now() + std::chrono::milliseconds(s_->split_ms);
+    for (auto& l : ok->leases) s_->to_ack[l.job].push_back({due, {l.epoch, l.split}});
     Schedule(s_->interval_ms);
   }
 
@@ -176,11 +180,14 @@ class SimConsumer : public Peer {
     timer_.expires_after(std::chrono::milliseconds(5));
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
-      std::deque<SplitId>& q = self->s_->to_ack[self->job_.name];
-      if (q.empty()) return self->AckSoon();
+      auto& q = self->s_->to_ack[self->job_.name];
+      const Clock::time_point now = Clock::now();
+      if (q.empty() || q.front().first > now) return self->AckSoon();
       wire::AckSplitsMsg m{self->job_.name, "bench-consumer", {}};
-      for (const SplitId& x : q) m.splits.push_back({x.epoch, x.split});
-      q.clear();
+      while (!q.empty() && q.front().first <= now) {
+        m.splits.push_back({q.front().second.epoch, q.front().second.split});
+        q.pop_front();
+      }
       self->conn_->Send(wire::EncodeAckSplits(m));
     });
   }
@@ -257,11 +264,12 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
     dup2(pipe_fds[1], STDOUT_FILENO);
     close(pipe_fds[0]);
     const std::string interval = std::to_string(a.interval_ms);
+    const std::string per_job = std::to_string(a.workers_per_job);
     // Every simulated worker connects at once: more handshakes in flight than the
     // default cap (128, against a flood of unauthenticated peers) allows.
     execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
           interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000", "--log-level", "warn",
-          static_cast<char*>(nullptr));
+          "--workers-per-job", per_job.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(pipe_fds[1]);
@@ -279,6 +287,7 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
 
   LoadState s;
   s.interval_ms = a.interval_ms;
+  s.split_ms = a.split_ms;
   s.dispatcher = tcp::endpoint(asio::ip::make_address(hp->first), hp->second);
   std::vector<std::shared_ptr<SimConsumer>> consumers;
   for (int j = 0; j < a.jobs; ++j) {
@@ -375,9 +384,9 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
     return 1;
   }
   bool all_ok = true;
-  std::printf("simulated workers, one heartbeat each per %d ms, leasing; %d job(s), a consumer each acknowledging at "
-              "once; journal fsynced; %.0f s timed per round\n",
-              a.interval_ms, a.jobs, a.seconds);
+  std::printf("simulated workers, one heartbeat each per %d ms, leasing; %d job(s), a consumer each acknowledging each split "
+              "%d ms after its lease; --workers-per-job %d; journal fsynced; %.0f s timed per round\n",
+              a.interval_ms, a.jobs, a.split_ms, a.workers_per_job, a.seconds);
   for (int n : a.workers) {
     const Round x = RunRound(a, n, bin);
     all_ok = all_ok && x.ok && x.errors == 0;

@@ -330,6 +330,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1, 20000));
   dload->add_option("--jobs", dl.jobs, "jobs, each with one consumer")->check(CLI::Range(1, 10000));
+  dload->add_option("--workers-per-job", dl.workers_per_job, "the dispatcher's --workers-per-job")
+      ->check(CLI::Range(0, 100000));
+  dload->add_option("--split-ms", dl.split_ms, "a split is acknowledged this long after its lease (0: at once)")
+      ->check(CLI::Range(0, 600000));
   dload->add_option("--seconds", dl.seconds, "timed window")->check(CLI::PositiveNumber);
   dload->add_option("--interval-ms", dl.interval_ms, "heartbeat period of each worker")->check(CLI::Range(1, 60000));
   dload->add_option("--splits", dl.splits, "splits an epoch of the job (the dispatcher tracks up to 4M)")

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 86400000));
   app.add_option("--leases-ahead", o.core.lease.max_outstanding, "splits a worker may hold un-acked per job")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--workers-per-job", o.core.workers_per_job,
+                 "place each job on about this many workers (times its weight), for fleets of many jobs; 0: every "
+                 "worker serves every job")
+      ->check(CLI::Range(0, 100000));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
   app.add_option("--data-root", o.data_roots,
                  "a folder, bucket or URL prefix new jobs' datasets may be listed in (repeatable), as the workers' "

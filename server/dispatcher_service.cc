@@ -525,6 +525,9 @@ std::string DispatcherService::MetricsText() const {
         // scraped series its target's `job` label, and would rename ours exported_job.
         t.Family("ferry_job_consumers", "gauge", "Consumers of each job.");
         for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_consumers", {{"ferry_job", name}}, double(j.consumers.size()));
+        t.Family("ferry_job_workers", "gauge",
+                 "Workers that lease each job's splits: its placement (--workers-per-job), else every live one.");
+        for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_workers", {{"ferry_job", name}}, double(d.JobWorkers(j)));
         t.Family("ferry_job_epoch", "gauge", "Each job's first epoch not yet complete.");
         for (const auto& [name, j] : st.jobs()) t.Sample("ferry_job_epoch", {{"ferry_job", name}}, double(j.first_open));
         t.Family("ferry_job_splits", "gauge", "Splits of each job's open epochs, by status.");

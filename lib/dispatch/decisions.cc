@@ -6,7 +6,8 @@
 namespace ferry::dispatch {
 
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
-                                      const LeasePolicy& policy, const std::set<std::string>& unfit) {
+                                      const LeasePolicy& policy, const std::set<std::string>& unfit,
+                                      const std::set<std::string>* only) {
   std::vector<LeaseSplits> out;
   auto wt = state.workers().find(worker);
   if (wt == state.workers().end() || wt->second.draining) return out;
@@ -14,7 +15,18 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
   const std::map<std::string, std::set<SplitId>>* refs = state.LeaseRefs(worker);
   const auto& held = refs != nullptr ? *refs : kNone;
   const WorkerState& self = wt->second;
-  for (const auto& [name, j] : state.jobs()) {
+  // The jobs looked at: every one, or those placed on the worker (a lookup each, not a
+  // walk over a thousand jobs on every heartbeat).
+  std::vector<std::pair<const std::string*, const JobState*>> jobs;
+  if (only == nullptr) {
+    for (const auto& [name, j] : state.jobs()) jobs.push_back({&name, &j});
+  } else {
+    for (const std::string& name : *only)
+      if (const JobState* j = state.job(name)) jobs.push_back({&j->name, j});
+  }
+  for (const auto& [name_ptr, job_ptr] : jobs) {
+    const std::string& name = *name_ptr;
+    const JobState& j = *job_ptr;
     if (j.finished() || j.consumers.empty() || j.spec.mode != ProcessingMode::kDistributedEpoch) continue;
     if (unfit.count(name)) continue;
     // A trainer's own worker (hybrid) leases only its trainer's splits of its job.

@@ -29,9 +29,11 @@ struct LeasePolicy {
 // (a trainer's own cores, "hybrid") leases only splits that are, or become, that
 // consumer's. Each consumer's lowest unfinished split is leased even past the
 // lease-ahead (see decisions.cc). Jobs in `unfit` (the worker cannot serve them) get
-// nothing.
+// nothing. `only` (placement.h): the jobs placed on the worker, the only ones looked at;
+// null: every job.
 std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::string& worker,
-                                      const LeasePolicy& policy, const std::set<std::string>& unfit = {});
+                                      const LeasePolicy& policy, const std::set<std::string>& unfit = {},
+                                      const std::set<std::string>* only = nullptr);
 
 // Workers not heard from within `timeout_ms`: to be removed (their leases return).
 // Workers missing from `last_seen_ms` count as just seen (after a restart, every

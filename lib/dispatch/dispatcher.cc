@@ -196,7 +196,11 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   std::set<std::string> skip;
   for (const auto& [job, reason] : unfit) skip.insert(job);
   if (m.want_leases && !m.draining) {
-    for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease, skip)) {
+    // Placed: the jobs placed on this worker only (a trainer's own worker: its job).
+    std::set<std::string> placed;
+    const bool by_placement = placement_.active() && !it->second.ServesOnly();
+    if (by_placement) placed = placement_.JobsOf(state_, m.worker_id);
+    for (LeaseSplits& l : DecideLeases(state_, m.worker_id, config_.lease, skip, by_placement ? &placed : nullptr)) {
       Status s = Commit(l);
       if (!s.ok() && !journal_->healthy()) break;  // no new leases until the journal takes them
       if (!s.ok()) {
@@ -239,6 +243,10 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   return reply;
 }
 
+void Dispatcher::UpdatePlacement() {
+  placement_.Update(state_, [this](const std::string& w, const std::string& j) { return UnfitFor(w, j) != nullptr; });
+}
+
 std::shared_ptr<const std::string> Dispatcher::PipelineJson(const JobState& j) {
   auto it = pipeline_json_.find(j.name);
   if (it != pipeline_json_.end() && it->second.first == j.spec.pipeline) return it->second.second;
@@ -250,12 +258,19 @@ std::shared_ptr<const std::string> Dispatcher::PipelineJson(const JobState& j) {
 
 std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::string& consumer) const {
   std::vector<std::string> addresses;
+  // Placed (placement.h): the workers the job is placed on, and any that holds splits of
+  // it (placed there before), not the whole fleet.
+  const JobState* placed = placement_.active() && !job.empty() ? state_.job(job) : nullptr;
   for (const auto& [id, w] : state_.workers()) {
     if (w.draining) continue;
     // A trainer's own worker (hybrid) is for its trainer: no one else can reach it, or
     // would get anything from it.
     if (w.ServesOnly() && (w.serves_job != job || w.serves_consumer != consumer)) continue;
     if (UnfitFor(id, job) != nullptr) continue;
+    if (placed != nullptr && !w.ServesOnly() && !placement_.WorkersOf(*placed).count(id)) {
+      const auto* refs = state_.LeaseRefs(id);
+      if (refs == nullptr || !refs->count(job)) continue;
+    }
     addresses.push_back(w.address);
   }
   return addresses;
@@ -421,6 +436,7 @@ Result<wire::NamedJob> Dispatcher::CreateJob(const wire::GetOrCreateJobMsg& m, c
         (long long)listed->num_samples, (long long)listed->SplitsPerEpoch());
   const JobState* j = state_.job(m.job.name);
   if (j == nullptr) return Status::Internal("job " + m.job.name + " vanished");
+  UpdatePlacement();  // its workers now, not at the next tick
   return Join(*j, m.job.job, m.consumer_id, m.fresh);
 }
 
@@ -576,6 +592,7 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
   // A journal that could not be written: try again now and then, so that what is
   // queued reaches the disk once there is room, changes or not.
   if (!fatal_.ok()) return;  // stopping: nothing changes any more
+  UpdatePlacement();
   if (!journal_->healthy() && now_ms - journal_retry_ms_ >= 1000) {
     journal_retry_ms_ = now_ms;
     if (journal_->Sync().ok()) JournalUp();

@@ -44,6 +44,7 @@
 
 #include "dispatch/advice.h"
 #include "dispatch/decisions.h"
+#include "dispatch/placement.h"
 #include "dispatch/journal.h"
 #include "dispatch/state.h"
 #include "ferry/job.h"
@@ -64,6 +65,9 @@ struct DispatcherConfig {
   bool exit_when_idle = false;
   uint64_t compact_every = 50000;    // journal records between snapshots
   bool sync = true;                  // fdatasync the journal (tests may turn it off)
+  // Each job's splits go to about this many workers (dispatch/placement.h), times its
+  // weight; 0: every worker leases from every job.
+  int workers_per_job = 0;
 };
 
 class Dispatcher {
@@ -97,6 +101,10 @@ class Dispatcher {
   // Addresses of the workers that serve (not draining), as consumer `consumer` of
   // `job` sees them: a worker that serves only another consumer (hybrid) is left out.
   std::vector<std::string> Workers(const std::string& job = "", const std::string& consumer = "") const;
+  // How many workers lease `job`'s splits: its placement's, or every live one.
+  size_t JobWorkers(const JobState& job) const {
+    return placement_.active() ? placement_.WorkersOf(job).size() : state_.workers().size();
+  }
   // Everything a status tool shows (ferry-ctl status): workers and jobs.
   wire::ClusterStatusMsg ClusterStatus(int64_t now_ms) const;
   // ferry-ctl drain: the worker with this id or address takes no new leases (at once,
@@ -149,7 +157,8 @@ class Dispatcher {
   Stats stats() const;
 
  private:
-  explicit Dispatcher(const DispatcherConfig& config) : config_(config) {}
+  explicit Dispatcher(const DispatcherConfig& config) : config_(config), placement_(config.workers_per_job) {}
+  void UpdatePlacement();
   // Applies and journals `u`. While the journal cannot be written (a full disk), no
   // update is applied and every change is refused with Unavailable; each Commit
   // first tries to write the queued records again. Reads go on.
@@ -182,6 +191,7 @@ class Dispatcher {
   // worker -> job -> why it cannot serve it (restated by each heartbeat)
   std::map<std::string, std::map<std::string, std::string>> unfit_;
   LoadTracker load_;                 // consumers' and workers' load figures: the advice
+  Placement placement_;              // which workers lease each job (--workers-per-job)
   int64_t jobs_collected_ = 0;       // finished jobs removed since start
   int64_t idle_since_ms_ = -1;
   bool should_exit_ = false;

@@ -18,6 +18,7 @@ DispatcherOptions DispatcherOpts(const TestClusterOptions& o, const std::string&
   d.core.exit_when_idle = o.exit_when_idle;
   d.core.sync = false;  // no power loss in a test
   d.core.compact_every = o.compact_every;
+  d.core.workers_per_job = o.workers_per_job;
   return d;
 }
 

@@ -30,6 +30,7 @@ struct TestClusterOptions {
   int leases_ahead = 4;
   bool exit_when_idle = false;
   uint64_t compact_every = 50000;  // journal records between snapshots
+  int workers_per_job = 0;         // DispatcherConfig::workers_per_job (placement)
 };
 
 class TestCluster {
