@@ -81,7 +81,10 @@ Status Dispatcher::Sync() {
     synced_since_tick_ = true;
   }
   dirty_ = false;
-  if (journal_->records_since_snapshot() > config_.compact_every) {
+  // A snapshot when the journal holds compact_every records, or twice the last
+  // snapshot's, whichever is more: the journal stays within three snapshots' size, and
+  // a large state (a thousand jobs) is not written out every second under load.
+  if (journal_->records_since_snapshot() > std::max<uint64_t>(config_.compact_every, 2 * journal_->snapshot_records())) {
     Status s = journal_->Compact(state_);
     if (!s.ok()) LogWarn("journal compaction failed (will retry): %s", s.ToString().c_str());
   }

@@ -63,7 +63,8 @@ struct DispatcherConfig {
   int consumer_timeout_ms = 30000;
   LeasePolicy lease;
   bool exit_when_idle = false;
-  uint64_t compact_every = 50000;    // journal records between snapshots
+  // Journal records between snapshots (or twice the last snapshot's, if more).
+  uint64_t compact_every = 50000;
   bool sync = true;                  // fdatasync the journal (tests may turn it off)
   // Each job's splits go to about this many workers (dispatch/placement.h), times its
   // weight; 0: every worker leases from every job.

@@ -398,14 +398,17 @@ Status Journal::WriteGeneration(const DispatcherState& state, uint64_t next, int
   // bytes), then its header with the length, then made durable.
   uint64_t at = kFileHeaderSize;
   Status s = WriteAllAt(sfd, FileHeader(0), 0);
+  uint64_t written = 0;
   for (Update& whole : state.Snapshot()) {
     for (const Update& u : Chunked(std::move(whole))) {
       if (!s.ok()) break;
       const std::string r = internal::Record(EncodeUpdate(u));
       s = WriteAllAt(sfd, r, at);
       at += r.size();
+      ++written;
     }
   }
+  snapshot_records_ = written;
   if (s.ok()) s = WriteAllAt(sfd, FileHeader(at), 0);
   if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
   ::close(sfd);

@@ -95,6 +95,8 @@ class Journal {
   // The format Open() read (1 to 4; 4 for a new work dir). Below 4, Open() upgraded it.
   int format_read() const { return format_read_; }
   uint64_t records_since_snapshot() const { return records_; }
+  // Records the last snapshot this process wrote holds (0 before its first).
+  uint64_t snapshot_records() const { return snapshot_records_; }
   // Whether Append syncs to disk (default true). Tests and benchmarks may turn it off.
   void set_sync(bool sync) { sync_ = sync; }
   // Whether the header's committed length is the whole file (see Seal()).
@@ -127,6 +129,7 @@ class Journal {
   std::string state_id_;
   int format_read_ = 4;
   uint64_t records_ = 0;
+  uint64_t snapshot_records_ = 0;
   bool sync_ = true;
   uint64_t size_ = 0;              // bytes of whole records in the file
   uint64_t synced_size_ = 0;       // of which known durable
