@@ -153,6 +153,39 @@ def dispatcher(s, out):
     plt.close(fig)
 
 
+def dispatcher_scale(s, out):
+    """ferry-bench dispatcher-load at 1k/4k/10k workers: heartbeats handled and p99."""
+    d = s["dispatcher_scale"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+    styles = {"one_job": (FERRY, "o", "1 job"), "thousand_jobs": (ANCHOR, "s", "1,000 jobs, 8 workers each")}
+    for key, (color, marker, label) in styles.items():
+        rows = d.get(key, [])
+        if not rows:
+            continue
+        w = [r["workers"] for r in rows]
+        axes[0].plot(w, [r["handled_pct"] for r in rows], marker=marker, color=color, label=label)
+        axes[1].plot(w, [r["p99_ms"] for r in rows], marker=marker, color=color, label=label)
+    axes[0].axhline(90, color=LOST, linestyle="--", linewidth=1, label="target 90%")
+    axes[0].set_ylim(0, 105)
+    axes[0].set_xlabel("simulated workers (one heartbeat per 100 ms each)")
+    axes[0].set_ylabel("% of offered heartbeats handled")
+    axes[1].axhline(50, color=LOST, linestyle="--", linewidth=1, label="target 50 ms")
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("simulated workers")
+    axes[1].set_ylabel("heartbeat round trip p99, ms")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xticks([1000, 4000, 10000])
+        ax.set_xticklabels(["1,000", "4,000", "10,000"])
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.legend(fontsize=8, frameon=False)
+    axes[0].set_title("one dispatcher (%s)" % d.get("machine", ""), fontsize=10)
+    axes[1].set_title("journal fsynced; dispatcher and load generator share the CPUs", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "dispatcher_scale.png"), dpi=110)
+    plt.close(fig)
+
+
 def user_code(s, out):
     u = s["user_code"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 2.8))
@@ -178,7 +211,7 @@ def main():
     with open(a.summary) as f:
         s = json.load(f)
     os.makedirs(a.out, exist_ok=True)
-    for fn in (per_core, service, failure, trainer, dispatcher, user_code):
+    for fn in (per_core, service, failure, trainer, dispatcher, dispatcher_scale, user_code):
         key = fn.__name__
         if key in s:
             fn(s, a.out)
