@@ -52,3 +52,47 @@ def _sharing(sharing, trainer_id, weight, priority, dispatcher, local_threads):
     if not -100 <= priority <= 100:
         raise ValueError("priority must be in [-100, 100], not %r" % (priority,))
     return sharing, trainer_id, weight, priority
+
+
+def _mixture_data(data, trainer_normalize, user_code):
+    """(mixture or None, the job's data, trainer_normalize) of a Loader given `data`:
+    a ferry.Mixture's job names its dataset "mixture", its sources travel with it."""
+    from .datasets import Mixture
+    if not isinstance(data, Mixture):
+        return None, data, trainer_normalize
+    if user_code is not None:
+        raise ValueError("a mixture draws from data Ferry reads: no dataset= or python steps")
+    if data.own_pipelines:
+        # The trainer's finish is the job pipeline's; a source's own pipeline may
+        # normalize otherwise: its workers send what it makes.
+        if trainer_normalize:
+            raise ValueError("trainer_normalize: a mixture whose sources have pipelines of their own is normalized "
+                             "where it is made")
+        trainer_normalize = False
+    return data, "mixture", trainer_normalize
+
+
+def _check_state(loader, sd, same_world):
+    """A state_dict() of `loader`'s job and settings, or a ValueError saying what differs."""
+    if not isinstance(sd, dict) or sd.get("version") != loader._STATE_VERSION:
+        raise ValueError("not a ferry.Loader state_dict of this version (version %r)"
+                         % (sd.get("version") if isinstance(sd, dict) else type(sd).__name__))
+    if sd.get("mode") != loader.mode:
+        raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), loader.mode))
+    if bool(sd.get("ranked")) != loader.ranked:
+        raise ValueError("state_dict of a %s given to a %s" % (
+            "rank" if sd.get("ranked") else "shared job's consumer", "rank" if loader.ranked else
+            "shared job's consumer"))
+    # Another world may change the batch size (keeping the global batch, say).
+    keys = ("seed", "data", "pipeline", "job_name") + (("batch_size",) if same_world else ())
+    for key in keys:
+        if sd.get(key) != getattr(loader, key):
+            raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
+                                                                                    getattr(loader, key)))
+    if sd.get("mixture", "") != loader.mixture:
+        raise ValueError("state_dict was saved with another mixture (its sources, weights or epoch) than this "
+                         "loader's")
+    if sd.get("bad_samples", "skip") != loader.bad_samples:
+        # Saved by a loader of the other policy: its positions name other batches.
+        raise ValueError("state_dict was saved with bad_samples=%r, this loader has %r"
+                         % (sd.get("bad_samples", "skip"), loader.bad_samples))

@@ -16,9 +16,8 @@ from . import _user_worker
 from . import device_finish
 from .targets import batch_fields
 from .user_code import user_code_payload
-from .datasets import Mixture
 from .distributed import resolve_rank
-from ._options import _cpu_list, _pipeline_string, _sharing
+from ._options import _check_state, _cpu_list, _mixture_data, _pipeline_string, _sharing
 
 FerryError = RuntimeError
 
@@ -161,21 +160,7 @@ class Loader(torch.utils.data.IterableDataset):
         if data is None:
             raise ValueError("data is required: an ImageFolder root, a .tsv list, or .tar shards (or dataset=, a "
                              "Dataset of your own)")
-        self._mixture = None
-        if isinstance(data, Mixture):
-            # Several sources drawn by weight: the job's dataset is "mixture", its
-            # sources travel with it (ferry.Mixture).
-            self._mixture = data
-            data = "mixture"
-            if self._user_code is not None:
-                raise ValueError("a mixture draws from data Ferry reads: no dataset= or python steps")
-            if self._mixture.own_pipelines:
-                # The trainer's finish is the job pipeline's; a source's own pipeline
-                # may normalize otherwise: its workers send what it makes.
-                if trainer_normalize:
-                    raise ValueError("trainer_normalize: a mixture whose sources have pipelines of their own is "
-                                     "normalized where it is made")
-                trainer_normalize = False
+        self._mixture, data, trainer_normalize = _mixture_data(data, trainer_normalize, self._user_code)
         self.mixture = self._mixture.key() if self._mixture is not None else ""
         if isinstance(data, dict):
             # A source described by its fields ({"format": "coco", ...}): one canonical
@@ -774,28 +759,7 @@ class Loader(torch.utils.data.IterableDataset):
                 self._segment_name += ".rest-" + digest
 
     def _check_state(self, sd, same_world):
-        if not isinstance(sd, dict) or sd.get("version") != self._STATE_VERSION:
-            raise ValueError("not a ferry.Loader state_dict of this version (version %r)"
-                             % (sd.get("version") if isinstance(sd, dict) else type(sd).__name__))
-        if sd.get("mode") != self.mode:
-            raise ValueError("state_dict of a %s loader given to a %s loader" % (sd.get("mode"), self.mode))
-        if bool(sd.get("ranked")) != self.ranked:
-            raise ValueError("state_dict of a %s given to a %s" % (
-                "rank" if sd.get("ranked") else "shared job's consumer", "rank" if self.ranked else
-                "shared job's consumer"))
-        # Another world may change the batch size (keeping the global batch, say).
-        keys = ("seed", "data", "pipeline", "job_name") + (("batch_size",) if same_world else ())
-        for key in keys:
-            if sd.get(key) != getattr(self, key):
-                raise ValueError("state_dict was saved with %s=%r, this loader has %r" % (key, sd.get(key),
-                                                                                        getattr(self, key)))
-        if sd.get("mixture", "") != self.mixture:
-            raise ValueError("state_dict was saved with another mixture (its sources, weights or epoch) than "
-                             "this loader's")
-        if sd.get("bad_samples", "skip") != self.bad_samples:
-            # Saved by a loader of the other policy: its positions name other batches.
-            raise ValueError("state_dict was saved with bad_samples=%r, this loader has %r"
-                             % (sd.get("bad_samples", "skip"), self.bad_samples))
+        _check_state(self, sd, same_world)
 
     # -- observability -------------------------------------------------------------------
 
