@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "core/hash.h"
 #include "ferry/client.h"
 #include "ferry/loader.h"
 #include "integration/test_cluster.h"
@@ -63,12 +62,7 @@ class MixtureClusterTest : public ::testing::Test {
         seen->end = b.status();
         return;
       }
-      Fingerprinter f;
-      f.Add(std::string_view(static_cast<const char*>(b->images.data), b->images.num_bytes()));
-      f.Add(std::string_view(static_cast<const char*>(b->indices.data), b->indices.num_bytes()));
-      f.Add(std::string_view(static_cast<const char*>(b->labels.data), b->labels.num_bytes()));
-      seen->batches.push_back(std::to_string(b->provenance.epoch) + "/" + std::to_string(b->provenance.batch_in_epoch) +
-                              " " + f.Hex());
+      seen->batches.push_back(BatchDigest(*b));
       for (int64_t i = 0; i < b->valid_rows(); ++i) seen->indices.push_back(b->indices.as<int64_t>()[i]);
     }
   }

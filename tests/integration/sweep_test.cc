@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/hash.h"
 #include "ferry/client.h"
 #include "integration/test_cluster.h"
 #include "testutil.h"
@@ -82,12 +81,7 @@ class SweepTest : public ::testing::Test {
         seen->end = b.status();
         return;
       }
-      Fingerprinter f;
-      f.Add(std::string_view(static_cast<const char*>(b->images.data), b->images.num_bytes()));
-      f.Add(std::string_view(static_cast<const char*>(b->indices.data), b->indices.num_bytes()));
-      f.Add(std::string_view(static_cast<const char*>(b->labels.data), b->labels.num_bytes()));
-      seen->batches.push_back(std::to_string(b->provenance.epoch) + "/" +
-                              std::to_string(b->provenance.batch_in_epoch) + " " + f.Hex());
+      seen->batches.push_back(BatchDigest(*b));
       const int64_t* idx = b->indices.as<int64_t>();
       for (int64_t i = 0; i < b->valid_rows(); ++i) seen->indices[b->provenance.epoch].push_back(idx[i]);
     }

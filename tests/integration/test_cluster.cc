@@ -1,9 +1,21 @@
 #include "test_cluster.h"
 
 #include <chrono>
+#include <string>
+#include <string_view>
 #include <thread>
 
+#include "core/hash.h"
+
 namespace ferry::testing {
+
+std::string BatchDigest(const Batch& b) {
+  Fingerprinter f;
+  f.Add(std::string_view(static_cast<const char*>(b.images.data), b.images.num_bytes()));
+  f.Add(std::string_view(static_cast<const char*>(b.indices.data), b.indices.num_bytes()));
+  f.Add(std::string_view(static_cast<const char*>(b.labels.data), b.labels.num_bytes()));
+  return std::to_string(b.provenance.epoch) + "/" + std::to_string(b.provenance.batch_in_epoch) + " " + f.Hex();
+}
 
 namespace {
 

@@ -20,6 +20,10 @@
 
 namespace ferry::testing {
 
+// A batch as tests compare sequences of them: "epoch/batch_in_epoch <digest of its
+// images, indices and labels>".
+std::string BatchDigest(const Batch& b);
+
 struct TestClusterOptions {
   int workers = 2;
   int threads_per_worker = 1;
