@@ -21,6 +21,7 @@ Result<std::unique_ptr<Dispatcher>> Dispatcher::Open(const DispatcherConfig& con
   d->journal_->set_sync(false);  // group commit: Sync() syncs
   d->replayed_ = int64_t(replay.size());
   for (const auto& [id, w] : d->state_.workers()) d->last_seen_ms_[id] = now_ms;
+  d->UpdatePlacement();  // the replayed jobs on the replayed workers, before the first tick
   if (!replay.empty())
     Log("replayed %zu journal updates: %zu job(s), %zu worker(s)", replay.size(), d->state_.jobs().size(),
         d->state_.workers().size());
