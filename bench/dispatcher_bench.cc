@@ -216,9 +216,8 @@ int64_t RssKib(pid_t pid) {
   return 0;
 }
 
-double CpuSeconds(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+// utime + stime of a /proc stat line, in seconds.
+double StatCpuSeconds(const std::string& text) {
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return 0;
   std::vector<std::string> fields;
@@ -235,6 +234,29 @@ double CpuSeconds(pid_t pid) {
   return double(std::atoll(fields[11].c_str()) + std::atoll(fields[12].c_str())) / double(sysconf(_SC_CLK_TCK));
 }
 
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return StatCpuSeconds(text);
+}
+
+// CPU time (s) of the child's thread named `name` (/proc/PID/task/*/comm), 0 if none:
+// the dispatcher's deciding thread is "ferry-decide".
+double ThreadCpuSeconds(pid_t pid, const std::string& name) {
+  std::error_code ec;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& e : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream c(e.path() / "comm");
+    std::string comm;
+    std::getline(c, comm);
+    if (comm != name) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return StatCpuSeconds(text);
+  }
+  return 0;
+}
+
 // Bytes of the journal's files (the work dir's).
 int64_t DirBytes(const std::string& dir) {
   int64_t n = 0;
@@ -248,12 +270,16 @@ struct Round {
   int workers = 0;
   int64_t registered = 0;  // of them, registered when the timed window began
   double offered = 0, handled = 0, leases = 0, p50 = 0, p99 = 0, cpu_us = 0;
+  // The deciding thread's CPU per heartbeat and its busy fraction of one core: it does
+  // every decision and journal write, so 1e6 / decide_us is the most heartbeats a
+  // second one dispatcher answers with cores to spare for its connections.
+  double decide_us = 0, decide_busy = 0;
   double kib_per_worker = 0, kib_per_job = 0;
   int64_t journal_kib = 0, journal_kib_max = 0, errors = 0;
   bool ok = false;
 };
 
-Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& bin) {
+Round RunRound(const DispatcherLoadArgs& a, int num_workers, int io_threads, const std::string& bin) {
   Round out;
   out.workers = num_workers;
   char dir_template[] = "/tmp/ferry-dispatcher-load-XXXXXX";
@@ -266,11 +292,12 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
     close(pipe_fds[0]);
     const std::string interval = std::to_string(a.interval_ms);
     const std::string per_job = std::to_string(a.workers_per_job);
+    const std::string threads = std::to_string(io_threads);
     // Every simulated worker connects at once: more handshakes in flight than the
     // default cap (128, against a flood of unauthenticated peers) allows.
     execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
           interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000", "--max-connections", "40000", "--log-level", "warn",
-          "--workers-per-job", per_job.c_str(), static_cast<char*>(nullptr));
+          "--workers-per-job", per_job.c_str(), "--io-threads", threads.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(pipe_fds[1]);
@@ -307,7 +334,7 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
 
   asio::steady_timer timer(s.io);
   const auto begin = Clock::now();
-  double t0 = 0, c_measure = 0, cpu0 = 0;
+  double t0 = 0, c_measure = 0, cpu0 = 0, decide0 = 0;
   int64_t journal0 = 0, registered_at_start = 0;
   std::function<void()> phase;
   phase = [&] {
@@ -331,6 +358,7 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
         t0 = el;
         c_measure = WallSeconds();
         cpu0 = CpuSeconds(child);
+        decide0 = ThreadCpuSeconds(child, "ferry-decide");
         journal0 = DirBytes(dir);
         registered_at_start = s.registered;
       }
@@ -348,6 +376,7 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
   s.io.run();
   const double wall = WallSeconds() - c_measure;
   const double cpu = CpuSeconds(child) - cpu0;
+  const double decide = ThreadCpuSeconds(child, "ferry-decide") - decide0;
   out.journal_kib = DirBytes(dir) / 1024;
   (void)journal0;
   kill(child, SIGTERM);
@@ -370,6 +399,8 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, const std::string& 
   out.p50 = pct(0.5);
   out.p99 = pct(0.99);
   out.cpu_us = s.heartbeats > 0 ? cpu * 1e6 / double(s.heartbeats) : 0;
+  out.decide_us = s.heartbeats > 0 ? decide * 1e6 / double(s.heartbeats) : 0;
+  out.decide_busy = wall > 0 ? decide / wall : 0;
   out.kib_per_job = rss_jobs >= 0 ? double(rss_jobs - rss_start) / a.jobs : 0;
   out.kib_per_worker = rss_workers >= 0 && rss_jobs >= 0 ? double(rss_workers - rss_jobs) / num_workers : 0;
   out.ok = true;
@@ -393,15 +424,16 @@ int RunDispatcherLoad(const DispatcherLoadArgs& a) {
   std::printf("simulated workers, one heartbeat each per %d ms, leasing; %d job(s), a consumer each acknowledging each split "
               "%d ms after its lease; --workers-per-job %d; journal fsynced; %.0f s timed per round\n",
               a.interval_ms, a.jobs, a.split_ms, a.workers_per_job, a.seconds);
-  for (int n : a.workers) {
-    const Round x = RunRound(a, n, bin);
+  for (int n : a.workers) for (int threads : a.io_threads) {
+    const Round x = RunRound(a, n, threads, bin);
     all_ok = all_ok && x.ok && x.errors == 0;
     if (!x.ok) continue;
-    std::printf("dispatcher workers=%d registered=%lld jobs=%d splits=%lld offered/s=%.0f heartbeats/s=%.0f handled=%.1f%% "
-                "leases/s=%.0f p50_ms=%.2f p99_ms=%.2f cpu_us_per_heartbeat=%.1f kib_per_worker=%.1f "
+    std::printf("dispatcher workers=%d io_threads=%d registered=%lld jobs=%d splits=%lld offered/s=%.0f heartbeats/s=%.0f handled=%.1f%% "
+                "leases/s=%.0f p50_ms=%.2f p99_ms=%.2f cpu_us_per_heartbeat=%.1f decide_us_per_heartbeat=%.1f "
+                "decide_busy=%.2f decide_ceiling/s=%.0f kib_per_worker=%.1f "
                 "kib_per_job=%.1f journal_kib=%lld journal_kib_max=%lld errors=%lld\n",
-                n, (long long)x.registered, a.jobs, (long long)a.splits, x.offered, x.handled, 100 * x.handled / x.offered, x.leases, x.p50,
-                x.p99, x.cpu_us, x.kib_per_worker, x.kib_per_job, (long long)x.journal_kib,
+                n, threads, (long long)x.registered, a.jobs, (long long)a.splits, x.offered, x.handled, 100 * x.handled / x.offered, x.leases, x.p50,
+                x.p99, x.cpu_us, x.decide_us, x.decide_busy, x.decide_us > 0 ? 1e6 / x.decide_us : 0.0, x.kib_per_worker, x.kib_per_job, (long long)x.journal_kib,
                 (long long)x.journal_kib_max, (long long)x.errors);
     std::fflush(stdout);
   }

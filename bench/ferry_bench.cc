@@ -339,6 +339,10 @@ int main(int argc, char** argv) {
   dload->add_option("--splits", dl.splits, "splits an epoch of the job (the dispatcher tracks up to 4M)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 22));
   dload->add_option("--dispatcher-bin", dl.dispatcher_bin, "the ferry-dispatcher executable");
+  dload->add_option("--io-threads", dl.io_threads,
+                    "the dispatcher's --io-threads; a list (0,-1) runs every worker count with each, alternated")
+      ->delimiter(',')
+      ->check(CLI::Range(-1, 64));
 
   try {
     app.parse(argc, argv);

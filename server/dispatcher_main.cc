@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-handshaking", o.max_handshaking,
                  "connections not yet authenticated at most; past it the oldest is closed")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--io-threads", o.io_threads,
+                 "threads reading and writing the connections, besides the one that decides (-1: one per core past "
+                 "the first, at most 4; 0: that one does everything)")
+      ->check(CLI::Range(-1, 64));
   std::string metrics_listen;
   app.add_option("--metrics", metrics_listen,
                  "HOST:PORT to serve GET /metrics (Prometheus), /healthz and /readyz on; none by default");

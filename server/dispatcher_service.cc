@@ -1,9 +1,12 @@
 #include "server/dispatcher_service.h"
 
+#include <pthread.h>
+
 #include <utility>  // before Asio (Boost 1.74, C++20)
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
@@ -43,7 +46,18 @@ class DispatcherSession;
 
 class DispatcherService::Impl {
  public:
-  explicit Impl(const DispatcherOptions& o) : opts_(o), acceptor_(io_), buffers_(DefaultBufferAllocator()) {}
+  explicit Impl(const DispatcherOptions& o) : opts_(o), acceptor_(io_), buffers_(DefaultBufferAllocator()) {
+    const int n = o.io_threads >= 0 ? o.io_threads : DefaultIoThreads();
+    for (int i = 0; i < n; ++i) net_.push_back(std::make_unique<NetThread>());
+  }
+
+  // Threads for the connections' reads and writes besides the one that decides: one
+  // per core past the first, at most four (a dispatcher at 10,000 workers spent about
+  // half of its io thread in the socket system calls and their wake-ups).
+  static int DefaultIoThreads() {
+    const int cores = int(std::thread::hardware_concurrency());
+    return std::clamp(cores - 1, 1, 4);
+  }
 
   Status Init() {
     FERRY_ASSIGN_OR_RETURN(tls_, net::TlsContextsFor(opts_.tls, /*need_server=*/true, /*need_client=*/false));
@@ -55,9 +69,17 @@ class DispatcherService::Impl {
   }
 
   void Run() {
+    // Named, so that top -H and ferry-bench dispatcher-load tell the deciding thread
+    // (whose CPU bounds the fleet one dispatcher holds) from the connections'.
+    for (size_t i = 0; i < net_.size(); ++i) {
+      NetThread* n = net_[i].get();
+      n->thread = std::thread([n] { net::RunIo(n->io, "dispatcher connections"); });
+      pthread_setname_np(n->thread.native_handle(), ("ferry-conn-" + std::to_string(i)).c_str());
+    }
     Accept();
     Tick();
     io_thread_ = std::thread([this] { net::RunIo(io_, "dispatcher"); });
+    pthread_setname_np(io_thread_.native_handle(), "ferry-decide");
   }
 
   ~Impl();
@@ -74,15 +96,10 @@ class DispatcherService::Impl {
     idle_cv_.SignalAll();
   }
 
-  // Sends `frame` once every update it depends on is durable.
-  void Reply(const std::shared_ptr<net::FrameConnection>& conn, OutFrame frame) {
-    if (!core_->NeedsSync()) {
-      conn->Send(std::move(frame));
-      return;
-    }
-    pending_.push_back({conn, std::move(frame)});
-    PostFlush();
-  }
+  // Sends the answer `encode` makes once every update it depends on is durable (io
+  // thread); the connection's thread encodes it.
+  using Encoder = std::function<OutFrame()>;
+  void Reply(const std::shared_ptr<DispatcherSession>& to, Encoder encode);
 
   void PostFlush() {
     if (flush_posted_) return;
@@ -97,12 +114,10 @@ class DispatcherService::Impl {
     const bool durable = core_->Sync().ok();
     auto pending = std::move(pending_);
     pending_.clear();
-    for (auto& [conn, frame] : pending) {
-      if (durable) conn->Send(std::move(frame));
-      else conn->Close();
-    }
+    SendOrClose(pending, durable);
     if (!core_->fatal().ok()) Stop(core_->fatal());
   }
+  void SendOrClose(std::vector<std::pair<std::shared_ptr<DispatcherSession>, Encoder>>& replies, bool durable);
 
   // The journal cannot be made durable any more: no reply goes out from here on, and
   // the process is told to exit (DispatcherOptions::on_fatal).
@@ -114,8 +129,20 @@ class DispatcherService::Impl {
     asio::post(io_, [this, s] { sessions_.erase(s); });
   }
 
+  // The connections' threads (DispatcherOptions::io_threads): each connection's reads,
+  // writes, TLS and handshake run on one of them; none is touched by two. Declared
+  // before io_: sessions that io_'s queue still holds at destruction own sockets of
+  // these contexts.
+  struct NetThread {
+    asio::io_context io;
+    asio::executor_work_guard<asio::io_context::executor_type> guard = asio::make_work_guard(io);
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<NetThread>> net_;
+  size_t next_net_ = 0;  // io thread only: the next connection's thread, round robin
+
   const DispatcherOptions opts_;
-  asio::io_context io_;
+  asio::io_context io_;  // "the io thread": the dispatcher's state, decisions, journal, accept, ticks
   tcp::acceptor acceptor_;
   std::shared_ptr<BufferAllocator> buffers_;
   net::TlsContexts tls_;  // server only
@@ -128,7 +155,7 @@ class DispatcherService::Impl {
   bool stopping_ = false;  // io thread: the service is being destroyed; arm no timer
   uint64_t next_serial_ = 0;         // io thread only
   int64_t refused_connections_ = 0;  // io thread only
-  int64_t paused_reads_ = 0;         // io thread only: peers not read for not reading
+  std::atomic<int64_t> paused_reads_{0};  // peers not read for not reading (connections' threads)
 
  private:
   void Accept();
@@ -136,7 +163,7 @@ class DispatcherService::Impl {
 
   std::thread io_thread_;
   bool flush_posted_ = false;
-  std::vector<std::pair<std::shared_ptr<net::FrameConnection>, OutFrame>> pending_;
+  std::vector<std::pair<std::shared_ptr<DispatcherSession>, Encoder>> pending_;
   std::unique_ptr<asio::steady_timer> tick_;
   Mutex idle_mu_;
   CondVar idle_cv_;
@@ -144,32 +171,82 @@ class DispatcherService::Impl {
   bool stop_waiting_ GUARDED_BY(idle_mu_) = false;
 };
 
-// One connection: the handshake, then one request at a time, each a line that decodes,
-// calls the dispatcher, and encodes its reply (or an Error, and the connection closes).
+// One connection: the handshake, then requests, each of which decodes, calls the
+// dispatcher, and encodes its reply (or an Error, and the connection closes).
+//
+// Threads: the connection itself (reads, writes, TLS, the handshake, its deadline)
+// runs on its executor, one of the service's connection threads; each request is
+// handed to the io thread, which owns the dispatcher, and the reply comes back to the
+// connection's thread to be written. A connection's requests are answered in order
+// (one io thread takes them in order; one connection thread writes the replies in the
+// order it is handed them).
 // Replies queued to one peer at most before its requests stop being read.
 constexpr size_t kMaxQueuedReplyBytes = size_t(1) << 20;
+// Requests of one peer handed to the io thread and not yet answered, at most, before
+// its requests stop being read: a peer that sends without waiting for answers (an
+// honest one waits) cannot queue unbounded work on the io thread.
+constexpr int kMaxRequestsInFlight = 16;
 
 class DispatcherSession : public std::enable_shared_from_this<DispatcherSession> {
  public:
+  using Encoder = DispatcherService::Impl::Encoder;
   DispatcherSession(DispatcherService::Impl* svc, tcp::socket socket)
       : svc_(svc),
+        executor_(socket.get_executor()),
         conn_(std::make_shared<net::FrameConnection>(std::move(socket), wire::PreAuthLimits(), svc->buffers_,
                                                      svc->tls_.server)),
         serial_(svc->next_serial_++),
         handshake_(svc->opts_.token, svc->opts_.id, "this dispatcher",
                    {wire::Role::kClient, wire::Role::kWorker, wire::Role::kTool}),
-        deadline_(svc->io_) {
+        deadline_(executor_) {
     handshake_.set_state_id(svc->core_->state_id());
     if (!svc->opts_.worker_token.empty()) handshake_.set_role_token(wire::Role::kWorker, svc->opts_.worker_token);
   }
 
+  // Any thread.
   void Start() {
+    asio::post(executor_, [self = shared_from_this()] { self->StartHere(); });
+  }
+
+  // Any thread: closes the connection now.
+  void Close() {
+    gone_ = true;  // no longer handshaking: net::MakeRoom closes the next oldest, not this again
+    asio::post(executor_, [self = shared_from_this()] {
+      self->deadline_.cancel();
+      self->conn_->Close();
+    });
+  }
+
+  // Any thread: encodes and writes an answer (the io thread's), in the order handed.
+  void Deliver(Encoder encode) {
+    asio::post(executor_, [self = shared_from_this(), encode = std::move(encode)] {
+      self->Answered();
+      self->conn_->Send(encode());
+    });
+  }
+
+  // For net::MakeRoom and /metrics (any thread).
+  bool handshaking() const { return role_label_.load() < 0 && !gone_.load(); }
+  uint64_t serial() const { return serial_; }
+  // "handshaking", or the peer's role once authenticated.
+  const char* RoleLabel() const {
+    const int r = role_label_.load();
+    return r < 0 ? "handshaking" : wire::RoleName(wire::Role(r));
+  }
+  // Io thread: the jobs this connection created or joined (in use while it lives).
+  const std::set<std::string>& jobs() const { return jobs_; }
+
+ private:
+  // ---- on the connection's thread ----
+
+  void StartHere() {
     auto self = shared_from_this();
     // TLS first (when set), then the token handshake inside it; the deadline covers both.
     conn_->StartTls(/*server=*/true, [self](const Status& tls) {
       if (!tls.ok()) {
         if (tls.code() == StatusCode::kUnauthenticated) LogWarn("refusing %s", tls.message().c_str());
         self->deadline_.cancel();
+        self->gone_ = true;
         return self->svc_->SessionClosed(self);
       }
       self->conn_->Send(self->handshake_.Challenge());
@@ -183,86 +260,118 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     deadline_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec && !self->authenticated_ && !self->refused_) {
         LogWarn("closing %s: no Hello within %.1f s", self->conn_->peer().c_str(), self->svc_->opts_.handshake_timeout_s);
-        self->Close();
+        self->deadline_.cancel();
+        self->conn_->Close();
       }
     });
   }
 
-  void Close() {
-    deadline_.cancel();
-    conn_->Close();
-  }
-  // For net::MakeRoom.
-  bool handshaking() const { return !authenticated_ && !conn_->closed(); }
-  uint64_t serial() const { return serial_; }
-  const std::set<std::string>& jobs() const { return jobs_; }
-
- private:
-  void OnFrame(const Status& s, const InFrame& f) {
+  void OnFrame(const Status& s, InFrame f) {
     if (!s.ok()) {
       if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kResourceExhausted)
         LogWarn("closing %s: %s", conn_->peer().c_str(), s.ToString().c_str());
       deadline_.cancel();
+      gone_ = true;
       svc_->SessionClosed(shared_from_this());
       return;
     }
     if (refused_) return;
     if (!authenticated_) return OnHello(f);
-    if (Status st = MayAsk(f.header.type); !st.ok()) return Refuse(st);
-    ++svc_->requests_;
-    dispatch::Dispatcher& d = *svc_->core_;
-    const int64_t now = NowMs();
+    if (Status st = MayAsk(f.header.type); !st.ok()) return RefuseHere(st);
+    using D = dispatch::Dispatcher;
     switch (f.header.type) {
       case MessageType::kRegisterWorker:
-        return Answer(Call(wire::DecodeRegisterWorker(f), [&](const auto& m) { return d.RegisterWorker(m, now); }),
+        return ToCore(wire::DecodeRegisterWorker(f), [](D& d, const auto& m, int64_t now) { return d.RegisterWorker(m, now); },
                       wire::EncodeRegisterWorkerOk);
       case MessageType::kHeartbeat:
-        return Answer(Call(wire::DecodeHeartbeat(f), [&](const auto& m) { return d.Heartbeat(m, now); }),
+        return ToCore(wire::DecodeHeartbeat(f), [](D& d, const auto& m, int64_t now) { return d.Heartbeat(m, now); },
                       wire::EncodeHeartbeatOk);
-      case MessageType::kGetOrCreateJob:
-        return OnGetOrCreateJob(f);
+      case MessageType::kGetOrCreateJob: {
+        auto m = wire::DecodeGetOrCreateJob(f);
+        if (!m.ok()) return RefuseHere(m.status());
+        Sent();
+        return asio::post(svc_->io_, [self = shared_from_this(), m = std::move(*m)] {
+          if (self->core_refused_) return;
+          ++self->svc_->requests_;
+          self->OnGetOrCreateJob(m);
+        });
+      }
       case MessageType::kGetWorkers:
-        return Answer(Call(wire::DecodeGetWorkersMsg(f), [&](const auto& m) -> Result<std::vector<std::string>> {
+        return ToCore(wire::DecodeGetWorkersMsg(f),
+                      [](D& d, const auto& m, int64_t now) -> Result<std::vector<std::string>> {
                         d.ConsumerSeen(m.job, m.consumer_id, now);
                         return d.WorkersFor(m.job, m.consumer_id);
-                      }),
+                      },
                       wire::EncodeWorkerList);
       case MessageType::kAckSplits:
-        return Answer(Call(wire::DecodeAckSplits(f),
-                           [&](const auto& m) {
-                             d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
-                             return d.AckSplits(m);
-                           }),
+        return ToCore(wire::DecodeAckSplits(f),
+                      [](D& d, const auto& m, int64_t now) {
+                        d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
+                        return d.AckSplits(m);
+                      },
                       wire::EncodeJobStatus);
       case MessageType::kGetJobStatus:
-        return Answer(Call(wire::DecodeGetJobStatus(f),
-                           [&](const auto& m) {
-                             d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
-                             return d.GetJobStatus(m);
-                           }),
+        return ToCore(wire::DecodeGetJobStatus(f),
+                      [](D& d, const auto& m, int64_t now) {
+                        d.ConsumerSeen(m.job, m.consumer_id, m.load, now);
+                        return d.GetJobStatus(m);
+                      },
                       wire::EncodeJobStatus);
       case MessageType::kRestoreConsumer:
-        return Answer(Call(wire::DecodeRestoreConsumer(f),
-                           [&](const auto& m) {
-                             d.ConsumerSeen(m.job, m.consumer_id, now);
-                             return d.RestoreConsumer(m);
-                           }),
+        return ToCore(wire::DecodeRestoreConsumer(f),
+                      [](D& d, const auto& m, int64_t now) {
+                        d.ConsumerSeen(m.job, m.consumer_id, now);
+                        return d.RestoreConsumer(m);
+                      },
                       wire::EncodeJobStatus);
       case MessageType::kGetClusterStatus: {
         const Status req = wire::DecodeGetClusterStatus(f);
-        return Answer(req.ok() ? Result<wire::ClusterStatusMsg>(d.ClusterStatus(now))
-                               : Result<wire::ClusterStatusMsg>(req),
+        return ToCore(req.ok() ? Result<bool>(true) : Result<bool>(req),
+                      [](D& d, bool, int64_t now) -> Result<wire::ClusterStatusMsg> { return d.ClusterStatus(now); },
                       wire::EncodeClusterStatus);
       }
       case MessageType::kDrainWorker:
-        return Answer(Call(wire::DecodeDrainWorker(f), [&](const std::string& w) { return d.DrainWorker(w, now); }),
+        return ToCore(wire::DecodeDrainWorker(f), [](D& d, const std::string& w, int64_t now) { return d.DrainWorker(w, now); },
                       wire::EncodeClusterStatus);
       case MessageType::kReportWorker:
-        return Answer(Call(wire::DecodeReportWorker(f),
-                           [&](const auto& a) -> Result<std::vector<std::string>> { return d.ReportWorker(a, now); }),
+        return ToCore(wire::DecodeReportWorker(f),
+                      [](D& d, const std::string& a, int64_t now) -> Result<std::vector<std::string>> {
+                        return d.ReportWorker(a, now);
+                      },
                       wire::EncodeWorkerList);
       default:
-        return Refuse(Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(f.header.type)));
+        return RefuseHere(Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(f.header.type)));
+    }
+  }
+
+  // A request decoded here goes to the io thread, which calls the dispatcher (`call`);
+  // its reply comes back here to be encoded and written. Decoding and encoding (and
+  // the copies they make) stay off the io thread, whose time bounds the fleet.
+  template <typename Req, typename Call, typename Enc>
+  void ToCore(Result<Req> req, Call call, Enc encode) {
+    if (!req.ok()) return RefuseHere(req.status());
+    Sent();
+    asio::post(svc_->io_, [self = shared_from_this(), m = std::move(*req), call, encode] {
+      if (self->core_refused_) return;
+      ++self->svc_->requests_;
+      self->Answer(call(*self->svc_->core_, m, NowMs()), encode);
+    });
+  }
+
+  // A request is handed to the io thread: past kMaxRequestsInFlight unanswered, stop
+  // reading this peer.
+  void Sent() {
+    if (++in_flight_ >= kMaxRequestsInFlight && !held_) {
+      held_ = true;
+      conn_->HoldReads();
+    }
+  }
+
+  void Answered() {
+    --in_flight_;
+    if (held_ && in_flight_ < kMaxRequestsInFlight / 2) {
+      held_ = false;
+      conn_->ResumeReads();
     }
   }
 
@@ -292,24 +401,11 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
         ok = role_ == wire::Role::kTool;
         break;
       default:
-        return Status::OK();  // refused below as unexpected
+        return Status::InvalidArgument(std::string("unexpected ") + wire::MessageTypeName(t));
     }
     if (ok) return Status::OK();
     return Status::PermissionDenied(std::string("a ") + wire::RoleName(role_) + " may not send " +
                                     wire::MessageTypeName(t));
-  }
-
-  // Decoded request -> the dispatcher's reply (or the decoding error).
-  template <typename Req, typename Fn>
-  static auto Call(const Result<Req>& req, Fn fn) -> decltype(fn(std::declval<const Req&>())) {
-    if (!req.ok()) return req.status();
-    return fn(*req);
-  }
-
-  template <typename Rep, typename Enc>
-  void Answer(const Result<Rep>& reply, Enc encode) {
-    if (!reply.ok()) return Refuse(reply.status());
-    svc_->Reply(conn_, encode(*reply));
   }
 
   void OnHello(const InFrame& f) {
@@ -317,32 +413,55 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     if (!accepted.ok()) {
       if (accepted.status().code() == StatusCode::kUnauthenticated)
         LogWarn("refusing %s: %s", conn_->peer().c_str(), accepted.status().message().c_str());
-      return Refuse(accepted.status());
+      return RefuseHere(accepted.status());
     }
     authenticated_ = true;
     role_ = accepted->role;
+    role_label_ = int(role_);
     deadline_.cancel();
     conn_->SetLimits(ReceiveLimits(svc_->opts_.limits));
     conn_->Send(std::move(accepted->reply));
   }
 
-  void OnGetOrCreateJob(const InFrame& f) {
-    auto m = wire::DecodeGetOrCreateJob(f);
-    if (!m.ok()) return Refuse(m.status());
+  // Peers send a dispatcher control messages only: a Batch header is refused before
+  // its body is read.
+  static wire::FrameLimits ReceiveLimits(wire::FrameLimits limits) {
+    limits.max_batch_bytes = 0;
+    return limits;
+  }
+
+  void RefuseHere(const Status& s) {
+    if (refused_) return;
+    refused_ = true;  // frames that arrive after a refusal are not handled
+    deadline_.cancel();
+    LogWarn("refusing a request from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
+    conn_->Send(wire::EncodeError(s));
+    conn_->CloseAfterWrites();
+  }
+
+  // ---- on the io thread ----
+
+  template <typename Rep, typename Enc>
+  void Answer(Result<Rep> reply, Enc encode) {
+    if (!reply.ok()) return Refuse(reply.status());
+    svc_->Reply(shared_from_this(), [rep = std::move(*reply), encode] { return encode(rep); });
+  }
+
+  void OnGetOrCreateJob(const wire::GetOrCreateJobMsg& req) {
+    const auto* m = &req;
     auto join = svc_->core_->GetOrCreateJob(*m);
     if (!join.ok()) return Refuse(join.status());
     switch (join->kind) {
       case dispatch::Dispatcher::JoinResult::kJoined:
         jobs_.insert(m->job.name);
         svc_->core_->ConsumerSeen(m->job.name, m->consumer_id, NowMs());
-        return svc_->Reply(conn_, wire::EncodeJobInfo(join->job));
+        return Answer(Result<wire::NamedJob>(std::move(join->job)), wire::EncodeJobInfo);
       case dispatch::Dispatcher::JoinResult::kBusy: {
         // Another client is creating it: ask again shortly.
         auto self = shared_from_this();
         auto timer = std::make_shared<asio::steady_timer>(svc_->io_, std::chrono::milliseconds(20));
-        auto frame = std::make_shared<InFrame>(f);
-        timer->async_wait([self, timer, frame](const boost::system::error_code& ec) {
-          if (!ec && !self->svc_->stopping_) self->OnGetOrCreateJob(*frame);
+        timer->async_wait([self, timer, req](const boost::system::error_code& ec) {
+          if (!ec && !self->svc_->stopping_) self->OnGetOrCreateJob(req);
         });
         return;
       }
@@ -365,41 +484,56 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
     });
   }
 
-  // Peers send a dispatcher control messages only: a Batch header is refused before
-  // its body is read.
-  static wire::FrameLimits ReceiveLimits(wire::FrameLimits limits) {
-    limits.max_batch_bytes = 0;
-    return limits;
-  }
-
+  // The io thread's refusal: nothing more of this peer is handled there, and the
+  // connection's thread sends the Error and closes.
   void Refuse(const Status& s) {
-    if (refused_) return;
-    refused_ = true;  // frames that arrive after a refusal are not handled
-    deadline_.cancel();
-    LogWarn("refusing a request from %s: %s", conn_->peer().c_str(), s.ToString().c_str());
-    conn_->Send(wire::EncodeError(s));
-    conn_->CloseAfterWrites();
+    if (core_refused_) return;
+    core_refused_ = true;
+    asio::post(executor_, [self = shared_from_this(), s] { self->RefuseHere(s); });
   }
 
- public:
-  // For /metrics (io thread): "handshaking", or the peer's role once authenticated.
-  const char* RoleLabel() const { return authenticated_ ? wire::RoleName(role_) : "handshaking"; }
-
- private:
   DispatcherService::Impl* svc_;
+  const asio::any_io_executor executor_;  // the connection's thread
   std::shared_ptr<net::FrameConnection> conn_;
   const uint64_t serial_;  // order of acceptance
+  // The connection's thread's:
   net::ServerHandshake handshake_;
   asio::steady_timer deadline_;  // the handshake's
   bool authenticated_ = false;
   wire::Role role_ = wire::Role::kClient;  // once authenticated
   bool refused_ = false;
-  std::set<std::string> jobs_;  // jobs this connection created or joined (in use while it lives)
+  int in_flight_ = 0;   // requests handed to the io thread, not yet answered
+  bool held_ = false;   // reads held for in_flight_
+  // Read from any thread:
+  std::atomic<int> role_label_{-1};  // the role once authenticated; -1 before
+  std::atomic<bool> gone_{false};    // the connection has ended, or is told to
+  // The io thread's:
+  bool core_refused_ = false;
+  std::set<std::string> jobs_;
 };
 
+void DispatcherService::Impl::Reply(const std::shared_ptr<DispatcherSession>& to, Encoder encode) {
+  if (!core_->NeedsSync()) return to->Deliver(std::move(encode));
+  pending_.push_back({to, std::move(encode)});
+  PostFlush();
+}
+
+void DispatcherService::Impl::SendOrClose(std::vector<std::pair<std::shared_ptr<DispatcherSession>, Encoder>>& replies,
+                                          bool durable) {
+  for (auto& [to, encode] : replies) {
+    if (durable) to->Deliver(std::move(encode));
+    else to->Close();
+  }
+}
+
 DispatcherService::Impl::~Impl() {
+  // The io thread closes the listening socket and every connection, and ends; then the
+  // connections' threads, once their connections are closed.
   asio::post(io_, [this] { Shutdown(); });
   if (io_thread_.joinable()) io_thread_.join();
+  for (auto& n : net_) n->guard.reset();
+  for (auto& n : net_)
+    if (n->thread.joinable()) n->thread.join();
   blocking_.join();
 }
 
@@ -430,6 +564,8 @@ void DispatcherService::Impl::Accept() {
     auto s = std::make_shared<DispatcherSession>(this, std::move(socket));
     sessions_.insert(s);
     s->Start();
+  }, net_.empty() ? std::function<asio::any_io_executor()>() : [this]() -> asio::any_io_executor {
+    return net_[next_net_++ % net_.size()]->io.get_executor();
   });
 }
 
@@ -493,7 +629,7 @@ std::string DispatcherService::MetricsText() const {
               double(s.journal_records));
         t.One("ferry_dispatcher_paused_reads_total", "counter",
               "Times a peer's requests stopped being read because more than 1 MiB of replies to it were unread.",
-              double(impl->paused_reads_));
+              double(impl->paused_reads_.load()));
         t.One("ferry_dispatcher_refused_connections_total", "counter",
               "Connections closed at accept (--max-connections, --max-handshaking).",
               double(impl->refused_connections_));

@@ -7,8 +7,11 @@
 // Replies that depend on a journaled change wait for the journal's sync (group
 // commit: the requests of one burst share one fdatasync).
 //
-// Threading: one io thread runs everything here; listing a new job's dataset runs on a
-// helper thread and comes back to the io thread.
+// Threading: one io thread owns the dispatcher (its state, decisions and journal), the
+// listening socket and the ticks; the connections (reads, writes, TLS, handshakes) are
+// spread over `io_threads` more, which hand each request to the io thread and write
+// its reply. Listing a new job's dataset runs on a helper thread and comes back to the
+// io thread.
 #ifndef FERRY_SERVER_DISPATCHER_SERVICE_H_
 #define FERRY_SERVER_DISPATCHER_SERVICE_H_
 
@@ -48,6 +51,9 @@ struct DispatcherOptions {
   // Workers prove this token instead of `token` (empty: the same): a trainer's token
   // then cannot register a worker and serve batches of its choosing.
   std::string worker_token = {};
+  // Threads for the connections besides the io thread (-1: one per core past the
+  // first, 1 to 4; 0: the io thread serves the connections too, as before 2026-11).
+  int io_threads = -1;
 };
 
 class DispatcherService {

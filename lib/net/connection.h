@@ -109,6 +109,23 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
     on_pause_ = std::move(on_pause);
   }
 
+  // Stops reading once the frame being handled (or, between frames, the next one) is
+  // done, until ResumeReads(): a server whose requests are answered on another thread
+  // holds a peer's reads while a few of its requests are in flight, so a peer that
+  // sends without waiting for answers cannot queue unbounded work there.
+  void HoldReads() { hold_reads_ = true; }
+  void ResumeReads() {
+    hold_reads_ = false;
+    if (!read_paused_ || closed_ || failed_) return;
+    if (max_queued_bytes_ != 0 && queued_bytes_ > max_queued_bytes_) {
+      // Paused for the write bound now: WriteNext() reads on once the peer reads.
+      if (on_pause_) on_pause_();
+      return;
+    }
+    read_paused_ = false;
+    ReadHeader();
+  }
+
   void StartReading(FrameHandler handler) {
     handler_ = std::move(handler);
     ReadHeader();
@@ -174,6 +191,10 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
 
   // Whether reading stops here for the bound of SetWriteBound().
   bool PauseForWrites() {
+    if (hold_reads_) {
+      read_paused_ = true;
+      return true;
+    }
     if (max_queued_bytes_ == 0 || queued_bytes_ <= max_queued_bytes_) return false;
     read_paused_ = true;
     if (on_pause_) on_pause_();
@@ -298,7 +319,8 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
       self->queued_bytes_ -= done.bytes;
       done.frame = OutFrame();  // release the batch memory before the callback runs
       if (done.on_sent) done.on_sent();
-      if (self->read_paused_ && !self->closed_ && self->queued_bytes_ <= self->max_queued_bytes_ / 2) {
+      if (self->read_paused_ && !self->closed_ && !self->hold_reads_ &&
+          self->queued_bytes_ <= self->max_queued_bytes_ / 2) {
         self->read_paused_ = false;
         self->ReadHeader();
       }
@@ -325,7 +347,8 @@ class FrameConnection : public std::enable_shared_from_this<FrameConnection> {
   size_t queued_bytes_ = 0;
   size_t max_queued_bytes_ = 0;     // SetWriteBound(); 0: none
   std::function<void()> on_pause_;
-  bool read_paused_ = false;        // no read pending: the queue is past its bound
+  bool read_paused_ = false;        // no read pending: the queue is past its bound, or reads are held
+  bool hold_reads_ = false;         // HoldReads()
   std::vector<asio::const_buffer> buffers_out_;
   bool writing_ = false;
   bool closed_ = false;

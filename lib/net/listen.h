@@ -44,23 +44,29 @@ inline Result<std::string> Listen(boost::asio::ip::tcp::acceptor& acceptor, cons
 // acceptor ends the loop. A connection accepted just as `accepting()` turned false is
 // dropped.
 inline void AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, std::function<bool()> accepting,
-                       std::function<void(boost::asio::ip::tcp::socket)> on_socket) {
+                       std::function<void(boost::asio::ip::tcp::socket)> on_socket,
+                       std::function<boost::asio::any_io_executor()> socket_executor = nullptr) {
   namespace asio = boost::asio;
-  acceptor.async_accept([&acceptor, accepting, on_socket](const boost::system::error_code& ec,
-                                                          asio::ip::tcp::socket socket) {
+  auto handler = [&acceptor, accepting, on_socket, socket_executor](const boost::system::error_code& ec,
+                                                                     asio::ip::tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       LogWarn("accept failed: %s", ec.message().c_str());
       auto t = std::make_shared<asio::steady_timer>(acceptor.get_executor(), std::chrono::milliseconds(100));
-      t->async_wait([&acceptor, accepting, on_socket, t](const boost::system::error_code& e) {
-        if (!e && acceptor.is_open() && accepting()) AcceptLoop(acceptor, accepting, on_socket);
+      t->async_wait([&acceptor, accepting, on_socket, socket_executor, t](const boost::system::error_code& e) {
+        if (!e && acceptor.is_open() && accepting()) AcceptLoop(acceptor, accepting, on_socket, socket_executor);
       });
       return;
     }
     if (!acceptor.is_open() || !accepting()) return;
     on_socket(std::move(socket));
-    AcceptLoop(acceptor, accepting, on_socket);
-  });
+    AcceptLoop(acceptor, accepting, on_socket, socket_executor);
+  };
+  // With `socket_executor`, each accepted socket belongs to the executor it returns (a
+  // daemon spreading its connections over several io threads); the handler still runs
+  // on the acceptor's.
+  if (socket_executor) acceptor.async_accept(socket_executor(), std::move(handler));
+  else acceptor.async_accept(std::move(handler));
 }
 
 // Admission: what a daemon lets an unauthenticated peer hold. A connection that has
