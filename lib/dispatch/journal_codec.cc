@@ -4,6 +4,8 @@
 // old journal, then compacts it into format 2 at once.
 #include "dispatch/journal_codec.h"
 
+#include <array>
+
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
@@ -87,7 +89,11 @@ constexpr uint64_t kMaxListedV1 = 1 << 24;
 }  // namespace
 
 std::string EncodeUpdate(const Update& u) {
-  capnp::MallocMessageBuilder mb(256);
+  // The first segment is this thread's, reused: a busy dispatcher encodes one record per
+  // lease and acknowledgement, and a fresh builder's zeroed allocation was a twelfth of
+  // its deciding thread. (The builder zeroes what it used when it goes.)
+  thread_local std::array<capnp::word, 256> scratch{};
+  capnp::MallocMessageBuilder mb(kj::arrayPtr(scratch.data(), scratch.size()));
   auto b = mb.initRoot<j::Update>();
   std::visit(
       [&b](const auto& x) {
@@ -154,8 +160,11 @@ std::string EncodeUpdate(const Update& u) {
         }
       },
       u);
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(mb);
-  return std::string(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
+  // Straight into the string (no flat copy first).
+  std::string out(capnp::computeSerializedSizeInWords(mb) * sizeof(capnp::word), '\0');
+  kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
+  capnp::writeMessage(stream, mb);
+  return out;
 }
 
 Result<Update> DecodeUpdate(const std::string& bytes) {
