@@ -165,6 +165,7 @@ class DispatcherService::Impl {
   bool flush_posted_ = false;
   std::vector<std::pair<std::shared_ptr<DispatcherSession>, Encoder>> pending_;
   std::unique_ptr<asio::steady_timer> tick_;
+  int64_t last_sweep_ms_ = 0;  // io thread: the last Dispatcher::Sweep
   Mutex idle_mu_;
   CondVar idle_cv_;
   bool idle_ GUARDED_BY(idle_mu_) = false;
@@ -574,9 +575,15 @@ void DispatcherService::Impl::Tick() {
   tick_->expires_after(std::chrono::milliseconds(std::max(10, opts_.core.heartbeat_interval_ms / 2)));
   tick_->async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_) return;
-    std::set<std::string> in_use;
-    for (const auto& s : sessions_) in_use.insert(s->jobs().begin(), s->jobs().end());
-    core_->Tick(NowMs(), in_use);
+    const int64_t now = NowMs();
+    if (now - last_sweep_ms_ >= core_->SweepIntervalMs()) {
+      last_sweep_ms_ = now;
+      std::set<std::string> in_use;
+      for (const auto& s : sessions_) in_use.insert(s->jobs().begin(), s->jobs().end());
+      core_->Tick(now, in_use);
+    } else {
+      core_->JournalTick(now);
+    }
     if (!core_->fatal().ok()) {  // the journal could not be sealed (Dispatcher::Tick)
       Stop(core_->fatal());
       return;

@@ -35,6 +35,9 @@ Status Dispatcher::Commit(const Update& u) {
     if (!again.ok()) return JournalDown(again);
     JournalUp();
   }
+  if (const auto* gone = std::get_if<RemoveJob>(&u)) {
+    if (const JobState* j = state_.job(gone->job)) pipeline_json_.erase(j);
+  }
   FERRY_RETURN_IF_ERROR(state_.Apply(u));
   ++journal_records_;
   dirty_ = true;
@@ -252,11 +255,12 @@ void Dispatcher::UpdatePlacement() {
 }
 
 std::shared_ptr<const std::string> Dispatcher::PipelineJson(const JobState& j) {
-  auto it = pipeline_json_.find(j.name);
-  if (it != pipeline_json_.end() && it->second.first == j.spec.pipeline) return it->second.second;
-  if (pipeline_json_.size() > state_.jobs().size() + 64) pipeline_json_.clear();  // of jobs gone
+  // Keyed by the job's state (a job's spec never changes; a job removed and made again
+  // under its name is another JobState, and Commit() forgets the entry of a removed one).
+  auto it = pipeline_json_.find(&j);
+  if (it != pipeline_json_.end()) return it->second;
   auto json = std::make_shared<const std::string>(j.spec.pipeline.ToJson());
-  pipeline_json_[j.name] = {j.spec.pipeline, json};
+  pipeline_json_[&j] = json;
   return json;
 }
 
@@ -505,7 +509,16 @@ Result<wire::JobStatusMsg> Dispatcher::AckSplits(const wire::AckSplitsMsg& m) {
     }
     LogDebug("job %s: %s acknowledged%s", m.job.c_str(), m.consumer_id.c_str(), list.c_str());
   }
-  return StatusOf(m.job, m.consumer_id, 0);
+  // What an acknowledging consumer reads of the reply: the first open epoch and whether
+  // the job finished (client/control_loop.cc). Not its splits of an epoch: that walk,
+  // a string comparison per split, was a twentieth of the deciding thread with 1,000
+  // jobs; GetJobStatus answers it.
+  wire::JobStatusMsg reply;
+  if (const JobState* after = state_.job(m.job)) {
+    reply.first_open = after->first_open;
+    reply.finished = after->finished();
+  }
+  return reply;
 }
 
 Result<wire::JobStatusMsg> Dispatcher::RestoreConsumer(const wire::RestoreConsumerMsg& m) {
@@ -592,11 +605,10 @@ LoadTracker::Advice Dispatcher::Advice(const std::string& job) const {
   return load_.AdviceFor(job, j->consumers, workers, StorageOf(j->spec.dataset));
 }
 
-void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
+bool Dispatcher::JournalTick(int64_t now_ms) {
   // A journal that could not be written: try again now and then, so that what is
   // queued reaches the disk once there is room, changes or not.
-  if (!fatal_.ok()) return;  // stopping: nothing changes any more
-  UpdatePlacement();
+  if (!fatal_.ok()) return false;  // stopping: nothing changes any more
   if (!journal_->healthy() && now_ms - journal_retry_ms_ >= 1000) {
     journal_retry_ms_ = now_ms;
     if (journal_->Sync().ok()) JournalUp();
@@ -609,10 +621,16 @@ void Dispatcher::Tick(int64_t now_ms, const std::set<std::string>& jobs_in_use) 
     if (journal_->failed()) {
       fatal_ = s;
       LogError("%s: stopping, so that a restart recovers from what is on disk", s.ToString().c_str());
-      return;
+      return false;
     }
   }
   synced_since_tick_ = false;
+  return true;
+}
+
+void Dispatcher::Sweep(int64_t now_ms, const std::set<std::string>& jobs_in_use) {
+  if (!fatal_.ok()) return;
+  UpdatePlacement();
   // Consumers: the known ones get a full timeout from the first tick that sees them
   // (after a restart, too); entries of removed jobs and consumers go.
   std::map<std::pair<std::string, std::string>, int64_t> seen;

@@ -143,6 +143,8 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
         return Status::FailedPrecondition("lease: split belongs to another consumer");
     }
   }
+  if (u.splits.empty()) return Status::OK();
+  std::set<SplitId>& held = leased_by_worker_[u.worker][u.job];
   for (const LeasedSplit& l : u.splits) {
     EpochState* e = OpenEpoch(j, l.ref.epoch);
     const size_t s = size_t(l.ref.split);
@@ -150,7 +152,7 @@ Status DispatcherState::ApplyLease(const LeaseSplits& u) {
     e->worker[s] = u.worker;
     e->Assign(s, l.consumer);
     ++e->leased;
-    leased_by_worker_[u.worker][u.job].insert(l.ref);
+    held.insert(held.end(), l.ref);  // (a decision's splits come in order: the hint is usually right)
   }
   return Status::OK();
 }
