@@ -295,9 +295,18 @@ Round RunRound(const DispatcherLoadArgs& a, int num_workers, int io_threads, con
     const std::string threads = std::to_string(io_threads);
     // Every simulated worker connects at once: more handshakes in flight than the
     // default cap (128, against a flood of unauthenticated peers) allows.
-    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir, "--heartbeat-interval-ms",
-          interval.c_str(), "--heartbeat-timeout-ms", "600000", "--max-handshaking", "20000", "--max-connections", "40000", "--log-level", "warn",
-          "--workers-per-job", per_job.c_str(), "--io-threads", threads.c_str(), static_cast<char*>(nullptr));
+    // (--io-threads only when asked: a dispatcher built before it, --dispatcher-bin,
+    // runs with the default.)
+    std::vector<const char*> args = {bin.c_str(), "--listen", "127.0.0.1:0", "--work-dir", dir,
+                                     "--heartbeat-interval-ms", interval.c_str(), "--heartbeat-timeout-ms", "600000",
+                                     "--max-handshaking", "20000", "--max-connections", "40000", "--log-level", "warn",
+                                     "--workers-per-job", per_job.c_str()};
+    if (io_threads != -1) {
+      args.push_back("--io-threads");
+      args.push_back(threads.c_str());
+    }
+    args.push_back(nullptr);
+    execv(bin.c_str(), const_cast<char* const*>(args.data()));
     _exit(127);
   }
   close(pipe_fds[1]);
