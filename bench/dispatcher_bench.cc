@@ -137,6 +137,11 @@ class SimWorker : public Peer {
       ++s_->heartbeats;
       s_->leases += int64_t(ok->new_leases);
     }
+    // As a worker does (worker/dispatcher_link.cc): keep each job's digest, and name it
+    // in the next heartbeats, so that the replies name the job without its spec.
+    for (const auto& j : ok->jobs) {
+      if (j.digest != 0) have_[j.name] = j.digest;
+    }
     // The reply lists every split held, new ones first: ack the new ones.
     ok->leases.resize(ok->new_leases);
     const Clock::time_point due = Clock::now() + std::chrono::milliseconds(s_->split_ms);
@@ -151,11 +156,14 @@ class SimWorker : public Peer {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->s_->stopping) return;
       self->sent_ = Clock::now();
-      self->conn_->Send(wire::EncodeHeartbeat({self->id_, false, true, false, {}, {}}));
+      wire::HeartbeatMsg h{self->id_, false, true, false, {}, {}};
+      h.have_jobs = self->have_;
+      self->conn_->Send(wire::EncodeHeartbeat(h));
     });
   }
 
   std::string id_;
+  std::map<std::string, uint64_t> have_;  // job -> digest
   int index_;
   Clock::time_point sent_;
 };

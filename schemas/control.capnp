@@ -29,6 +29,13 @@ using Ferry = import "ferry.capnp";
 struct NamedJob {
   name @0 :Text;
   job @1 :Ferry.Job;
+  digest @2 :UInt64;            # the dispatcher's digest of `job` (0: none); a worker names it
+                                # back in haveJobs, and is then not sent the job again
+}
+
+struct HaveJob {
+  name @0 :Text;
+  digest @1 :UInt64;
 }
 
 struct SplitRef {
@@ -66,6 +73,7 @@ struct Heartbeat {
   unfitJobs @5 :List(UnfitJob); # jobs this worker cannot serve: it takes no leases of them (the
                                 # reason only the first time after registering; then empty)
   load @6 :WorkerLoad;
+  haveJobs @7 :List(HaveJob);   # jobs this worker has opened, with the digest they came with
 }
 
 struct UnfitJob {
@@ -86,6 +94,8 @@ struct HeartbeatOk {
   drain @5 :Bool;               # an operator drained this worker (ferry-ctl drain): drain and exit
   goneJobs @6 :List(Text);      # of the heartbeat's unfitJobs, those the dispatcher no longer has:
                                 # the worker forgets them (its heartbeats carry only live work)
+  sameJobs @7 :List(Text);      # jobs as `jobs`, that the worker named in haveJobs with the
+                                # current digest: sent by name only
 }
 
 struct GetOrCreateJob {

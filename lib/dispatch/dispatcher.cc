@@ -7,6 +7,7 @@
 #include "ops/pipeline.h"
 #include "core/log.h"
 #include "core/names.h"
+#include "wire/codec.h"
 
 namespace ferry::dispatch {
 
@@ -36,7 +37,7 @@ Status Dispatcher::Commit(const Update& u) {
     JournalUp();
   }
   if (const auto* gone = std::get_if<RemoveJob>(&u)) {
-    if (const JobState* j = state_.job(gone->job)) pipeline_json_.erase(j);
+    if (const JobState* j = state_.job(gone->job)) job_wire_.erase(j);
   }
   FERRY_RETURN_IF_ERROR(state_.Apply(u));
   ++journal_records_;
@@ -241,9 +242,16 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   for (const std::string& j : m.want_jobs) {
     if (state_.job(j) != nullptr) jobs.insert(j);  // a client waits on this worker for it
   }
+  // A job the worker has with this spec (it names the digest it came with) goes by name.
   for (const std::string& j : jobs) {
     const JobState* js = state_.job(j);
-    reply.jobs.push_back({js->name, js->spec, PipelineJson(*js)});
+    const JobWire& w = WireOf(*js);
+    auto have = m.have_jobs.find(j);
+    if (have != m.have_jobs.end() && have->second == w.digest) {
+      reply.same_jobs.push_back(j);
+      continue;
+    }
+    reply.jobs.push_back({js->name, js->spec, w.pipeline_json, w.digest});
   }
   reply.idle = Idle();
   if (reply.idle) told_idle_.insert(m.worker_id);
@@ -254,14 +262,18 @@ void Dispatcher::UpdatePlacement() {
   placement_.Update(state_, [this](const std::string& w, const std::string& j) { return UnfitFor(w, j) != nullptr; });
 }
 
-std::shared_ptr<const std::string> Dispatcher::PipelineJson(const JobState& j) {
+const Dispatcher::JobWire& Dispatcher::WireOf(const JobState& j) {
   // Keyed by the job's state (a job's spec never changes; a job removed and made again
   // under its name is another JobState, and Commit() forgets the entry of a removed one).
-  auto it = pipeline_json_.find(&j);
-  if (it != pipeline_json_.end()) return it->second;
-  auto json = std::make_shared<const std::string>(j.spec.pipeline.ToJson());
-  pipeline_json_[&j] = json;
-  return json;
+  auto it = job_wire_.find(&j);
+  if (it != job_wire_.end()) return it->second;
+  JobWire w;
+  w.pipeline_json = std::make_shared<const std::string>(j.spec.pipeline.ToJson());
+  // FNV-1a over the job's wire encoding: equal digests, equal jobs (to 2^-64).
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : wire::EncodeJobBytes(j.spec)) h = (h ^ c) * 0x100000001b3ull;
+  w.digest = h == 0 ? 1 : h;
+  return job_wire_[&j] = std::move(w);
 }
 
 std::vector<std::string> Dispatcher::Workers(const std::string& job, const std::string& consumer) const {

@@ -200,11 +200,15 @@ class Dispatcher {
   Status fatal_;  // a failed journal sync: final (see fatal())
   int64_t journal_retry_ms_ = 0;
   std::map<std::string, int64_t> last_seen_ms_;
-  // Each job's pipeline JSON, made once for the heartbeat replies that name it, by its
-  // state's address (jobs_ is a map: stable until the job is removed, when Commit()
-  // drops the entry).
-  std::unordered_map<const JobState*, std::shared_ptr<const std::string>> pipeline_json_;
-  std::shared_ptr<const std::string> PipelineJson(const JobState& j);
+  // Each job's pipeline JSON and digest, made once for the heartbeat replies that name
+  // it, by its state's address (jobs_ is a map: stable until the job is removed, when
+  // Commit() drops the entry).
+  struct JobWire {
+    std::shared_ptr<const std::string> pipeline_json;
+    uint64_t digest = 0;  // of the job's encoding (wire::NamedJob::digest), never 0
+  };
+  std::unordered_map<const JobState*, JobWire> job_wire_;
+  const JobWire& WireOf(const JobState& j);
   std::map<std::pair<std::string, std::string>, int64_t> consumer_seen_ms_;  // (job, consumer)
   std::set<std::string> creating_;   // jobs whose dataset is being listed
   std::set<std::string> told_idle_;  // workers whose heartbeat reply said idle

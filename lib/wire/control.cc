@@ -22,12 +22,14 @@ namespace {
 void PutNamedJob(ctl::NamedJob::Builder b, const NamedJob& j) {
   b.setName(j.name);
   codec::PutJob(b.initJob(), j.job, j.pipeline_json.get());
+  b.setDigest(j.digest);
 }
 
 Result<NamedJob> GetNamedJob(ctl::NamedJob::Reader r) {
   NamedJob j;
   j.name = Str(r.getName());
   FERRY_ASSIGN_OR_RETURN(j.job, codec::GetJob(r.getJob()));
+  j.digest = r.getDigest();
   return j;
 }
 
@@ -161,6 +163,14 @@ OutFrame EncodeHeartbeat(const HeartbeatMsg& m) {
       jobs[k].setName(m.load.jobs[k].name);
       jobs[k].setBusyNs(m.load.jobs[k].ns);
     }
+    auto have = r.initHaveJobs(unsigned(std::min(m.have_jobs.size(), WorkerLoad::kMaxJobs)));
+    unsigned h = 0;
+    for (const auto& [name, digest] : m.have_jobs) {
+      if (h == have.size()) break;
+      have[h].setName(name);
+      have[h].setDigest(digest);
+      ++h;
+    }
   });
 }
 
@@ -182,6 +192,8 @@ OutFrame EncodeHeartbeatOk(const HeartbeatOkMsg& m) {
     r.setDrain(m.drain);
     auto gone = r.initGoneJobs(unsigned(m.gone_jobs.size()));
     for (unsigned i = 0; i < m.gone_jobs.size(); ++i) gone.set(i, m.gone_jobs[i]);
+    auto same = r.initSameJobs(unsigned(m.same_jobs.size()));
+    for (unsigned i = 0; i < m.same_jobs.size(); ++i) same.set(i, m.same_jobs[i]);
   });
 }
 
@@ -294,6 +306,10 @@ Result<HeartbeatMsg> DecodeHeartbeat(const InFrame& f) {
       if (name.size() > 256) return Status::InvalidArgument("Heartbeat: a job name over 256 bytes");
       m.load.jobs.push_back({Str(name), j.getBusyNs()});
     }
+    const auto have = r.getHaveJobs();
+    if (have.size() > WorkerLoad::kMaxJobs)
+      return Status::InvalidArgument("Heartbeat: more than " + std::to_string(WorkerLoad::kMaxJobs) + " jobs held");
+    for (auto h : have) m.have_jobs[Str(h.getName())] = h.getDigest();
     return m;
   });
 }
@@ -311,6 +327,7 @@ Result<HeartbeatOkMsg> DecodeHeartbeatOk(const InFrame& f) {
     m.idle = r.getIdle();
     m.drain = r.getDrain();
     for (auto g : r.getGoneJobs()) m.gone_jobs.push_back(Str(g));
+    for (auto g : r.getSameJobs()) m.same_jobs.push_back(Str(g));
     if (m.new_leases > m.leases.size()) return Status::InvalidArgument("HeartbeatOk: newLeases exceeds the leases");
     return m;
   });

@@ -29,6 +29,10 @@ struct NamedJob {
   // otherwise be made again each time (a quarter of its CPU at 4,000 workers). Not a
   // field of its own on the wire.
   std::shared_ptr<const std::string> pipeline_json = {};
+  // The dispatcher's digest of `job` (0: none). A worker reports it back (HeartbeatMsg::
+  // have_jobs) and is then sent the job's name only (HeartbeatOkMsg::same_jobs): a
+  // fleet's heartbeat replies restated every job's whole spec each time.
+  uint64_t digest = 0;
   bool operator==(const NamedJob& o) const { return name == o.name && job == o.job; }
 };
 
@@ -87,6 +91,7 @@ struct HeartbeatMsg {
   std::vector<std::string> want_jobs;
   std::map<std::string, std::string> unfit_jobs;  // job -> why this worker cannot serve it
   WorkerLoad load = {};
+  std::map<std::string, uint64_t> have_jobs = {};  // job -> the digest it came with
 };
 
 struct HeartbeatOkMsg {
@@ -97,6 +102,7 @@ struct HeartbeatOkMsg {
   bool idle = false;
   bool drain = false;
   std::vector<std::string> gone_jobs = {};  // unfit jobs reported that the dispatcher no longer has
+  std::vector<std::string> same_jobs = {};  // as `jobs`, by name: the worker has them (have_jobs)
 };
 
 struct GetOrCreateJobMsg {

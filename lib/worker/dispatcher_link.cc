@@ -99,6 +99,7 @@ void DispatcherLink::ForgetLocked(const std::vector<std::string>& gone) {
     if (it != jobs_.end() && !it->second->status.ok()) {  // only what it reported unfit
       jobs_.erase(it);
       named_.erase(name);
+      digests_.erase(name);
       reported_.erase(name);
     }
   }
@@ -118,6 +119,7 @@ void DispatcherLink::ForgetLocked(const std::vector<std::string>& gone) {
     const bool stale = n == named_.end() || now - n->second > o_.forget_after;
     if (it->second->status.ok() && stale && !busy.count(it->first) && it->second.use_count() == 1) {
       named_.erase(it->first);
+      digests_.erase(it->first);
       it = jobs_.erase(it);
     } else {
       ++it;
@@ -181,6 +183,7 @@ void DispatcherLink::Refresh(const std::string& job) {
   {
     MutexLock lock(&mu_);
     jobs_.erase(job);
+    digests_.erase(job);
   }
   Want(job);
 }
@@ -288,6 +291,10 @@ bool DispatcherLink::Heartbeat(const Call& call) {
   {
     MutexLock lock(&mu_);
     h.draining = draining_;
+    for (const auto& [name, job] : jobs_) {
+      auto d = digests_.find(name);
+      if (job->status.ok() && d != digests_.end()) h.have_jobs[name] = d->second;
+    }
     // Jobs this worker cannot serve: the dispatcher leases it none of them, and takes
     // back what it holds, rather than let their consumers' streams be refused here.
     for (const auto& [name, job] : jobs_) {
@@ -362,7 +369,18 @@ bool DispatcherLink::Heartbeat(const Call& call) {
   }
   held_ = total;
   const auto now = std::chrono::steady_clock::now();
-  for (const wire::NamedJob& c : ok->jobs) named_[c.name] = now;
+  for (const wire::NamedJob& c : ok->jobs) {
+    named_[c.name] = now;
+    auto j = jobs_.find(c.name);
+    if (c.digest != 0 && j != jobs_.end() && j->second->status.ok()) digests_[c.name] = c.digest;
+    else digests_.erase(c.name);
+  }
+  // Named without their spec: the worker has them (else the next heartbeat does not
+  // name them, and the reply restates them).
+  for (const std::string& name : ok->same_jobs) {
+    if (jobs_.count(name)) named_[name] = now;
+    else digests_.erase(name);
+  }
   for (const auto& [name, reason] : h.unfit_jobs) reported_.insert(name);
   ForgetLocked(ok->gone_jobs);
   ++heartbeats_;

@@ -145,6 +145,9 @@ class DispatcherLink : public JobSource {
   // Unfit jobs whose reason the dispatcher has had since this worker registered: later
   // heartbeats send their names only.
   std::set<std::string> reported_ GUARDED_BY(mu_);
+  // The dispatcher's digest of each job of jobs_ opened from its spec (NamedJob::digest):
+  // named in every heartbeat, so that the reply names the job without restating it.
+  std::map<std::string, uint64_t> digests_ GUARDED_BY(mu_);
   size_t heartbeat_bytes_ GUARDED_BY(mu_) = 0;
   // Drops what Forget's rules (LinkOptions::forget_after) and the reply's gone jobs allow.
   void ForgetLocked(const std::vector<std::string>& gone) EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -104,6 +104,44 @@ TEST_F(DispatcherTest, HeartbeatsLeaseAheadAndRestateWhatIsHeld) {
   EXPECT_FALSE(r->known);
 }
 
+// A worker that names the digest its job came with is sent the job's name only; a
+// wrong digest (another job under that name, or a dispatcher that encodes it otherwise)
+// gets the whole spec again, and so does a worker after a restart of the dispatcher.
+TEST_F(DispatcherTest, AJobTheWorkerHasGoesByName) {
+  uint64_t digest = 0;
+  {
+    auto d = Open();
+    ASSERT_TRUE(d->RegisterWorker({"w1", "10.0.0.1:7000"}, 0).ok());
+    CreateJob(*d, "c1");
+    auto r = d->Heartbeat({"w1", false, true, false, {}, {}}, 10);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->jobs.size(), 1u);
+    digest = r->jobs[0].digest;
+    EXPECT_NE(digest, 0u);
+    EXPECT_TRUE(r->same_jobs.empty());
+    wire::HeartbeatMsg h{"w1", false, true, false, {}, {}};
+    h.have_jobs["job"] = digest;
+    r = d->Heartbeat(h, 20);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->jobs.empty()) << "restated although the worker has it";
+    EXPECT_EQ(r->same_jobs, std::vector<std::string>{"job"});
+    EXPECT_EQ(r->leases.size(), 2u) << "the leases are restated whole all the same";
+    h.have_jobs["job"] = digest + 1;
+    r = d->Heartbeat(h, 30);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->jobs.size(), 1u) << "a digest that is not the job's gets the job";
+    EXPECT_EQ(r->jobs[0].digest, digest);
+    EXPECT_TRUE(r->same_jobs.empty());
+    ASSERT_TRUE(d->Sync().ok());
+  }
+  auto d = Open(false, 100);  // the same job, replayed: the same digest
+  wire::HeartbeatMsg h{"w1", false, true, false, {}, {}};
+  h.have_jobs["job"] = digest;
+  auto r = d->Heartbeat(h, 110);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->same_jobs, std::vector<std::string>{"job"});
+}
+
 TEST_F(DispatcherTest, JoiningAndCreatingJobs) {
   auto d = Open();
   const wire::GetOrCreateJobMsg first = Request("c1");

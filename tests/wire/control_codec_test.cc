@@ -68,7 +68,8 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_EQ(*interval, 250u);
 
   HeartbeatMsg h{"w1", true, false, true, {"a", "b"}, {{"gone", "no such directory"}},
-                 {100, 2, 3, 4, 5, {{"decode", 7000, 3}, {"rand_augment", 9000, 3}}, {{"run7", 123}, {"sweep/a", 4}}}};
+                 {100, 2, 3, 4, 5, {{"decode", 7000, 3}, {"rand_augment", 9000, 3}}, {{"run7", 123}, {"sweep/a", 4}}},
+                 {{"run7", 0x1234567890abcdefull}, {"sweep/a", 1}}};
   Result<HeartbeatMsg> hb = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->worker_id, "w1");
@@ -78,6 +79,7 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   EXPECT_EQ(hb->want_jobs, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(hb->unfit_jobs, (std::map<std::string, std::string>{{"gone", "no such directory"}}));
   EXPECT_EQ(hb->load, h.load);
+  EXPECT_EQ(hb->have_jobs, h.have_jobs);
   h.load.ops.assign(300, {"op", 1, 1});  // past the bound: the encoder sends kMaxOpCosts
   Result<HeartbeatMsg> capped = DecodeHeartbeat(ToInFrame(EncodeHeartbeat(h)));
   ASSERT_TRUE(capped.ok()) << capped.status().ToString();
@@ -85,7 +87,8 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
 
   HeartbeatOkMsg ok;
   ok.leases = {{"run7", 2, 5, "c1"}, {"run7", 2, 6, "c2"}};
-  ok.jobs = {{"run7", AJob()}};
+  ok.jobs = {{"run7", AJob(), nullptr, 77}};
+  ok.same_jobs = {"sweep/a", "sweep/b"};
   ok.known = true;
   ok.new_leases = 1;
   ok.idle = true;
@@ -94,6 +97,9 @@ TEST(ControlCodecTest, WorkerMessagesRoundTrip) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->leases, ok.leases);
   EXPECT_EQ(r->jobs, ok.jobs);
+  ASSERT_EQ(r->jobs.size(), 1u);
+  EXPECT_EQ(r->jobs[0].digest, 77u);
+  EXPECT_EQ(r->same_jobs, ok.same_jobs);
   EXPECT_EQ(r->new_leases, 1u);
   EXPECT_TRUE(r->idle);
   EXPECT_TRUE(r->drain);

@@ -122,6 +122,40 @@ TEST_F(DispatcherLinkTest, LeasesInARepliedHeartbeatReachTheirConsumersFeeds) {
   EXPECT_EQ(link_->Feed("j", "c1")->held(), 0u);
 }
 
+// The worker names the digest each job came with; a reply that then names the job
+// without its spec (same_jobs) keeps it open and its leases served. A job this worker
+// could not open is never named so (it gets the spec again, to retry).
+TEST_F(DispatcherLinkTest, AJobSentOnceIsThenNamedByItsDigest) {
+  Start();
+  using Have = std::map<std::string, uint64_t>;
+  wire::HeartbeatOkMsg r;
+  r.jobs = {Job("j")};
+  r.jobs[0].digest = 42;
+  r.leases = {{"j", 0, 3, "c0"}};
+  fake_.SetReply(r);
+  ASSERT_TRUE(testing::WaitFor([&] { return fake_.heartbeats() > 0 && fake_.last().have_jobs == Have{{"j", 42}}; }, 30));
+  const auto opened = link_->Job("j");
+  ASSERT_NE(opened, nullptr);
+  r.jobs.clear();
+  r.same_jobs = {"j"};
+  r.leases = {{"j", 0, 3, "c0"}, {"j", 0, 4, "c0"}};
+  fake_.SetReply(r);
+  ASSERT_TRUE(testing::WaitFor([&] { return link_->Feed("j", "c0")->held() == 2u; }, 30));
+  ASSERT_TRUE(fake_.AwaitHeartbeats(3));
+  EXPECT_EQ(link_->Job("j"), opened) << "the job was opened again";
+  EXPECT_EQ(link_->Feed("j", "c0")->held(), 2u);
+  EXPECT_EQ(fake_.last().have_jobs, (Have{{"j", 42}}));
+  // A new spec under the name (another digest): opened from it, and named by it.
+  r.jobs = {Job("j")};
+  r.jobs[0].job.batch_size = 8;
+  r.jobs[0].digest = 43;
+  r.same_jobs.clear();
+  fake_.SetReply(r);
+  ASSERT_TRUE(testing::WaitFor([&] { return fake_.last().have_jobs == Have{{"j", 43}}; }, 30));
+  ASSERT_NE(link_->Job("j"), nullptr);
+  EXPECT_EQ(link_->Job("j")->spec.batch_size, 8);
+}
+
 TEST_F(DispatcherLinkTest, AWorkerTheDispatcherForgotRegistersAgainAndHoldsNothing) {
   Start();
   wire::HeartbeatOkMsg r;
