@@ -159,12 +159,15 @@ def dispatcher_scale(s, out):
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
     styles = {"one_job": (FERRY, "o", "1 job"), "thousand_jobs": (ANCHOR, "s", "1,000 jobs, 8 workers each")}
     for key, (color, marker, label) in styles.items():
-        rows = d.get(key, [])
-        if not rows:
-            continue
-        w = [r["workers"] for r in rows]
-        axes[0].plot(w, [r["handled_pct"] for r in rows], marker=marker, color=color, label=label)
-        axes[1].plot(w, [r["p99_ms"] for r in rows], marker=marker, color=color, label=label)
+        # The figures before (one io thread, every reply restating its jobs), dashed.
+        for suffix, style, note in (("_before", "--", " (before)"), ("", "-", "")):
+            rows = d.get(key + suffix, [])
+            if not rows:
+                continue
+            w = [r["workers"] for r in rows]
+            kw = dict(marker=marker, color=color, linestyle=style, label=label + note, alpha=0.45 if suffix else 1.0)
+            axes[0].plot(w, [r["handled_pct"] for r in rows], **kw)
+            axes[1].plot(w, [r["p99_ms"] for r in rows], **kw)
     axes[0].axhline(90, color=LOST, linestyle="--", linewidth=1, label="target 90%")
     axes[0].set_ylim(0, 105)
     axes[0].set_xlabel("simulated workers (one heartbeat per 100 ms each)")
