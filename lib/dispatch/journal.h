@@ -88,6 +88,8 @@ class Journal {
   // For /metrics: bytes of the current generation's file, and fdatasync latency.
   uint64_t size() const { return size_; }
   const Histogram& sync_seconds() const { return sync_seconds_; }
+  // How long each compaction took (the deciding thread answers nobody meanwhile).
+  const Histogram& compaction_seconds() const { return compaction_seconds_; }
 
   uint64_t generation() const { return generation_; }
   // The work dir's identity: drawn when the work dir was first used, kept in state-id.
@@ -139,6 +141,7 @@ class Journal {
   Status last_error_;
   Status sync_error_;  // the failed fdatasync, final
   Histogram sync_seconds_;
+  Histogram compaction_seconds_;
 };
 
 }  // namespace ferry::dispatch

@@ -152,18 +152,31 @@ size_t FirstBadMagicByte(const std::string& data) {
 
 }  // namespace
 
+// CRC-32 (IEEE 802.3, as zlib's), eight bytes a step ("slicing by 8"): a snapshot of a
+// thousand jobs is tens of megabytes, and a byte a step took a fifth of its writing
+// (on the deciding thread, which answers nobody meanwhile).
 uint32_t Crc32(const char* p, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
+  static const std::array<std::array<uint32_t, 256>, 8> t = [] {
+    std::array<std::array<uint32_t, 256>, 8> t{};
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t c = i;
       for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
+      t[0][i] = c;
     }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
     return t;
   }();
   uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = table[(c ^ uint8_t(p[i])) & 0xff] ^ (c >> 8);
+  const auto* b = reinterpret_cast<const uint8_t*>(p);
+  for (; n >= 8; n -= 8, b += 8) {
+    // Little-endian composition by hand: the same on any host.
+    const uint32_t lo = (uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24) ^ c;
+    const uint32_t hi = uint32_t(b[4]) | uint32_t(b[5]) << 8 | uint32_t(b[6]) << 16 | uint32_t(b[7]) << 24;
+    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
+        t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+  }
+  for (; n > 0; --n, ++b) c = t[0][(c ^ *b) & 0xff] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
 }
 
