@@ -75,6 +75,16 @@ TEST_F(PlacementClusterTest, EachJobOnItsOwnWorkerAndMovedWhenItStops) {
   auto started = TestCluster::Start(o);
   ASSERT_TRUE(started.ok()) << started.status().ToString();
   TestCluster& cluster = **started;
+  // Both workers registered first: a job created while one alone is there is placed on
+  // it, and stays (placement is stable; a new worker takes new jobs and those short of
+  // their count).
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        for (size_t i = 0; i < cluster.num_workers(); ++i)
+          if (!cluster.worker(i).Ready()) return false;
+        return true;
+      },
+      30));
   auto a = Client::Connect(cluster.ClientFor("a", Job(1)));
   auto b = Client::Connect(cluster.ClientFor("b", Job(2)));
   ASSERT_TRUE(a.ok() && b.ok());
