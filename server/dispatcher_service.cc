@@ -658,8 +658,13 @@ std::string DispatcherService::MetricsText() const {
         t.Family("ferry_dispatcher_journal_sync_seconds", "histogram", "fdatasync latency of the journal.");
         t.HistogramSamples("ferry_dispatcher_journal_sync_seconds", {}, d.journal().sync_seconds().Read());
         t.Family("ferry_dispatcher_journal_compaction_seconds", "histogram",
-                 "Time each journal compaction (a snapshot of the whole state) took; no request is answered meanwhile.");
+                 "Time each journal compaction held the deciding thread (taking a snapshot of the whole state, and "
+                 "switching to the new generation); no request is answered meanwhile.");
         t.HistogramSamples("ferry_dispatcher_journal_compaction_seconds", {}, d.journal().compaction_seconds().Read());
+        t.Family("ferry_dispatcher_journal_snapshot_write_seconds", "histogram",
+                 "Time each compaction's snapshot took to encode and write, on a thread of its own.");
+        t.HistogramSamples("ferry_dispatcher_journal_snapshot_write_seconds", {},
+                           d.journal().snapshot_write_seconds().Read());
         int64_t live = 0, draining = 0;
         for (const auto& [id, w] : st.workers()) (w.draining ? draining : live) += 1;
         t.Family("ferry_workers", "gauge", "Registered workers, by state.");

@@ -89,9 +89,14 @@ Status Dispatcher::Sync() {
   // A snapshot when the journal holds compact_every records, or twice the last
   // snapshot's, whichever is more: the journal stays within three snapshots' size, and
   // a large state (a thousand jobs) is not written out every second under load.
-  if (journal_->records_since_snapshot() > std::max<uint64_t>(config_.compact_every, 2 * journal_->snapshot_records())) {
-    Status s = journal_->Compact(state_);
+  // The snapshot is written beside (Journal::StartCompaction); a sync after it is
+  // written switches to the new generation.
+  if (journal_->compacting()) {
+    Status s = journal_->FinishCompaction();
     if (!s.ok()) LogWarn("journal compaction failed (will retry): %s", s.ToString().c_str());
+  } else if (journal_->records_since_snapshot() >
+             std::max<uint64_t>(config_.compact_every, 2 * journal_->snapshot_records())) {
+    journal_->StartCompaction(state_);
   }
   return Status::OK();
 }

@@ -1,17 +1,20 @@
 #include "dispatch/journal.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <system_error>
 
 #include "core/log.h"
 #include "dispatch/journal_codec.h"
@@ -126,6 +129,43 @@ std::string NewStateId() {
   return buf;
 }
 
+// Writes snapshot-`next` in `dir` from `snapshot`: records a megabyte at a time (a
+// large state's snapshot is never held whole as bytes, nor written with a system call
+// per record: a thousand jobs' were ten thousand), then its header with the length,
+// then fsync and rename into place. Does not sync the directory. *records: how many
+// it holds. On failure nothing is left under either name. Runs on the compaction's
+// thread: it touches nothing but its arguments.
+Status WriteSnapshot(const std::string& dir, uint64_t next, std::vector<Update> snapshot, uint64_t* records) {
+  const std::string snap = GenPath(dir, "snapshot", next), tmp = snap + ".tmp";
+  const int sfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (sfd < 0) return Io("open " + tmp);
+  uint64_t at = kFileHeaderSize;
+  Status s = WriteAllAt(sfd, FileHeader(0), 0);
+  uint64_t written = 0;
+  std::string pending;
+  auto flush = [&] {
+    if (s.ok() && !pending.empty()) s = WriteAllAt(sfd, pending, at);
+    at += pending.size();
+    pending.clear();
+  };
+  for (Update& whole : snapshot) {
+    for (const Update& u : Chunked(std::move(whole))) {
+      if (!s.ok()) break;
+      pending += internal::Record(EncodeUpdate(u));
+      ++written;
+      if (pending.size() >= (size_t(1) << 20)) flush();
+    }
+  }
+  flush();
+  *records = written;
+  if (s.ok()) s = WriteAllAt(sfd, FileHeader(at), 0);
+  if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
+  ::close(sfd);
+  if (s.ok() && ::rename(tmp.c_str(), snap.c_str()) != 0) s = Io("rename " + tmp);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
 // The files Open() read, with their paths, in replay order.
 struct Source {
   std::string path;
@@ -133,6 +173,17 @@ struct Source {
 };
 
 }  // namespace
+
+struct Journal::Compaction {
+  uint64_t next = 0;                  // the generation it makes
+  std::thread thread;                 // writes the snapshot
+  std::atomic<bool> written{false};   // set by the thread when done, with:
+  Status status;                      //   how writing the snapshot went
+  uint64_t records = 0;               //   the records it holds
+  int64_t write_ns = 0;               //   how long it took
+  std::vector<std::string> since;     // records appended since the snapshot was taken
+  int64_t held_ns = 0;                // the caller's time so far
+};
 
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay,
                                                DispatcherState* state) {
@@ -252,14 +303,14 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
     }
     j->Retire(gen);
     keep = {GenName("journal", gen) + kReplaced, GenName("snapshot", gen) + kReplaced};
-    j->SwitchTo(gen + 1, fd);
+    j->SwitchTo(gen + 1, fd, kFileHeaderSize, 0);
     Log("the journal in %s was of format %d: upgraded to format 4 (generation %llu); the files it was read from "
         "are kept as *%s until the next start",
         dir.c_str(), format, (unsigned long long)j->generation_, kReplaced);
   } else if (!found || journal_remnant) {
     int fd = -1;
     FERRY_RETURN_IF_ERROR(WriteFileDurably(GenPath(dir, "journal", gen), FileHeader(kFileHeaderSize), &fd));
-    j->SwitchTo(gen, fd);
+    j->SwitchTo(gen, fd, kFileHeaderSize, 0);
   } else {
     const Source& jour = sources.back();
     const std::string& jpath = jour.path;
@@ -297,25 +348,34 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vect
   return j;
 }
 
+Journal::Journal(std::string dir, uint64_t generation) : dir_(std::move(dir)), generation_(generation) {}
+
 Journal::~Journal() {
+  if (compaction_ != nullptr) {
+    // Not switched to: its snapshot goes (a start would remove it, having no journal).
+    if (compaction_->thread.joinable()) compaction_->thread.join();
+    if (compaction_->status.ok()) ::unlink(GenPath(dir_, "snapshot", compaction_->next).c_str());
+    compaction_.reset();
+  }
   if (fd_ < 0) return;
   (void)Seal();
   ::close(fd_);
 }
 
-void Journal::SwitchTo(uint64_t next, int fd) {
+void Journal::SwitchTo(uint64_t next, int fd, uint64_t size, uint64_t records) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   generation_ = next;
-  records_ = 0;
-  size_ = synced_size_ = header_committed_ = kFileHeaderSize;
-  unsynced_.clear();  // in the snapshot, which is durable
+  records_ = records;
+  size_ = synced_size_ = header_committed_ = size;
+  unsynced_.clear();  // in the snapshot or the new journal, both durable
 }
 
 Status Journal::Append(const Update& u) {
   if (failed()) return sync_error_;
   std::string record = internal::Record(EncodeUpdate(u));
   ++records_;
+  if (compaction_ != nullptr) compaction_->since.push_back(record);  // for the next generation
   if (broken_) {
     unsynced_.push_back(std::move(record));  // written by the next Sync() that can
     return last_error_;
@@ -391,48 +451,28 @@ Status Journal::Seal() {
 
 Status Journal::WriteGeneration(const DispatcherState& state, uint64_t next, int* fd) {
   *fd = -1;
-  const std::string snap = GenPath(dir_, "snapshot", next), tmp = snap + ".tmp";
-  const int sfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (sfd < 0) return Io("open " + tmp);
-  // Written a megabyte of records at a time (a large state's snapshot is never held
-  // whole as bytes, nor written with a system call per record: a thousand jobs' were
-  // ten thousand), then its header with the length, then made durable.
-  uint64_t at = kFileHeaderSize;
-  Status s = WriteAllAt(sfd, FileHeader(0), 0);
-  uint64_t written = 0;
-  std::string pending;
-  auto flush = [&] {
-    if (s.ok() && !pending.empty()) s = WriteAllAt(sfd, pending, at);
-    at += pending.size();
-    pending.clear();
-  };
-  for (Update& whole : state.Snapshot()) {
-    for (const Update& u : Chunked(std::move(whole))) {
-      if (!s.ok()) break;
-      pending += internal::Record(EncodeUpdate(u));
-      ++written;
-      if (pending.size() >= (size_t(1) << 20)) flush();
-    }
-  }
-  flush();
-  snapshot_records_ = written;
-  if (s.ok()) s = WriteAllAt(sfd, FileHeader(at), 0);
-  if (s.ok() && ::fsync(sfd) != 0) s = Io("fsync " + tmp);
-  ::close(sfd);
-  if (s.ok() && ::rename(tmp.c_str(), snap.c_str()) != 0) s = Io("rename " + tmp);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
+  FERRY_RETURN_IF_ERROR(WriteSnapshot(dir_, next, state.Snapshot(), &snapshot_records_));
+  return WriteJournalOf(next, {}, fd);
+}
+
+Status Journal::WriteJournalOf(uint64_t next, const std::vector<std::string>& records, int* fd) {
+  *fd = -1;
+  const std::string snap = GenPath(dir_, "snapshot", next);
   const std::string jnext = GenPath(dir_, "journal", next);
-  if (s = WriteFileDurably(jnext, FileHeader(kFileHeaderSize), fd); !s.ok()) {
+  // The records are durable in it before it has its name: its header commits them all.
+  size_t bytes = kFileHeaderSize;
+  for (const std::string& r : records) bytes += r.size();
+  std::string whole = FileHeader(bytes);
+  whole.reserve(bytes);
+  for (const std::string& r : records) whole += r;
+  if (Status s = WriteFileDurably(jnext, whole, fd); !s.ok()) {
     ::unlink(snap.c_str());
     return s;
   }
-  if (s = SyncDir(dir_); !s.ok()) {
+  if (Status s = SyncDir(dir_); !s.ok()) {
     // Start-up reads the newest journal: journal-(G+1) must go, or appends to G would
     // be lost behind it. Should it not go, the caller switches to it (its snapshot is
-    // complete).
+    // complete, and it holds every record appended since).
     if (::unlink(jnext.c_str()) == 0) {
       ::close(*fd);
       *fd = -1;
@@ -459,27 +499,87 @@ void Journal::Retire(uint64_t g) {
   }
 }
 
-Status Journal::Compact(const DispatcherState& state) {
-  if (failed()) return sync_error_;
-  if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
-  const uint64_t next = generation_ + 1;
-  int fd = -1;
+void Journal::StartCompaction(const DispatcherState& state) {
+  if (compaction_ != nullptr || !healthy()) return;
   const int64_t t0 = MonoNs();
-  Status s = WriteGeneration(state, next, &fd);
-  compaction_seconds_.ObserveNs(MonoNs() - t0);
+  auto c = std::make_unique<Compaction>();
+  c->next = generation_ + 1;
+  auto write = [c = c.get(), dir = dir_, snapshot = state.Snapshot()]() mutable {
+    const int64_t t = MonoNs();
+    c->status = WriteSnapshot(dir, c->next, std::move(snapshot), &c->records);
+    snapshot = {};  // freed here, not by the caller's thread
+    c->write_ns = MonoNs() - t;
+    c->written.store(true, std::memory_order_release);
+  };
+  c->held_ns = MonoNs() - t0;
+  try {
+    c->thread = std::thread([write = std::move(write)]() mutable {
+      pthread_setname_np(pthread_self(), "ferry-snapshot");
+      write();
+    });
+  } catch (const std::system_error&) {
+    write();  // no thread to be had: written here, as before
+  }
+  compaction_ = std::move(c);
+}
+
+Status Journal::FinishCompaction(bool wait) {
+  if (compaction_ == nullptr) return Status::OK();
+  Compaction& c = *compaction_;
+  if (!wait && !c.written.load(std::memory_order_acquire)) return Status::OK();
+  if (c.thread.joinable()) {
+    c.thread.join();
+    snapshot_write_seconds_.ObserveNs(c.write_ns);
+  }
+  const std::string snap = GenPath(dir_, "snapshot", c.next);
+  auto abandon = [&](Status s) {
+    if (c.status.ok()) ::unlink(snap.c_str());  // never a journal beside it: a start would remove it
+    compaction_.reset();
+    return s;
+  };
+  if (!c.status.ok()) return abandon(c.status);
+  if (failed()) return abandon(sync_error_);
+  if (broken_) {
+    // The records since the last good Sync() are on disk in neither generation yet.
+    if (!wait) return Status::OK();
+    return abandon(Status::FailedPrecondition("compaction needs a journal that can be written"));
+  }
+  const int64_t t0 = MonoNs();
+  int fd = -1;
+  Status s = WriteJournalOf(c.next, c.since, &fd);
+  compaction_seconds_.ObserveNs(c.held_ns + (MonoNs() - t0));
+  uint64_t bytes = kFileHeaderSize;
+  for (const std::string& r : c.since) bytes += r.size();
+  const uint64_t next = c.next, records = c.since.size(), snapshot_records = c.records;
+  compaction_.reset();
   if (!s.ok()) {
     if (fd < 0) return s;
     // The new generation could not be removed: it is the one a start reads, so
-    // appends must go there (its snapshot is complete).
-    SwitchTo(next, fd);
+    // appends must go there (its snapshot is complete, its journal holds the rest).
+    SwitchTo(next, fd, bytes, records);
+    snapshot_records_ = snapshot_records;
     return s;
   }
   // Generation `next` is complete on disk: the old one is kept, renamed, until the
   // next compaction or start.
   const uint64_t old = generation_;
-  SwitchTo(next, fd);
+  SwitchTo(next, fd, bytes, records);
+  snapshot_records_ = snapshot_records;
   Retire(old);
   return Status::OK();
+}
+
+void Journal::TEST_WaitForSnapshot() const {
+  while (compaction_ != nullptr && !compaction_->written.load(std::memory_order_acquire))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+Status Journal::Compact(const DispatcherState& state) {
+  if (failed()) return sync_error_;
+  if (broken_) return Status::FailedPrecondition("compaction needs a journal that can be written");
+  (void)FinishCompaction(/*wait=*/true);  // one under way is finished (or abandoned) first
+  StartCompaction(state);
+  return FinishCompaction(/*wait=*/true);
 }
 
 }  // namespace ferry::dispatch

@@ -509,6 +509,85 @@ TEST(JournalFileTest, ACompactionKeepsTheGenerationItReplacedUntilTheNextStart) 
   EXPECT_FALSE(WorkDirFiles(dir.path()).count("journal-2.replaced"));
 }
 
+// A compaction's snapshot is written beside the appends (StartCompaction): the records
+// appended meanwhile go on to the old generation and are carried into the new one
+// when it is switched to; a crash before the switch (the disk copied as it was) finds
+// them all in the old one, and drops the new snapshot that has no journal yet.
+TEST(JournalFileTest, RecordsAppendedWhileTheSnapshotIsWrittenReachTheNextGeneration) {
+  testing::TempDir dir, crashed;
+  std::vector<Update> replay;
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  DispatcherState s;
+  for (const Update& u : {Update(Create("job", 200, 10, 2, 3)), Update(AddConsumer{"job", "c1"}),
+                          Update(AddConsumer{"job", "c2"})}) {
+    MustApply(s, u);
+    ASSERT_TRUE((*j)->Append(u).ok());
+  }
+  s = RandomWalk(j->get(), std::move(s), 200, 11, false);
+  (*j)->StartCompaction(s);
+  ASSERT_TRUE((*j)->compacting());
+  (*j)->StartCompaction(s);  // one at a time: nothing
+  const uint64_t before = s.applied();
+  s = RandomWalk(j->get(), std::move(s), 200, 12, false);
+  ASSERT_GT(s.applied(), before) << "records must be appended while the snapshot is written";
+  (*j)->TEST_WaitForSnapshot();
+  EXPECT_EQ((*j)->generation(), 0u) << "not switched before FinishCompaction";
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    std::filesystem::copy(entry.path(), crashed.path() + "/" + entry.path().filename().string());
+  EXPECT_TRUE(WorkDirFiles(crashed.path()).count("snapshot-1"));
+  const std::string at_crash = s.DebugString();
+  ASSERT_TRUE((*j)->FinishCompaction().ok());
+  EXPECT_FALSE((*j)->compacting());
+  EXPECT_EQ((*j)->generation(), 1u);
+  EXPECT_GT((*j)->records_since_snapshot(), 0u) << "the records appended meanwhile are in journal-1";
+  EXPECT_GT((*j)->snapshot_records(), 0u);
+  s = RandomWalk(j->get(), std::move(s), 100, 13, false);
+  j->reset();
+  {
+    DispatcherState r;
+    auto j2 = Journal::Open(dir.path(), &replay, &r);
+    ASSERT_TRUE(j2.ok()) << j2.status().ToString();
+    EXPECT_EQ((*j2)->generation(), 1u);
+    EXPECT_EQ(r.DebugString(), s.DebugString());
+  }
+  {
+    DispatcherState r;
+    auto j2 = Journal::Open(crashed.path(), &replay, &r);
+    ASSERT_TRUE(j2.ok()) << j2.status().ToString();
+    EXPECT_EQ((*j2)->generation(), 0u);
+    EXPECT_EQ(r.DebugString(), at_crash);
+    EXPECT_FALSE(WorkDirFiles(crashed.path()).count("snapshot-1")) << "a snapshot without its journal goes";
+  }
+}
+
+// A journal closed while its compaction's snapshot is being written waits for it and
+// removes it (no journal beside it); the next start reads the old generation whole.
+TEST(JournalFileTest, AJournalClosedMidCompactionKeepsTheOldGeneration) {
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  DispatcherState s;
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    for (int i = 0; i < 50; ++i) {
+      const Update u = RegisterWorker{"w" + std::to_string(i), "a"};
+      MustApply(s, u);
+      ASSERT_TRUE((*j)->Append(u).ok());
+    }
+    (*j)->StartCompaction(s);
+    const Update u = RegisterWorker{"late", "a"};
+    MustApply(s, u);
+    ASSERT_TRUE((*j)->Append(u).ok());
+  }
+  EXPECT_FALSE(WorkDirFiles(dir.path()).count("snapshot-1"));
+  DispatcherState r;
+  auto j = Journal::Open(dir.path(), &replay, &r);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ((*j)->generation(), 0u);
+  EXPECT_EQ(r.DebugString(), s.DebugString());
+}
+
 // The same rules for the work dir's identity: a state-id that fails its checksum, or
 // one that stands without a journal, or a format 4 journal without one, is DataLoss.
 TEST(JournalFileTest, TheStateIdIsCheckedLikeTheJournal) {
