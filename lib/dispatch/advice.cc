@@ -37,7 +37,17 @@ std::string Percent(double f) {
 template <typename T>
 void LoadTracker::Series<T>::Add(int64_t now_ms, const T& v) {
   if (!points.empty() && (WentBack(points.back().second, v) || now_ms < points.back().first)) points.clear();
-  points.emplace_back(now_ms, v);
+  // The rates read only the oldest point of the window and the newest, so the points
+  // between are kept a step apart: the newest is overwritten until it is a step past
+  // the one before. A worker heartbeating every 100 ms holds about 21 points, not 100
+  // (most of a registered worker's memory was these), and its heartbeat copies its
+  // figures into a point it has, without allocating.
+  if (points.size() >= 2 && now_ms - points[points.size() - 2].first < kStepMs) {
+    points.back().first = now_ms;
+    points.back().second = v;
+  } else {
+    points.emplace_back(now_ms, v);
+  }
   // Keep one point at or before the window's start, as the base of the differences.
   while (points.size() >= 2 && points[1].first <= now_ms - kWindowMs) points.pop_front();
   while (points.size() > 512) points.pop_front();  // heartbeats every few ms: still bounded

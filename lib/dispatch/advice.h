@@ -38,6 +38,7 @@ namespace ferry::dispatch {
 class LoadTracker {
  public:
   static constexpr int64_t kWindowMs = 10000;
+  static constexpr int64_t kStepMs = kWindowMs / 20;  // between the points kept (Series::Add)
   // Input wait over this fraction of the consumers' time makes a job input-bound.
   static constexpr double kInputBound = 0.10;
   // A figure past this (ns: 31 years; samples: 10^18) or below 0 is not a real peer's:

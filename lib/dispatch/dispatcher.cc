@@ -176,38 +176,44 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
   }
   // Jobs the worker cannot serve (its dataset is missing there, or lists otherwise):
   // what it holds of them returns to pending, it takes no more, and clients of them are
-  // not sent to it. Restated by every heartbeat: kept in memory only.
-  std::map<std::string, std::string> unfit;
-  std::map<std::string, std::string>& before = unfit_[m.worker_id];
-  for (const auto& [job, reason] : m.unfit_jobs) {
-    if (state_.job(job) == nullptr) {
-      reply.gone_jobs.push_back(job);  // finished and collected (or never was): the worker forgets it
-      continue;
-    }
-    // A worker states its reason once after registering, then only the name.
-    auto was = before.find(job);
-    unfit[job] = reason.empty() && was != before.end() ? was->second : reason;
-  }
-  // (A copy of the job names: the commits below change the index.)
-  std::set<std::string> held_before;
-  if (const auto* refs = state_.LeaseRefs(m.worker_id))
-    for (const auto& [job, held] : *refs) held_before.insert(job);
-  for (const auto& [job, reason] : unfit) {
-    if (!before.count(job))
-      LogWarn("worker %s cannot serve job %s (%s): it takes no splits of it", m.worker_id.c_str(), job.c_str(),
-              reason.c_str());
-    if (held_before.count(job)) {  // (if refused: the next heartbeat)
-      const int64_t held = LeasedTo(m.worker_id, job);
-      if (Commit(ReturnSplits{job, m.worker_id}).ok()) returned_ += held;
-    }
-  }
-  for (const auto& [job, reason] : before) {
-    if (!unfit.count(job) && state_.job(job) != nullptr)
-      Log("worker %s can serve job %s now", m.worker_id.c_str(), job.c_str());
-  }
-  before = unfit;
+  // not sent to it. Restated by every heartbeat: kept in memory only. (Most heartbeats
+  // name none, and had none before: nothing to do, and no set built.)
   std::set<std::string> skip;
-  for (const auto& [job, reason] : unfit) skip.insert(job);
+  auto had = unfit_.find(m.worker_id);
+  if (!m.unfit_jobs.empty() || had != unfit_.end()) {
+    std::map<std::string, std::string> unfit;
+    static const std::map<std::string, std::string> kNoReasons;
+    const std::map<std::string, std::string>& before = had != unfit_.end() ? had->second : kNoReasons;
+    for (const auto& [job, reason] : m.unfit_jobs) {
+      if (state_.job(job) == nullptr) {
+        reply.gone_jobs.push_back(job);  // finished and collected (or never was): the worker forgets it
+        continue;
+      }
+      // A worker states its reason once after registering, then only the name.
+      auto was = before.find(job);
+      unfit[job] = reason.empty() && was != before.end() ? was->second : reason;
+    }
+    // (A copy of the job names: the commits below change the index.)
+    std::set<std::string> held_before;
+    if (const auto* refs = state_.LeaseRefs(m.worker_id))
+      for (const auto& [job, held] : *refs) held_before.insert(job);
+    for (const auto& [job, reason] : unfit) {
+      if (!before.count(job))
+        LogWarn("worker %s cannot serve job %s (%s): it takes no splits of it", m.worker_id.c_str(), job.c_str(),
+                reason.c_str());
+      if (held_before.count(job)) {  // (if refused: the next heartbeat)
+        const int64_t held = LeasedTo(m.worker_id, job);
+        if (Commit(ReturnSplits{job, m.worker_id}).ok()) returned_ += held;
+      }
+    }
+    for (const auto& [job, reason] : before) {
+      if (!unfit.count(job) && state_.job(job) != nullptr)
+        Log("worker %s can serve job %s now", m.worker_id.c_str(), job.c_str());
+    }
+    for (const auto& [job, reason] : unfit) skip.insert(job);
+    if (unfit.empty()) unfit_.erase(m.worker_id);
+    else unfit_[m.worker_id] = std::move(unfit);
+  }
   if (m.want_leases && !m.draining) {
     // Placed: the jobs placed on this worker only (a trainer's own worker: its job).
     std::set<std::string> placed;
@@ -233,15 +239,26 @@ Result<wire::HeartbeatOkMsg> Dispatcher::Heartbeat(const wire::HeartbeatMsg& m, 
       }
     }
   }
-  // Then every other split it still holds: the reply carries the whole set.
+  // Then every other split it still holds: the reply carries the whole set. (Read
+  // from the lease index as it is; the new leases, a few per job, are the first
+  // entries of the reply, grouped by job.)
   reply.new_leases = uint32_t(reply.leases.size());
-  std::set<std::tuple<std::string, uint64_t, int64_t>> fresh;
-  for (const auto& l : reply.leases) fresh.insert({l.job, l.epoch, l.split});
   std::set<std::string> jobs;
-  for (const auto& [job, held] : state_.LeasesOf(m.worker_id)) {
-    jobs.insert(job);
-    for (const auto& x : held) {
-      if (!fresh.count({job, x.ref.epoch, x.ref.split})) reply.leases.push_back({job, x.ref.epoch, x.ref.split, x.consumer});
+  if (const auto* refs = state_.LeaseRefs(m.worker_id)) {
+    for (const auto& [job, held] : *refs) {
+      jobs.insert(job);
+      size_t fresh_from = 0, fresh_to = 0;  // this job's new leases: reply.leases[fresh_from, fresh_to)
+      while (fresh_from < reply.new_leases && reply.leases[fresh_from].job != job) ++fresh_from;
+      fresh_to = fresh_from;
+      while (fresh_to < reply.new_leases && reply.leases[fresh_to].job == job) ++fresh_to;
+      const JobState* js = state_.job(job);
+      for (const SplitId& ref : held) {
+        bool fresh = false;
+        for (size_t i = fresh_from; i < fresh_to && !fresh; ++i)
+          fresh = reply.leases[i].epoch == ref.epoch && reply.leases[i].split == ref.split;
+        if (fresh) continue;
+        reply.leases.push_back({job, ref.epoch, ref.split, js->epochs.at(ref.epoch).consumer[size_t(ref.split)]});
+      }
     }
   }
   for (const std::string& j : m.want_jobs) {

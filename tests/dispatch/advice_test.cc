@@ -127,6 +127,23 @@ TEST(AdviceTest, TheWindowKeepsTheLastTenSeconds) {
   EXPECT_NEAR(t.AdviceFor("job", {"c1"}, {}).input_wait, 0.5, 0.02);
 }
 
+// A series keeps its points half a second apart (the newest overwritten in between):
+// the rates still cover the last ten seconds, whatever the heartbeat's period.
+TEST(AdviceTest, ThinnedPointsStillSpanTheWindow) {
+  for (int period_ms : {30, 100, 170, 1000}) {
+    LoadTracker t;
+    double samples = 0;
+    for (int64_t ms = 0; ms <= 25000; ms += period_ms) {
+      samples = ms <= 15000 ? 0.4 * double(ms) : 6000 + 0.8 * double(ms - 15000);  // 400/s, then 800/s
+      t.Worker("w0", {int64_t(samples), ms * 1000000, 0, 0, 0, {}}, ms);
+    }
+    const LoadTracker::WorkerRate r = t.RateOf("w0");
+    ASSERT_TRUE(r.known) << period_ms;
+    EXPECT_NEAR(r.rate, 800, 800 * 0.05) << "every " << period_ms << " ms";
+    EXPECT_NEAR(r.busy, 1.0, 0.01);
+  }
+}
+
 TEST(AdviceTest, NonsenseFiguresAreIgnoredAndAdviceStaysBounded) {
   LoadTracker t;
   Feed(t, 1000, 800, {{400, 1.0}});
