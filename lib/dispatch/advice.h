@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <utility>
@@ -96,7 +97,7 @@ class LoadTracker {
     return s.points.empty() || s.points.back().first < latest_ms_ - kWindowMs;
   }
   std::map<std::pair<std::string, std::string>, Series<wire::ConsumerLoad>> consumers_;
-  std::map<std::string, Series<wire::WorkerLoad>> workers_;
+  std::unordered_map<std::string, Series<wire::WorkerLoad>> workers_;  // (hashed: one lookup a heartbeat)
   int64_t latest_ms_ = 0;  // the newest point's time
 };
 

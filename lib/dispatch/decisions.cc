@@ -219,7 +219,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
 }
 
 std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
-                                            const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
+                                            const std::unordered_map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
                                             int64_t timeout_ms) {
   std::vector<RemoveWorker> out;
   for (const auto& [id, w] : state.workers()) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ std::vector<LeaseSplits> DecideLeases(const DispatcherState& state, const std::s
 // Workers missing from `last_seen_ms` count as just seen (after a restart, every
 // worker gets a full timeout to reconnect).
 std::vector<RemoveWorker> DecideDeadWorkers(const DispatcherState& state,
-                                            const std::map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
+                                            const std::unordered_map<std::string, int64_t>& last_seen_ms, int64_t now_ms,
                                             int64_t timeout_ms);
 
 // Consumers of (job, consumer) not heard from within `timeout_ms`: to be removed, so

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <string>
 
@@ -65,7 +66,7 @@ class Placement {
 
   const int per_job_;
   std::map<std::string, std::set<std::string>> members_;  // key -> workers
-  std::map<std::string, std::set<std::string>> keys_of_;  // worker -> keys
+  std::unordered_map<std::string, std::set<std::string>> keys_of_;  // worker -> keys (hashed: a lookup a heartbeat)
 };
 
 }  // namespace ferry::dispatch
