@@ -66,12 +66,6 @@ void LoadTracker::Worker(const std::string& worker, const wire::WorkerLoad& load
   latest_ms_ = std::max(latest_ms_, now_ms);
 }
 
-void LoadTracker::Keep(const std::set<std::pair<std::string, std::string>>& consumers,
-                       const std::set<std::string>& workers) {
-  std::erase_if(consumers_, [&](const auto& kv) { return consumers.count(kv.first) == 0; });
-  std::erase_if(workers_, [&](const auto& kv) { return workers.count(kv.first) == 0; });
-}
-
 LoadTracker::WorkerRate LoadTracker::RateOf(const std::string& worker) const {
   WorkerRate r;
   auto it = workers_.find(worker);

@@ -50,8 +50,14 @@ class LoadTracker {
 
   void Consumer(const std::string& job, const std::string& consumer, const wire::ConsumerLoad& load, int64_t now_ms);
   void Worker(const std::string& worker, const wire::WorkerLoad& load, int64_t now_ms);
-  // Forgets the consumers and workers not in these sets (gone, collected).
-  void Keep(const std::set<std::pair<std::string, std::string>>& consumers, const std::set<std::string>& workers);
+  // Forgets the consumers not in `consumers` and the workers not in `workers` (gone,
+  // collected): any container with count(id), e.g. the dispatcher state's worker map
+  // (no set of 10,000 ids built for each sweep).
+  template <typename Workers>
+  void Keep(const std::set<std::pair<std::string, std::string>>& consumers, const Workers& workers) {
+    std::erase_if(consumers_, [&](const auto& kv) { return consumers.count(kv.first) == 0; });
+    std::erase_if(workers_, [&](const auto& kv) { return workers.count(kv.first) == 0; });
+  }
 
   struct WorkerRate {
     bool known = false;     // a window of at least a second, with busy time

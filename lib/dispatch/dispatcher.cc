@@ -678,9 +678,7 @@ void Dispatcher::Sweep(int64_t now_ms, const std::set<std::string>& jobs_in_use)
   {
     std::set<std::pair<std::string, std::string>> consumers;
     for (const auto& [key, at] : consumer_seen_ms_) consumers.insert(key);
-    std::set<std::string> workers;
-    for (const auto& [id, w] : state_.workers()) workers.insert(id);
-    load_.Keep(consumers, workers);
+    load_.Keep(consumers, state_.workers());
   }
   for (const dispatch::RemoveConsumer& r :
        DecideGoneConsumers(state_, consumer_seen_ms_, now_ms, config_.consumer_timeout_ms)) {

@@ -103,7 +103,7 @@ TEST(AdviceTest, UnknownUntilAWindowIsReportedAndForgottenWhenGone) {
   Feed(t, 100, 100, {{100, 1.0}});
   EXPECT_TRUE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
   EXPECT_EQ(t.AdviceFor("job", {"c1"}, {}).recommended_workers, 0) << "no worker capacity known";
-  t.Keep({}, {});
+  t.Keep({}, std::set<std::string>{});
   EXPECT_FALSE(t.AdviceFor("job", {"c1"}, {"w0"}).known);
   EXPECT_FALSE(t.RateOf("w0").known);
 }
