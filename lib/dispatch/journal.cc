@@ -183,6 +183,16 @@ struct Journal::Compaction {
   int64_t write_ns = 0;               //   how long it took
   std::vector<std::string> since;     // records appended since the snapshot was taken
   int64_t held_ns = 0;                // the caller's time so far
+  std::vector<Update> snapshot;       // taken by the caller; written, and freed, by the thread
+
+  // The thread's work (or the caller's, when no thread can be had).
+  static void Write(Compaction* c, const std::string& dir) {
+    const int64_t t = MonoNs();
+    c->status = WriteSnapshot(dir, c->next, std::move(c->snapshot), &c->records);
+    c->snapshot = {};
+    c->write_ns = MonoNs() - t;
+    c->written.store(true, std::memory_order_release);
+  }
 };
 
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, std::vector<Update>* replay,
@@ -504,21 +514,17 @@ void Journal::StartCompaction(const DispatcherState& state) {
   const int64_t t0 = MonoNs();
   auto c = std::make_unique<Compaction>();
   c->next = generation_ + 1;
-  auto write = [c = c.get(), dir = dir_, snapshot = state.Snapshot()]() mutable {
-    const int64_t t = MonoNs();
-    c->status = WriteSnapshot(dir, c->next, std::move(snapshot), &c->records);
-    snapshot = {};  // freed here, not by the caller's thread
-    c->write_ns = MonoNs() - t;
-    c->written.store(true, std::memory_order_release);
-  };
+  c->snapshot = state.Snapshot();
   c->held_ns = MonoNs() - t0;
   try {
-    c->thread = std::thread([write = std::move(write)]() mutable {
+    c->thread = std::thread([c = c.get(), dir = dir_] {
       pthread_setname_np(pthread_self(), "ferry-snapshot");
-      write();
+      Compaction::Write(c, dir);
     });
   } catch (const std::system_error&) {
-    write();  // no thread to be had: written here, as before
+    // No thread to be had: written here, as before. (The snapshot stays in *c until
+    // a thread has it: a failed start moves nothing out.)
+    Compaction::Write(c.get(), dir_);
   }
   compaction_ = std::move(c);
 }
