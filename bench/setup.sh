@@ -20,7 +20,7 @@ readonly BUILD_PACKAGES=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libcurl4-openssl-dev libexpat1-dev libtbb-dev
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
-  libsentencepiece-dev
+  libsentencepiece-dev libjemalloc-dev
   python3-dev python3-pybind11 python3-numpy
 )
 # The tests' and benchmarks' own: Clang (fuzz and sanitizer builds), torch and

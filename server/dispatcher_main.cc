@@ -4,6 +4,10 @@
 //   ferry-dispatcher --listen HOST:PORT --work-dir DIR [--token-file F]
 //       [--heartbeat-interval-ms N] [--heartbeat-timeout-ms N] [--exit-when-idle]
 // Prints "listening on HOST:PORT" once ready. SIGTERM exits 0 (the state is on disk).
+#ifndef FERRY_MALLOC  // server/CMakeLists.txt: jemalloc when built with it
+#define FERRY_MALLOC "glibc"
+#endif
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -119,9 +123,9 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on %s\n", (*service)->address().c_str());
   std::fflush(stdout);
-  ferry::Log("serving on %s, journal in %s (%s, %s)", (*service)->address().c_str(), o.core.work_dir.c_str(),
-             o.token.empty() ? "no token" : "token required",
-             !o.tls.enabled() ? "no TLS" : o.tls.ca.empty() ? "TLS" : "mutual TLS");
+  ferry::Log("serving on %s, journal in %s (%s, %s, malloc: %s)", (*service)->address().c_str(),
+             o.core.work_dir.c_str(), o.token.empty() ? "no token" : "token required",
+             !o.tls.enabled() ? "no TLS" : o.tls.ca.empty() ? "TLS" : "mutual TLS", FERRY_MALLOC);
   // Every job finished: stop as if told to (the signal is blocked in every thread, so
   // WaitForTermination takes it). The service is then destroyed in order, its threads
   // joined, before main returns: nothing runs while the process's statics go.
