@@ -24,7 +24,7 @@
 //       line per rate: advise need_batches/s=<r> sweep_workers=<k> advice=<a,...> within_one=yes|NO
 //   ferry-bench scale [--workers 32] [--synthetic-cost-us 20000] [--seconds 5]
 //       last line: scale workers=<N> ... single_batches/s=<x> aggregate_batches/s=<y> efficiency=<y/(N x)>
-//   ferry-bench dispatcher-load [--workers 1000[,4000,...]] [--jobs 1] [--seconds S] [--interval-ms 100]
+//   ferry-bench dispatcher-load [--workers 1000[,4000,...]] [--jobs 1] [--seconds S] [--interval-ms 100] [--load-threads 1]
 //       a line per count: dispatcher workers=<N> jobs=<J> ... handled=<%> p50_ms=<a> p99_ms=<b> cpu_us_per_heartbeat=<c>
 //       kib_per_worker=<w> kib_per_job=<j> journal_kib=<k> journal_kib_max=<m>
 #include <turbojpeg.h>
@@ -42,6 +42,7 @@
 #include "cluster_bench.h"
 #include "consume.h"
 #include "remote_bench.h"
+#include "server/dispatcher_load.h"
 #include "data/dataset.h"
 #include "ferry/loader.h"
 
@@ -326,23 +327,7 @@ int main(int argc, char** argv) {
 
   DispatcherLoadArgs dl;
   auto* dload = app.add_subcommand("dispatcher-load", "N simulated workers heartbeating and leasing against ferry-dispatcher");
-  dload->add_option("--workers", dl.workers, "simulated workers; a list (1000,4000,10000) runs a round each")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 20000));
-  dload->add_option("--jobs", dl.jobs, "jobs, each with one consumer")->check(CLI::Range(1, 10000));
-  dload->add_option("--workers-per-job", dl.workers_per_job, "the dispatcher's --workers-per-job")
-      ->check(CLI::Range(0, 100000));
-  dload->add_option("--split-ms", dl.split_ms, "a split is acknowledged this long after its lease (0: at once)")
-      ->check(CLI::Range(0, 600000));
-  dload->add_option("--seconds", dl.seconds, "timed window")->check(CLI::PositiveNumber);
-  dload->add_option("--interval-ms", dl.interval_ms, "heartbeat period of each worker")->check(CLI::Range(1, 60000));
-  dload->add_option("--splits", dl.splits, "splits an epoch of the job (the dispatcher tracks up to 4M)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 22));
-  dload->add_option("--dispatcher-bin", dl.dispatcher_bin, "the ferry-dispatcher executable");
-  dload->add_option("--io-threads", dl.io_threads,
-                    "the dispatcher's --io-threads; a list (0,-1) runs every worker count with each, alternated")
-      ->delimiter(',')
-      ->check(CLI::Range(-1, 64));
+  AddDispatcherLoadOptions(dload, &dl);
 
   try {
     app.parse(argc, argv);

@@ -1,5 +1,6 @@
-// ferry-bench's remote subcommands: transport (raw TCP vs a worker's batches) and
-// dispatcher-load (simulated workers against a real dispatcher). `consume` is the
+// ferry-bench's remote subcommands: transport (raw TCP vs a worker's batches);
+// dispatcher-load (simulated workers against a real dispatcher) is
+// server/dispatcher_load.h's. `consume` is the
 // consume tool (client/tools/consume.h).
 #ifndef FERRY_BENCH_REMOTE_BENCH_H_
 #define FERRY_BENCH_REMOTE_BENCH_H_
@@ -24,18 +25,7 @@ struct TransportArgs {
 };
 int RunTransport(const TransportArgs& a, const char* argv0);
 
-struct DispatcherLoadArgs {
-  std::vector<int> workers = {1000};  // one round per count, each against a fresh dispatcher
-  int jobs = 1;               // jobs, each with a consumer acknowledging what is leased
-  int workers_per_job = 0;    // the dispatcher's --workers-per-job (0: every worker serves every job)
-  int split_ms = 0;           // a split is acknowledged this long after its lease (0: at once)
-  std::vector<int> io_threads = {-1};  // the dispatcher's --io-threads; a list runs each worker count with each
-  double seconds = 5;
-  int interval_ms = 100;      // heartbeat period of each simulated worker
-  int64_t splits = 10000;     // splits an epoch of each job
-  std::string dispatcher_bin; // default: next to ferry-bench
-};
-int RunDispatcherLoad(const DispatcherLoadArgs& a);
+
 
 }  // namespace ferry::bench
 

@@ -114,7 +114,7 @@ void BM_StartCompaction(benchmark::State& st) { CompactBench(st, true); }
 void BM_Compact(benchmark::State& st) { CompactBench(st, false); }
 
 // A fleet of simulated workers and consumers around one Dispatcher, as
-// dispatcher-load's (bench/dispatcher_bench.cc), in simulated time.
+// dispatcher-load's (server/dispatcher_load.cc), in simulated time.
 class Fleet {
  public:
   static constexpr int kIntervalMs = 100, kCommitEvery = 64, kSweepMs = 250;

@@ -5,6 +5,7 @@
 # corpus of real photographs, the first 75 of each class of the sample set (about 26 MB).
 # The wheel is rebuilt (incrementally) so that it is this checkout's.
 #   bash bench/gpu/prepare.sh      then the device tool: run "bash bench/gpu/run.sh", carry [".gpu"]
+#                                  (and "bash bench/gpu/fleet.sh": the dispatcher at 10,000 workers)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude

