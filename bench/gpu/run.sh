@@ -13,7 +13,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .gp
 export PYTHONPATH=$site PATH=$site/bin:$PATH
 export FERRY_PYTHON_DIR=$site FERRY_LOCAL=$site/ferry/bin/ferry-local FERRY_SAMPLE_DATA=$PWD/.gpu/corpus
 nvidia-smi -L || true
-echo "host: $(nproc) cores; $(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)')"
+echo "host: $(nproc) cores; $(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "torch threads", torch.get_num_threads())')"
+# What the loaders' processes may use, for the figures' reading (torchvision's DataLoader
+# was at 2.6-8.7% of the ceiling on the H200 host, against 14-24% on H100 hosts): the
+# cgroup's CPU quota, /dev/shm (its workers hand batches over through it), open files.
+echo "cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo none); /dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR==2 {print $2 " (" $5 " used)"}'); open files: $(ulimit -n)"
 echo "== the CUDA tests"
 python3 -m pytest -q -p no:cacheprovider tests/python/test_wire.py || echo "CUDA tests FAILED"
 echo "== the training benchmark"
