@@ -91,6 +91,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
           ++self->s_->errors;
           return;
         }
+        // Connected after the round ended (Stop() found no connection to close): close,
+        // or the connection's pending read would keep the shard's thread running.
+        if (self->s_->stopping) return;
         self->conn_ = std::make_shared<FrameConnection>(std::move(*socket), wire::FrameLimits{}, self->shard_->buffers);
         self->conn_->StartReading([self](const Status& st, InFrame f) { self->OnFrame(st, std::move(f)); });
       });
