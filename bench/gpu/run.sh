@@ -18,6 +18,23 @@ echo "host: $(nproc) cores; $(python3 -c 'import sys, torch; print("python", sys
 # was at 2.6-8.7% of the ceiling on the H200 host, against 14-24% on H100 hosts): the
 # cgroup's CPU quota, /dev/shm (its workers hand batches over through it), open files.
 echo "cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo none); /dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR==2 {print $2 " (" $5 " used)"}'); open files: $(ulimit -n)"
+# And the cores the processes actually get: nproc busy processes for 2 s against one
+# alone (a CPU quota or a noisy host shows as fewer than nproc).
+python3 - <<'PY' || true
+import multiprocessing as mp, os, time
+def spin(q, t=2.0):
+    end, n = time.perf_counter() + t, 0
+    while time.perf_counter() < end:
+        n += 1
+    q.put(n)
+q = mp.Queue()
+spin(q); one = q.get()
+ps = [mp.Process(target=spin, args=(q,)) for _ in range(os.cpu_count())]
+for p in ps: p.start()
+total = sum(q.get() for _ in ps)
+for p in ps: p.join()
+print("effective cores: %.1f of %d (%d busy processes against one alone)" % (total / one, os.cpu_count(), len(ps)))
+PY
 echo "== the CUDA tests"
 python3 -m pytest -q -p no:cacheprovider tests/python/test_wire.py || echo "CUDA tests FAILED"
 echo "== the training benchmark"
