@@ -1,6 +1,6 @@
-// ferry-dispatcher-load and ferry-bench dispatcher-load: a real ferry-dispatcher process under N simulated
-// workers, each on its own connection, heartbeating and leasing splits, and one
-// simulated consumer acknowledging every leased split. Reports leases per second and
+// ferry-dispatcher-load and ferry-bench dispatcher-load: a real ferry-dispatcher
+// process under N simulated workers, each on its own connection, heartbeating and
+// leasing splits, and one simulated consumer acknowledging every leased split. Reports leases per second and
 // the heartbeat round-trip latency (p50, p99), which includes the lease decision and
 // the journal's fdatasync. The simulated peers run on --load-threads threads (one
 // io_context each), so that on a machine with cores to spare the load generator does not
