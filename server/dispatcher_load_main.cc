@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   ferry::bench::DispatcherLoadArgs a;
   ferry::bench::AddDispatcherLoadOptions(&app, &a);
   app.set_version_flag("--version", std::string("ferry-dispatcher-load ") + FERRY_VERSION_STRING);
+  // Not cli.h's ParseOrUsage: its FERRY_<FLAG> environment variables would let the
+  // build's FERRY_JOBS (bench/setup.sh's parallelism) set --jobs here.
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
