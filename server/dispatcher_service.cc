@@ -221,8 +221,8 @@ class DispatcherSession : public std::enable_shared_from_this<DispatcherSession>
   // Any thread: encodes and writes an answer (the io thread's), in the order handed.
   void Deliver(Encoder encode) {
     asio::post(executor_, [self = shared_from_this(), encode = std::move(encode)] {
-      self->Answered();
       self->conn_->Send(encode());
+      self->Answered();  // may hand on a request read already: after this reply
     });
   }
 

@@ -122,6 +122,12 @@ class Stream {
   void AsyncRead(const Buffers& buffers, Handler&& handler) {
     AsyncRead(buffers, boost::asio::transfer_all(), std::forward<Handler>(handler));
   }
+  // Whatever is there, at least one byte (into a staging buffer).
+  template <typename Buffers, typename Handler>
+  void AsyncReadSome(const Buffers& buffers, Handler&& handler) {
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Handler>(handler));
+    plain_->async_read_some(buffers, std::forward<Handler>(handler));
+  }
   template <typename Buffers, typename Condition, typename Handler>
   void AsyncWrite(const Buffers& buffers, Condition condition, Handler&& handler) {
     if (tls_) return boost::asio::async_write(*tls_, buffers, condition, std::forward<Handler>(handler));
