@@ -60,6 +60,25 @@ struct Pair {
   }
 };
 
+// A FrameConnection whose peer is a raw socket the test writes bytes to, on one
+// io_context the test runs by hand.
+struct RawPeer {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  tcp::socket raw{io};
+  std::shared_ptr<FrameConnection> conn;
+
+  RawPeer() {
+    EXPECT_TRUE(Listen(acceptor, "127.0.0.1:0").ok());
+    raw.connect(acceptor.local_endpoint());
+    conn = std::make_shared<FrameConnection>(acceptor.accept(), wire::FrameLimits{}, DefaultBufferAllocator());
+  }
+  void RunFor(int ms) {
+    io.run_for(std::chrono::milliseconds(ms));
+    if (io.stopped()) io.restart();
+  }
+};
+
 TEST(FrameConnectionTest, FramesArriveInOrderBothWays) {
   Pair p;
   int sent = 0;
@@ -92,26 +111,20 @@ TEST(FrameConnectionTest, AFrameOverTheLimitClosesTheConnection) {
 }
 
 TEST(FrameConnectionTest, GarbageClosesTheConnection) {
-  asio::io_context io;
-  tcp::acceptor acceptor(io);
-  ASSERT_TRUE(Listen(acceptor, "127.0.0.1:0").ok());
-  tcp::socket raw(io);
-  raw.connect(acceptor.local_endpoint());
-  tcp::socket server = acceptor.accept();
-  auto conn = std::make_shared<FrameConnection>(std::move(server), wire::FrameLimits{}, DefaultBufferAllocator());
+  RawPeer p;
   std::vector<Status> end;
   int frames = 0;
-  conn->StartReading([&](const Status& s, wire::InFrame) {
+  p.conn->StartReading([&](const Status& s, wire::InFrame) {
     if (s.ok()) ++frames;
     else end.push_back(s);
   });
-  asio::write(raw, asio::buffer(std::string("GET / HTTP/1.1\r\n\r\n")));
+  asio::write(p.raw, asio::buffer(std::string("GET / HTTP/1.1\r\n\r\n")));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (end.empty() && std::chrono::steady_clock::now() < deadline) io.run_for(std::chrono::milliseconds(5));
+  while (end.empty() && std::chrono::steady_clock::now() < deadline) p.RunFor(5);
   ASSERT_EQ(end.size(), 1u);
   EXPECT_EQ(frames, 0);
   EXPECT_EQ(end[0].code(), StatusCode::kInvalidArgument) << end[0].ToString();
-  EXPECT_TRUE(conn->closed());
+  EXPECT_TRUE(p.conn->closed());
 }
 
 TEST(FrameConnectionTest, CloseAfterWritesDeliversWhatWasQueued) {
@@ -139,15 +152,10 @@ std::string WireBytes(const wire::OutFrame& f) {
 // raw socket in pieces cut anywhere (one byte, a header's half, thousands), sometimes
 // with a pause: each arrives whole, in order, with its own bytes.
 TEST(FrameConnectionTest, FramesCutAnywhereArriveWholeAndInOrder) {
-  asio::io_context io;
-  tcp::acceptor acceptor(io);
-  ASSERT_TRUE(Listen(acceptor, "127.0.0.1:0").ok());
-  tcp::socket raw(io);
-  raw.connect(acceptor.local_endpoint());
-  auto conn = std::make_shared<FrameConnection>(acceptor.accept(), wire::FrameLimits{}, DefaultBufferAllocator());
+  RawPeer p;
   std::vector<std::string> got;
   std::vector<Status> end;
-  conn->StartReading([&](const Status& s, wire::InFrame f) {
+  p.conn->StartReading([&](const Status& s, wire::InFrame f) {
     if (!s.ok()) return end.push_back(s);
     auto m = wire::DecodeError(f);
     got.push_back(m.ok() ? m->status.message() : "undecodable: " + m.status().ToString());
@@ -164,15 +172,12 @@ TEST(FrameConnectionTest, FramesCutAnywhereArriveWholeAndInOrder) {
       stream += WireBytes(wire::EncodeError(Status::Internal(text)));
     }
   }
-  const auto run_a_bit = [&] {
-    for (int i = 0; i < 3; ++i) io.run_for(std::chrono::milliseconds(1));
-    if (io.stopped()) io.restart();
-  };
+  const auto run_a_bit = [&] { p.RunFor(3); };
   size_t at = 0;
   const size_t cuts[] = {1, 7, 8, 16, 17, 100, 1023, 1024, 1500, 4096, 65536};
   while (at < stream.size()) {
     const size_t n = std::min(stream.size() - at, cuts[rng() % std::size(cuts)]);
-    asio::write(raw, asio::buffer(stream.data() + at, n));
+    asio::write(p.raw, asio::buffer(stream.data() + at, n));
     at += n;
     if (rng() % 3 == 0) run_a_bit();  // the reader sees this piece alone
   }
@@ -181,7 +186,7 @@ TEST(FrameConnectionTest, FramesCutAnywhereArriveWholeAndInOrder) {
   ASSERT_TRUE(end.empty()) << end[0].ToString();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "frame " << i;
-  raw.close();
+  p.raw.close();
   while (end.empty() && std::chrono::steady_clock::now() < deadline) run_a_bit();
   ASSERT_EQ(end.size(), 1u);
   EXPECT_EQ(end[0].code(), StatusCode::kUnavailable) << end[0].ToString();
@@ -191,25 +196,18 @@ TEST(FrameConnectionTest, FramesCutAnywhereArriveWholeAndInOrder) {
 // with requests in flight), and all follow on ResumeReads(), in order; and bytes that
 // arrived while held are read after it (epoll raised no event for them then).
 TEST(FrameConnectionTest, HeldReadsHoldFramesAlreadyReadUntilResumed) {
-  asio::io_context io;
-  tcp::acceptor acceptor(io);
-  ASSERT_TRUE(Listen(acceptor, "127.0.0.1:0").ok());
-  tcp::socket raw(io);
-  raw.connect(acceptor.local_endpoint());
-  auto conn = std::make_shared<FrameConnection>(acceptor.accept(), wire::FrameLimits{}, DefaultBufferAllocator());
+  RawPeer p;
+  FrameConnection* conn = p.conn.get();
   std::vector<uint32_t> got;
   conn->StartReading([&](const Status& s, wire::InFrame f) {
     if (!s.ok()) return;
     got.push_back(*wire::DecodeCredit(f));
     if (got.size() == 1 || got.size() == 5) conn->HoldReads();
   });
-  const auto run_for = [&](int ms) {
-    io.run_for(std::chrono::milliseconds(ms));
-    if (io.stopped()) io.restart();
-  };
+  const auto run_for = [&](int ms) { p.RunFor(ms); };
   std::string five;
   for (uint32_t i = 1; i <= 5; ++i) five += WireBytes(wire::EncodeCredit(i));
-  asio::write(raw, asio::buffer(five));
+  asio::write(p.raw, asio::buffer(five));
   for (int i = 0; i < 50 && got.empty(); ++i) run_for(5);
   run_for(50);
   EXPECT_EQ(got, (std::vector<uint32_t>{1})) << "held after the first: the other four wait, read already";
@@ -219,7 +217,7 @@ TEST(FrameConnectionTest, HeldReadsHoldFramesAlreadyReadUntilResumed) {
   // Held again after the fifth; these arrive meanwhile, and must be read on resuming.
   std::string more;
   for (uint32_t i = 6; i <= 8; ++i) more += WireBytes(wire::EncodeCredit(i));
-  asio::write(raw, asio::buffer(more));
+  asio::write(p.raw, asio::buffer(more));
   run_for(50);
   EXPECT_EQ(got.size(), 5u);
   conn->ResumeReads();
