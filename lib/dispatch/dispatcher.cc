@@ -84,6 +84,11 @@ Status Dispatcher::Sync() {
     }
     JournalUp();
     synced_since_tick_ = true;
+  } else if (Status s = journal_->Write(); !s.ok()) {
+    // No fdatasync (tests), but the records are written all the same: the replies
+    // waiting on them must not go out when they could not be.
+    dirty_ = false;
+    return JournalDown(s);
   }
   dirty_ = false;
   // A snapshot when the journal holds compact_every records, or twice the last

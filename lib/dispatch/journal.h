@@ -22,7 +22,12 @@
 // state-id drawn for a new work dir.
 //
 // Append() writes and fdatasync()s a record before returning: the service applies an
-// update, appends it, and only then sends the reply that depends on it.
+// update, appends it, and only then sends the reply that depends on it. With
+// set_sync(false) (the dispatcher's group commit) Append() keeps the record in memory,
+// and Sync() writes every record kept in one write, then fdatasync()s: a write a
+// record cost the deciding thread more than the decision (see journal.cc). So a write
+// that fails shows at Sync() (or at an Append() past kWriteAhead bytes kept), and the
+// replies waiting on that Sync() do not go out.
 //
 // Compaction runs beside the appends. StartCompaction() takes the state's snapshot (a
 // copy: the caller's thread goes on changing the state) and hands it to a thread of the
@@ -40,10 +45,10 @@
 // the thread that appends is the dispatcher's deciding thread, which answers nobody
 // meanwhile (it was the p99 of every heartbeat at a thousand jobs).
 //
-// Failures of write() (a full disk) do not lose records: a record that cannot be
-// written, and every record since the last successful Sync(), is kept in memory, the
-// file is cut back to its last durable size, and the journal is broken (healthy() is
-// false) until a Sync() writes them all again and syncs.
+// Failures of write() (a full disk) do not lose records: every record since the last
+// successful Sync() is kept in memory (written or not), the file is cut back to its
+// last durable size, and the journal is broken (healthy() is false) until a Sync()
+// writes them all again and syncs.
 //
 // A failed fdatasync() is different, and final (failed()): the kernel may have dropped
 // the pages it could not write and reported that once, so no later sync proves
@@ -78,15 +83,22 @@ class Journal {
                                                DispatcherState* state = nullptr);
   ~Journal();  // seals (see Seal())
 
-  // Appends a record; with sync (the default, see set_sync) also fdatasync()s it. On
-  // a failure the record is kept in memory (see above) and the error returned; while
-  // broken, records are only queued, and the error returned.
+  // Appends a record; with sync (the default, see set_sync) also writes and
+  // fdatasync()s it, else keeps it for the next Sync() (written before then only past
+  // kWriteAhead bytes kept). On a failure the record is kept in memory (see above) and
+  // the error returned; while broken, records are only queued, and the error returned.
   Status Append(const Update& u);
   // Makes every record appended so far durable (group commit: many unsynced
-  // Append()s, then one Sync() before the replies that depend on them). When broken,
-  // first tries to write again what is queued. The file's header is rewritten first
+  // Append()s, then one Sync() before the replies that depend on them): writes those
+  // not yet written, in one call, then fdatasync()s. When broken, first writes again
+  // every record since the last good Sync(). The file's header is rewritten first
   // with the length the previous Sync() made durable.
   Status Sync();
+  // Writes the records not yet written, without fdatasync (a dispatcher with
+  // DispatcherConfig::sync off: a killed process loses nothing the page cache holds).
+  Status Write() { return failed() ? sync_error_ : broken_ ? last_error_ : WriteQueued(); }
+  // Bytes of records an Append() without sync keeps before writing them.
+  static constexpr size_t kWriteAhead = size_t(256) << 10;
   // Makes the header's committed length the whole file (syncing first what is not):
   // from then on a truncation anywhere is DataLoss at start. Costs one fdatasync when
   // the header is behind, none otherwise. The dispatcher seals when idle, and closing
@@ -145,6 +157,14 @@ class Journal {
   Journal(std::string dir, uint64_t generation);
   // Marks the journal broken with `s`, and cuts the file back to its durable size.
   Status Break(const Status& s);
+  // Writes the records of unsynced_ not yet in the file, in one call (Break()s on a
+  // failure).
+  Status WriteQueued();
+  // Forgets unsynced_ (all durable now), and its memory after a large burst.
+  void ClearQueued() {
+    if (unsynced_.capacity() > 4 * kWriteAhead) unsynced_ = std::string();
+    else unsynced_.clear();
+  }
   // Writes generation `next` from `state` (a snapshot and an empty journal, each made
   // whole and durable under a temporary name, renamed into place, the directory
   // synced). On success *fd is the new journal's, open for writing. On failure the new
@@ -172,7 +192,9 @@ class Journal {
   uint64_t size_ = 0;              // bytes of whole records in the file
   uint64_t synced_size_ = 0;       // of which known durable
   uint64_t header_committed_ = 0;  // what the file's header says (durable)
-  std::vector<std::string> unsynced_;  // records since the last good Sync(), encoded
+  // The records since the last good Sync(), encoded, one after another: the first
+  // size_ - synced_size_ bytes are in the file, the rest not yet written.
+  std::string unsynced_;
   bool broken_ = false;
   Status last_error_;
   Status sync_error_;  // the failed fdatasync, final

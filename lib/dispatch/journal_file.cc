@@ -188,14 +188,21 @@ std::string FileHeader(uint64_t committed) {
   return h;
 }
 
-std::string Record(const std::string& payload) {
-  std::string r(kRecordHeaderSize, '\0');
+void AppendRecord(const std::string& payload, std::string* out) {
+  char h[kRecordHeaderSize];
   const uint32_t len = uint32_t(payload.size()), crc = Crc32(payload);
-  std::memcpy(r.data(), &len, 4);
-  std::memcpy(r.data() + 4, &crc, 4);
-  const uint32_t hcrc = Crc32(r.data(), 8);
-  std::memcpy(r.data() + 8, &hcrc, 4);
-  return r + payload;
+  std::memcpy(h, &len, 4);
+  std::memcpy(h + 4, &crc, 4);
+  const uint32_t hcrc = Crc32(h, 8);
+  std::memcpy(h + 8, &hcrc, 4);
+  out->append(h, kRecordHeaderSize).append(payload);
+}
+
+std::string Record(const std::string& payload) {
+  std::string r;
+  r.reserve(kRecordHeaderSize + payload.size());
+  AppendRecord(payload, &r);
+  return r;
 }
 
 Result<std::string> ReadWhole(const std::string& path) {

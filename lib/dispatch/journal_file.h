@@ -49,8 +49,9 @@ inline uint32_t Crc32(const std::string& s) { return Crc32(s.data(), s.size()); 
 
 // A format 4 file's header claiming `committed` bytes.
 std::string FileHeader(uint64_t committed);
-// One record of formats 2 to 4 around an encoded update.
+// One record of formats 2 to 4 around an encoded update; AppendRecord appends it to *out.
 std::string Record(const std::string& payload);
+void AppendRecord(const std::string& payload, std::string* out);
 
 enum class FileKind { kJournal, kSnapshot };
 

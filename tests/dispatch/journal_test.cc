@@ -182,7 +182,9 @@ TEST(JournalFileTest, TemporariesOfAnInterruptedCompactionAreRemoved) {
 
 // A write that fails (the file size limit here, as a full disk would) loses no record:
 // the file is cut back to whole records, the records wait in memory, and once writes
-// work again a Sync() writes them, in order.
+// work again a Sync() writes them, in order. Without sync per record (the dispatcher's
+// group commit), records are written at Sync(), so that is where the failure shows;
+// from then on every Append() returns it, and queues its record.
 TEST(JournalFileTest, AFailedWriteLosesNothingAndRecovers) {
   ::signal(SIGXFSZ, SIG_IGN);  // past RLIMIT_FSIZE, write() fails with EFBIG instead
   testing::TempDir dir;
@@ -203,25 +205,66 @@ TEST(JournalFileTest, AFailedWriteLosesNothingAndRecovers) {
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
     Status s2 = (*j)->Append(RegisterWorker{"w2", "a"});
     Status s3 = (*j)->Append(RegisterWorker{"w3", "a"});
-    Status again = (*j)->Sync();
+    Status commit = (*j)->Sync();
     const bool healthy = (*j)->healthy();
+    Status s4 = (*j)->Append(RegisterWorker{"w4", "a"});
+    Status again = (*j)->Sync();
     const uintmax_t size = std::filesystem::file_size(path);
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-    EXPECT_FALSE(s2.ok());
-    EXPECT_FALSE(s3.ok()) << "broken: queued, and the error again";
-    EXPECT_FALSE(again.ok()) << "the limit still holds";
+    EXPECT_TRUE(s2.ok()) << "kept for the group commit";
+    EXPECT_TRUE(s3.ok());
+    EXPECT_FALSE(commit.ok()) << "the group's write failed";
     EXPECT_FALSE(healthy);
+    EXPECT_FALSE(s4.ok()) << "broken: queued, and the error again";
+    EXPECT_FALSE(again.ok()) << "the limit still holds";
     EXPECT_EQ(size, durable) << "no part of a record is left in the file";
     ASSERT_TRUE((*j)->Sync().ok()) << "room again: the queued records are written";
     EXPECT_TRUE((*j)->healthy());
-    ASSERT_TRUE((*j)->Append(RegisterWorker{"w4", "a"}).ok());
+    ASSERT_TRUE((*j)->Append(RegisterWorker{"w5", "a"}).ok());
     ASSERT_TRUE((*j)->Sync().ok());
   }
   ::signal(SIGXFSZ, SIG_DFL);
   auto j = Journal::Open(dir.path(), &replay);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
-  ASSERT_EQ(replay.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(std::get<RegisterWorker>(replay[size_t(i)]).worker, "w" + std::to_string(i));
+  ASSERT_EQ(replay.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(std::get<RegisterWorker>(replay[size_t(i)]).worker, "w" + std::to_string(i));
+}
+
+// A group commit's records are written by its Sync(), in one write; a burst larger
+// than Journal::kWriteAhead is written as it comes (memory stays bounded between
+// commits), and either way every record is there, in order, after a restart.
+TEST(JournalFileTest, AGroupCommitIsWrittenAtSyncAndABurstAsItComes) {
+  testing::TempDir dir;
+  std::vector<Update> replay;
+  const std::string path = dir.path() + "/journal-0";
+  const std::string address(200, 'a');  // records of about 230 bytes
+  const size_t record = internal::Record(EncodeUpdate(RegisterWorker{"w0000", address})).size();
+  const int burst = int(Journal::kWriteAhead / record) + 10;
+  {
+    auto j = Journal::Open(dir.path(), &replay);
+    ASSERT_TRUE(j.ok());
+    (*j)->set_sync(false);
+    ASSERT_TRUE((*j)->Sync().ok());
+    const uintmax_t empty = std::filesystem::file_size(path);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*j)->Append(RegisterWorker{"g" + std::to_string(1000 + i), address}).ok());
+    EXPECT_EQ(std::filesystem::file_size(path), empty) << "a group's records wait for its Sync()";
+    ASSERT_TRUE((*j)->Sync().ok());
+    const uintmax_t group = std::filesystem::file_size(path);
+    EXPECT_EQ(group, empty + 3 * record);
+    for (int i = 0; i < burst; ++i) ASSERT_TRUE((*j)->Append(RegisterWorker{"b" + std::to_string(10000 + i), address}).ok());
+    const uintmax_t before_sync = std::filesystem::file_size(path);
+    EXPECT_GE(before_sync, group + Journal::kWriteAhead) << "a burst past kWriteAhead is written before Sync()";
+    EXPECT_LT(before_sync, group + uintmax_t(burst) * record) << "the last records of the burst wait for Sync()";
+    ASSERT_TRUE((*j)->Sync().ok());
+    EXPECT_EQ(std::filesystem::file_size(path), group + uintmax_t(burst) * record);
+    j->get()->TEST_CrashClose();  // not sealed: what Sync() made durable must be all there
+  }
+  auto j = Journal::Open(dir.path(), &replay);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_EQ(replay.size(), size_t(3 + burst));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(std::get<RegisterWorker>(replay[size_t(i)]).worker, "g" + std::to_string(1000 + i));
+  for (int i = 0; i < burst; ++i)
+    EXPECT_EQ(std::get<RegisterWorker>(replay[size_t(3 + i)]).worker, "b" + std::to_string(10000 + i));
 }
 
 TEST(UpdateCodecTest, RoundTripAndGarbage) {
