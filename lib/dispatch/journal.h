@@ -25,7 +25,7 @@
 // update, appends it, and only then sends the reply that depends on it. With
 // set_sync(false) (the dispatcher's group commit) Append() keeps the record in memory,
 // and Sync() writes every record kept in one write, then fdatasync()s: a write a
-// record cost the deciding thread more than the decision (see journal.cc). So a write
+// record was a sixth of the deciding thread with one job (see journal.cc). So a write
 // that fails shows at Sync() (or at an Append() past kWriteAhead bytes kept), and the
 // replies waiting on that Sync() do not go out.
 //
