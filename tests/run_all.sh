@@ -6,9 +6,9 @@
 #      does find_package(ferry) and reads an epoch from a real ferry-worker;
 #   4. the Python suites (pytest with /usr/bin/python3; the object-storage tests against
 #      moto, installed from PyPI into build/s3-venv) and the example training loop;
-#   5. a short libFuzzer run over the frame and message parsers and over the
-#      dispatcher's control plane (Clang);
-#   6. the C++ suites again built with ASan+UBSan (Clang);
+#   5. the C++ suites again built with ASan+UBSan (Clang);
+#   6. a short libFuzzer run over the frame and message parsers, the dispatcher's
+#      control plane and its journal files (the targets of the ASan+UBSan build);
 #   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
 #      the locking annotations are checked in the same build).
 # Each stage prints its seconds. CI builds Ferry three times (and the fuzz targets), so
@@ -59,10 +59,10 @@ PYTHONPATH="$PWD/$build/python" timeout 120 /usr/bin/python3 client/examples/tra
 grep -q '^verdict: ' /tmp/ferry-train-example.log
 echo "example training loop: $(( $(date +%s) - start )) s"
 
-stage "fuzz (frame and message parsers; the dispatcher's control plane; its journal files; ${FERRY_FUZZ_SECONDS:-30} s each)"
-bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
-
+fuzz_title="fuzz (frame and message parsers; the dispatcher's control plane; its journal files; ${FERRY_FUZZ_SECONDS:-30} s each)"
 if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then
+  stage "$fuzz_title"
+  bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
   stage
   exit 0
 fi
@@ -79,11 +79,17 @@ sanitized_suites() {
   cmake --build "$dir" -j "$jobs"
 }
 
-stage "ctest (ASan+UBSan, Clang)"
+# The ASan+UBSan build also holds the fuzz targets (-DFERRY_FUZZ=ON): the libraries
+# they fuzz carry libFuzzer's coverage instrumentation there as well, which the suites
+# run through unchanged, and the fuzz stage needs no fourth build of its own.
+stage "ctest (ASan+UBSan, Clang; with the fuzz targets)"
 asan=${build}-asan
-sanitized_suites "$asan" -DFERRY_SANITIZE=ON
+sanitized_suites "$asan" -DFERRY_SANITIZE=ON -DFERRY_FUZZ=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" --output-on-failure -j "$jobs"
+
+stage "$fuzz_title"
+FERRY_FUZZ_BUILD_DIR="$PWD/$asan" FERRY_FUZZ_CONFIGURED=1 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 stage "ctest (TSan, Clang with -Werror=thread-safety)"
 tsan=${build}-tsan

@@ -11,6 +11,10 @@
 #     SECONDS                fuzzing time per target (default: $FERRY_FUZZ_SECONDS, else 30)
 #     TARGET                 which (default: all three)
 #     FERRY_FUZZ_BUILD_DIR   the build folder (default: build-fuzz in the checkout)
+#     FERRY_FUZZ_CONFIGURED  1: the build folder is configured already, with -DFERRY_FUZZ=ON,
+#                            and is used as it is (tests/run_all.sh: its ASan+UBSan build,
+#                            whose libraries then carry the coverage instrumentation too);
+#                            the FERRY_FUZZ_SANITIZERS and FERRY_FUZZ_OPT below do not apply
 #     FERRY_FUZZ_CORPUS      a folder to keep and grow corpora in between runs, one
 #                            subfolder per target (default: a temporary one, seeded afresh)
 #     FERRY_FUZZ_RUNS        stop each target after this many executions instead (with
@@ -50,14 +54,20 @@ done
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
-echo "fuzz: configuring $build (clang, FERRY_FUZZ=ON)"
-mkdir -p "$build"
-# -O1 with line tables: libFuzzer's usual flags, and a third of -O2 -g's build time.
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
-  -DFERRY_FUZZ_SANITIZERS="${FERRY_FUZZ_SANITIZERS:-address,undefined}" -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log" >&2; exit 2; }
+if [ "${FERRY_FUZZ_CONFIGURED:-}" = 1 ]; then
+  grep -q '^FERRY_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null ||
+    { echo "fuzz: FERRY_FUZZ_CONFIGURED=1, but $build is not configured with -DFERRY_FUZZ=ON" >&2; exit 2; }
+  echo "fuzz: using $build as configured"
+else
+  echo "fuzz: configuring $build (clang, FERRY_FUZZ=ON)"
+  mkdir -p "$build"
+  # -O1 with line tables: libFuzzer's usual flags, and a third of -O2 -g's build time.
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="${FERRY_FUZZ_OPT:--O1} -gline-tables-only -DNDEBUG" \
+    -DFERRY_FUZZ_SANITIZERS="${FERRY_FUZZ_SANITIZERS:-address,undefined}" -DFERRY_FUZZ=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_TESTS=ON -DFERRY_SANITIZE=OFF -DFERRY_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; exit 2; }
+fi
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(frame_fuzzer dispatcher_fuzzer journal_fuzzer)
