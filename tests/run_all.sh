@@ -11,12 +11,13 @@
 #      control plane and its journal files (the targets of the ASan+UBSan build);
 #   7. the C++ suites again built with TSan (Clang, with -Wthread-safety as an error:
 #      the locking annotations are checked in the same build).
-# Each stage prints its seconds. CI builds Ferry three times (and the fuzz targets), so
-# every build is a unity build (each library, program and test suite compiles as a
-# few units of up to 8 files, so the Asio, Cap'n Proto, OpenCV and gtest headers they
-# share are compiled once a unit, not once a file), and the sanitizer builds are -O1 with line tables
-# only (exact stacks at a third of GCC's -O2 -g time; the tests' own code at -O0,
-# tests/CMakeLists.txt): the whole run stays inside CI's 45 minutes.
+# Each stage prints its seconds. CI builds Ferry three times (the fuzz targets inside
+# the ASan+UBSan build), so every build is a unity build (each library, program and
+# test suite compiles as a few units of up to 8 files, so the Asio, Cap'n Proto, OpenCV
+# and gtest headers they share are compiled once a unit, not once a file), and the
+# sanitizer builds are -O1 with line tables only (exact stacks at a third of GCC's
+# -O2 -g time; the tests' own code and the tools' mains at -O0: tests/CMakeLists.txt,
+# ferry_startup_code in CMakeLists.txt).
 #   bash tests/run_all.sh                       # everything
 #   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh # skip both sanitizer builds
 set -euo pipefail
@@ -50,7 +51,7 @@ stage "pytest"
 s3_python=$(bash tests/s3/setup.sh "$build/s3-venv")
 FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
   FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" FERRY_S3_PYTHON="$s3_python" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=12 tests/python
 
 stage "example training loop (client/examples/train_resnet.py)"
 start=$(date +%s)
