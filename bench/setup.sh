@@ -11,6 +11,9 @@
 #              FERRY_SETUP=main: only what the main job runs (bench/run_main.sh): the
 #                build's packages and the three programs it starts, so that its first
 #                batch does not wait for the tests' packages (torch, clang) and builds.
+#              FERRY_SETUP_BESIDE: a command to run once every package is in, while
+#                Ferry compiles (tests/run_all.sh: the object-storage tests' virtual
+#                environment, from PyPI); its failure is only reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,16 +36,15 @@ readonly BUILD_PACKAGES=(
 readonly TEST_PACKAGES=(
   clang libclang-rt-14-dev prometheus iproute2
   python3-torch python3-torchvision libopenblas0-openmp python3-pytest python3-yaml python3-sentencepiece
-  python3-cloudpickle
+  python3-cloudpickle python3-pytest-xdist
   python3-pip python3-venv python3-setuptools python3-wheel
 )
 main_only() { [[ "${FERRY_SETUP:-}" == main ]]; }
-PACKAGES=("${BUILD_PACKAGES[@]}")
-main_only || [[ "${FERRY_SETUP:-}" == packages ]] || PACKAGES+=("${TEST_PACKAGES[@]}")
+tests_too() { ! main_only && [[ "${FERRY_SETUP:-}" != packages ]]; }
 
-install_packages() {
+install_packages() {  # PACKAGE...
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -72,8 +74,30 @@ sample_data() {
     --count 3000 --classes 8 --seed 0
 }
 
-install_packages
+install_packages "${BUILD_PACKAGES[@]}"
 # FERRY_SETUP=packages: the build's packages only (client/wheel/build.sh builds itself).
 [[ "${FERRY_SETUP:-}" == packages ]] && exit 0
+# The tests' packages (torch, Clang, ...: most of the download) come in while Ferry
+# compiles, which needs none of them; the sample data waits for them (apt-get download).
+beside=""
+if tests_too; then
+  beside_log=$(mktemp)
+  (
+    install_packages "${TEST_PACKAGES[@]}"
+    if [[ -n "${FERRY_SETUP_BESIDE:-}" ]]; then
+      bash -c "$FERRY_SETUP_BESIDE" >/dev/null || echo "setup: FERRY_SETUP_BESIDE failed: $FERRY_SETUP_BESIDE"
+    fi
+  ) >"$beside_log" 2>&1 &
+  beside=$!
+fi
 build
+if [[ -n "$beside" ]]; then
+  if ! wait "$beside"; then
+    cat "$beside_log" >&2
+    echo "setup: installing the tests' packages failed" >&2
+    exit 1
+  fi
+  cat "$beside_log"
+  rm -f "$beside_log"
+fi
 sample_data

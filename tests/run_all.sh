@@ -4,8 +4,10 @@
 #   2. the C++ suites (ctest), in-process and with real processes;
 #   3. the installed package: `cmake --install`, then an unrelated CMake project that
 #      does find_package(ferry) and reads an epoch from a real ferry-worker;
-#   4. the Python suites (pytest with /usr/bin/python3; the object-storage tests against
-#      moto, installed from PyPI into build/s3-venv) and the example training loop;
+#   4. the Python suites (pytest with /usr/bin/python3, on a process a core with
+#      pytest-xdist, then the timing tests alone; the object-storage tests against moto,
+#      installed from PyPI into build/s3-venv during the set-up) and the example
+#      training loop;
 #   5. the C++ suites again built with ASan+UBSan (Clang);
 #   6. a short libFuzzer run over the frame and message parsers, the dispatcher's
 #      control plane and its journal files (the targets of the ASan+UBSan build);
@@ -32,10 +34,12 @@ stage() {  # the seconds of the stage that ends, then the next stage's title
   [[ $# -gt 0 ]] && echo "== $*"
   return 0
 }
-echo "== set-up (bench/setup.sh: packages, Release build, sample data)"
-bash bench/setup.sh
-
 build=${FERRY_BUILD_DIR:-build}
+echo "== set-up (bench/setup.sh: packages, Release build, sample data)"
+# The object-storage tests' S3-compatible server (moto, from PyPI, in a virtual
+# environment of its own: tests/s3/setup.sh) installs while Ferry compiles.
+FERRY_SETUP_BESIDE="bash tests/s3/setup.sh $build/s3-venv" bash bench/setup.sh
+
 data="$PWD/${FERRY_DATA_DIR:-data}/sample"
 jobs=${FERRY_JOBS:-$(nproc)}
 
@@ -46,12 +50,14 @@ stage "installed package (tests/install: find_package(ferry) in an unrelated pro
 bash tests/install/run.sh "$build" "$data"
 
 stage "pytest"
-# The object-storage tests' S3-compatible server (moto, from PyPI, in a virtual
-# environment of its own: tests/s3/setup.sh).
-s3_python=$(bash tests/s3/setup.sh "$build/s3-venv")
-FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local" \
-  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" FERRY_S3_PYTHON="$s3_python" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=12 tests/python
+s3_python=$(bash tests/s3/setup.sh "$build/s3-venv")  # made during the set-up; checked here
+# On $jobs processes (pytest-xdist; the tests of one xdist_group on one process), then
+# the tests marked serial alone: those whose verdict is a timing (tests/python/conftest.py).
+pytest_env=(FERRY_BENCH="$PWD/$build/bench/ferry-bench" FERRY_LOCAL="$PWD/$build/server/ferry-local"
+  FERRY_PYTHON_DIR="$PWD/$build/python" FERRY_SAMPLE_DATA="$data" FERRY_S3_PYTHON="$s3_python")
+env "${pytest_env[@]}" /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=12 \
+  -n "$jobs" --dist loadgroup -m "not serial" tests/python
+env "${pytest_env[@]}" /usr/bin/python3 -m pytest -q -p no:cacheprovider -m serial tests/python
 
 stage "example training loop (client/examples/train_resnet.py)"
 start=$(date +%s)
@@ -63,13 +69,13 @@ echo "example training loop: $(( $(date +%s) - start )) s"
 fuzz_title="fuzz (frame and message parsers; the dispatcher's control plane; its journal files; ${FERRY_FUZZ_SECONDS:-30} s each)"
 if [[ -n "${FERRY_SKIP_SANITIZE:-}" ]]; then
   stage "$fuzz_title"
-  bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
+  FERRY_FUZZ_PROCS="$jobs" bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
   stage
   exit 0
 fi
 
 # The sanitizer builds need no benchmarks or Python binding: only the suites and the
-# programs they run.
+# programs they run (the ferry_tests target; with FERRY_FUZZ, the fuzz targets too).
 sanitized_suites() {
   local dir=$1
   shift
@@ -77,7 +83,7 @@ sanitized_suites() {
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_UNITY_BUILD=ON -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF \
     -DFERRY_SAMPLE_DATA="$data" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs"
+  cmake --build "$dir" -j "$jobs" --target ferry_tests
 }
 
 # The ASan+UBSan build also holds the fuzz targets (-DFERRY_FUZZ=ON): the libraries
@@ -90,7 +96,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" --output-on-failure -j "$jobs"
 
 stage "$fuzz_title"
-FERRY_FUZZ_BUILD_DIR="$PWD/$asan" FERRY_FUZZ_CONFIGURED=1 bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
+FERRY_FUZZ_BUILD_DIR="$PWD/$asan" FERRY_FUZZ_CONFIGURED=1 FERRY_FUZZ_PROCS="$jobs" bash tests/fuzz/run.sh "${FERRY_FUZZ_SECONDS:-30}"
 
 stage "ctest (TSan, Clang with -Werror=thread-safety)"
 tsan=${build}-tsan

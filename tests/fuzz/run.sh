@@ -24,6 +24,9 @@
 #     FERRY_FUZZ_OPT         optimization (default: -O1)
 #     FERRY_FUZZ_MAX_LEN     the longest input (default 4096; a dispatcher program takes
 #                            about 10 bytes a step)
+#     FERRY_FUZZ_PROCS       fuzzer processes at once (default 1): the targets run side by
+#                            side, and the dispatcher's kept corpus is split in as many
+#                            shards, one process each (tests/run_all.sh: one per core)
 #     FERRY_FUZZ_FLAGS       more libFuzzer flags, e.g. "-jobs=2 -workers=2" (each job
 #                            runs FERRY_FUZZ_RUNS and logs to fuzz-N.log in the current
 #                            folder) or "-entropic=0"
@@ -81,32 +84,81 @@ runs=()
 [ -n "${FERRY_FUZZ_RUNS:-}" ] && runs=(-runs="$FERRY_FUZZ_RUNS")
 read -r -a extra <<<"${FERRY_FUZZ_FLAGS:-}"
 
+# A unit is one fuzzer process: a target, or with FERRY_FUZZ_PROCS > 1 one shard of
+# the dispatcher's kept corpus (its ~3,000 programs replay at ~22 a second under ASan,
+# past the time limit before any fuzzing starts: 140 s alone, the stage's longest part).
+# Up to FERRY_FUZZ_PROCS units run at once, the longest first; each prints its lines
+# prefixed with its name.
+procs=${FERRY_FUZZ_PROCS:-1}
+units=()
 for target in "${targets[@]}"; do
-  fuzzer="$build/tests/fuzz/$target"
-  "$fuzzer" --write-seeds "$work/$target-seeds"
-  corpus=${FERRY_FUZZ_CORPUS:+$FERRY_FUZZ_CORPUS/$target}
-  corpus=${corpus:-$work/$target-corpus}
+  "$build/tests/fuzz/$target" --write-seeds "$work/$target-seeds"
+  shards=1
+  [ "$target" = dispatcher_fuzzer ] && [ -d "$root/tests/fuzz/corpus/$target" ] && shards=$procs
+  for ((k = 0; k < shards; ++k)); do
+    units+=("$target $k $shards")
+  done
+done
+# The dispatcher's shards first: they are the long ones.
+mapfile -t units < <(printf '%s\n' "${units[@]}" | awk '$1 == "dispatcher_fuzzer"'
+                     printf '%s\n' "${units[@]}" | awk '$1 != "dispatcher_fuzzer"')
+
+run_unit() {  # TARGET SHARD SHARDS; writes $work/TARGET.SHARD.rc
+  local target=$1 k=$2 n=$3
+  local fuzzer="$build/tests/fuzz/$target" name=$target
+  [ "$n" -gt 1 ] && name="$target[$((k + 1))/$n]"
+  local corpus=${FERRY_FUZZ_CORPUS:+$FERRY_FUZZ_CORPUS/$target}
+  corpus=${corpus:-$work/$target-corpus-$k}
   mkdir -p "$corpus"
   # Inputs that once found a bug run first, every time (libFuzzer adds new inputs to
   # the first folder only).
-  regressions=()
-  [ -d "$root/tests/fuzz/regressions/$target" ] && regressions=("$root/tests/fuzz/regressions/$target")
+  local inputs=("$work/$target-seeds")
+  [ -d "$root/tests/fuzz/regressions/$target" ] && inputs+=("$root/tests/fuzz/regressions/$target")
   # The corpus kept in the tree (minimized from the long runs BENCHMARKS.md counts):
-  # read, never written, so each run starts where those runs ended.
-  [ -d "$root/tests/fuzz/corpus/$target" ] && regressions+=("$root/tests/fuzz/corpus/$target")
-  echo "fuzz: running $target for ${seconds}s"
+  # read, never written, so each run starts where those runs ended; a shard takes
+  # every n-th file of it.
+  local kept="$root/tests/fuzz/corpus/$target"
+  if [ -d "$kept" ] && [ "$n" -gt 1 ]; then
+    local shard="$work/$target-shard-$k" i=0 f
+    mkdir -p "$shard"
+    for f in "$kept"/*; do
+      [ $((i++ % n)) -eq "$k" ] && cp "$f" "$shard/"
+    done
+    inputs+=("$shard")
+  elif [ -d "$kept" ]; then
+    inputs+=("$kept")
+  fi
+  echo "fuzz: running $name for ${seconds}s"
   set +e
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$fuzzer" -max_total_time="$seconds" "${runs[@]}" "${extra[@]}" -max_len="${FERRY_FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$build/artifacts/$target-" "$corpus" "$work/$target-seeds" "${regressions[@]}" 2>&1 | tee "$work/log" |
-    grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)'
-  rc=${PIPESTATUS[0]}
+    -artifact_prefix="$build/artifacts/$target-" "$corpus" "${inputs[@]}" 2>&1 | tee "$work/$target.$k.log" |
+    grep --line-buffered -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==|SUMMARY|[a-z_]*fuzzer:|artifact_prefix|Test unit written)' |
+    sed -u "s|^|$name: |"
+  echo "${PIPESTATUS[0]}" >"$work/$target.$k.rc"
   set -e
-  if [ "$rc" -ne 0 ]; then
-    echo "fuzz: $target FAILED (exit $rc); last lines of its log:" >&2
-    tail -n 60 "$work/log" >&2
-    exit 1
-  fi
-  echo "fuzz: $target ran ${seconds}s without a finding"
+}
+
+for unit in "${units[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$procs" ]; do wait -n || true; done
+  # shellcheck disable=SC2086
+  run_unit $unit &
 done
+wait
+
+failed=0
+for unit in "${units[@]}"; do
+  read -r target k n <<<"$unit"
+  rc=$(cat "$work/$target.$k.rc" 2>/dev/null || echo "no exit status")
+  name=$target
+  [ "$n" -gt 1 ] && name="$target[$((k + 1))/$n]"
+  if [ "$rc" != 0 ]; then
+    echo "fuzz: $name FAILED (exit $rc); last lines of its log:" >&2
+    tail -n 60 "$work/$target.$k.log" >&2
+    failed=1
+  else
+    echo "fuzz: $name ran ${seconds}s without a finding"
+  fi
+done
+exit "$failed"

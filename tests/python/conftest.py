@@ -7,6 +7,14 @@ import sys
 import pytest
 
 
+def pytest_configure(config):
+    # tests/run_all.sh runs the suites on two processes (pytest-xdist, --dist loadgroup)
+    # and then the tests marked serial alone: those whose verdict rests on timing that a
+    # second busy process would distort.
+    config.addinivalue_line("markers", "serial: runs alone, after the parallel run (tests/run_all.sh)")
+    config.addinivalue_line("markers", "xdist_group(name): the tests of one group run on one process, in turn")
+
+
 def _bench():
     path = os.environ.get("FERRY_BENCH") or shutil.which("ferry-bench")
     if not path or not os.path.exists(path):

@@ -8,6 +8,10 @@ of the sweep must be within one of the fewest workers that bring the input wait 
 import re
 import subprocess
 
+import pytest
+
+# A sweep of input waits against known rates: timing, so it runs alone (conftest.py).
+pytestmark = pytest.mark.serial
 
 def test_recommended_workers_is_within_one_of_the_sweep(ferry_bench):
     out = subprocess.run([ferry_bench, "advise", "--rates", "75", "125", "175", "--seconds", "5", "--warmup", "2",

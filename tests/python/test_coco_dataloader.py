@@ -12,6 +12,7 @@ flags, and masks that agree (IoU >= 0.9). The "lsj" preset is checked from the p
 by name. pycocotools (which CocoDetection needs; Debian has none) is installed from
 PyPI into a folder for the test when missing; the tests skip when that cannot be done.
 """
+import fcntl
 import os
 import subprocess
 import sys
@@ -32,6 +33,22 @@ def _pycocotools():
     except ImportError:
         pass
     target = os.environ.get("FERRY_PYDEPS", "/tmp/ferry-pydeps")
+    os.makedirs(target, exist_ok=True)
+    # Every pytest-xdist process imports this module: one installs, the others wait.
+    with open(os.path.join(target, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        installed = _pip_install(target)
+    if not installed:
+        return False
+    sys.path.insert(0, target)
+    try:
+        import pycocotools  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def _pip_install(target):
     if not os.path.isdir(os.path.join(target, "pycocotools")):
         try:
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
@@ -39,12 +56,7 @@ def _pycocotools():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except Exception:
             return False
-    sys.path.insert(0, target)
-    try:
-        import pycocotools  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    return True
 
 
 if not _pycocotools():

@@ -23,6 +23,9 @@ import hosts as netns  # noqa: E402
 
 TRAINER = os.path.join(HERE, "..", "netns", "trainer.py")
 
+# One subnet and one bridge for every test here: they run on one pytest process, in turn.
+pytestmark = pytest.mark.xdist_group("netns")
+
 
 @pytest.fixture(scope="module")
 def can():
