@@ -103,10 +103,14 @@ done
 mapfile -t units < <(printf '%s\n' "${units[@]}" | awk '$1 == "dispatcher_fuzzer"'
                      printf '%s\n' "${units[@]}" | awk '$1 != "dispatcher_fuzzer"')
 
+unit_name() {  # TARGET SHARD SHARDS
+  if [ "$3" -gt 1 ]; then echo "$1[$(($2 + 1))/$3]"; else echo "$1"; fi
+}
+
 run_unit() {  # TARGET SHARD SHARDS; writes $work/TARGET.SHARD.rc
   local target=$1 k=$2 n=$3
-  local fuzzer="$build/tests/fuzz/$target" name=$target
-  [ "$n" -gt 1 ] && name="$target[$((k + 1))/$n]"
+  local fuzzer="$build/tests/fuzz/$target" name
+  name=$(unit_name "$@")
   local corpus=${FERRY_FUZZ_CORPUS:+$FERRY_FUZZ_CORPUS/$target}
   corpus=${corpus:-$work/$target-corpus-$k}
   mkdir -p "$corpus"
@@ -151,8 +155,7 @@ failed=0
 for unit in "${units[@]}"; do
   read -r target k n <<<"$unit"
   rc=$(cat "$work/$target.$k.rc" 2>/dev/null || echo "no exit status")
-  name=$target
-  [ "$n" -gt 1 ] && name="$target[$((k + 1))/$n]"
+  name=$(unit_name "$target" "$k" "$n")
   if [ "$rc" != 0 ]; then
     echo "fuzz: $name FAILED (exit $rc); last lines of its log:" >&2
     tail -n 60 "$work/$target.$k.log" >&2
