@@ -19,7 +19,8 @@
 # and gtest headers they share are compiled once a unit, not once a file), and the
 # sanitizer builds are -O1 with line tables only (exact stacks at a third of GCC's
 # -O2 -g time; the tests' own code and the tools' mains at -O0: tests/CMakeLists.txt,
-# ferry_startup_code in CMakeLists.txt).
+# ferry_startup_code in CMakeLists.txt), with those headers precompiled once a build
+# (Clang: cmake/Pch.cmake).
 #   bash tests/run_all.sh                       # everything
 #   FERRY_SKIP_SANITIZE=1 bash tests/run_all.sh # skip both sanitizer builds
 set -euo pipefail

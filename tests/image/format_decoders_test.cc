@@ -267,5 +267,33 @@ TEST(FormatDecodersTest, TooManyPixelsAreRefusedFromTheHeader) {
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << "a zero width";
 }
 
+// testutil's EncodeJpeg and EncodePng (libjpeg and libpng: no imgcodecs in the other
+// suites) write the bytes OpenCV's imencode writes for the same pixels, so the files
+// every suite makes are the ones they were made with before.
+TEST(FormatDecodersTest, TheSuitesEncodersWriteWhatOpenCVWrites) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{64, 48}, {113, 77}, {320, 241}}) {
+    for (bool gray : {false, true}) {
+      for (int quality : {75, 85, 90, 95}) {
+        const uint64_t seed = uint64_t(w * 131 + quality);
+        const std::vector<uint8_t> px = testing::SyntheticPixels(w, h, seed, gray ? 1 : 3);
+        const cv::Mat m(h, w, gray ? CV_8UC1 : CV_8UC3, const_cast<uint8_t*>(px.data()));
+        EXPECT_EQ(testing::EncodeJpeg(w, h, seed, quality, gray), Encode(".jpg", m, {cv::IMWRITE_JPEG_QUALITY, quality}))
+            << w << "x" << h << " gray " << gray << " quality " << quality;
+      }
+    }
+    for (int channels : {1, 3, 4}) {
+      for (int depth : {8, 16}) {
+        const uint64_t seed = uint64_t(w * 7 + channels);
+        const std::vector<uint8_t> px = testing::SyntheticPixels(w, h, seed, channels == 1 ? 1 : 3);
+        cv::Mat m = cv::Mat(h, w, channels == 1 ? CV_8UC1 : CV_8UC3, const_cast<uint8_t*>(px.data())).clone();
+        if (channels == 4) cv::cvtColor(m, m, cv::COLOR_BGR2BGRA);
+        if (depth == 16) m.convertTo(m, CV_MAKETYPE(CV_16U, channels), 257.0);
+        EXPECT_EQ(testing::EncodePng(w, h, seed, channels, depth), Encode(".png", m))
+            << w << "x" << h << " channels " << channels << " depth " << depth;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry

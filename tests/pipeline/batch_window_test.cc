@@ -11,7 +11,7 @@
 namespace ferry {
 namespace {
 
-std::shared_ptr<const BatchWindow::Made> Batch(int64_t rows, uint8_t fill, size_t bytes_per_row = 1000) {
+std::shared_ptr<const BatchWindow::Made> MadeBatch(int64_t rows, uint8_t fill, size_t bytes_per_row = 1000) {
   auto m = BatchWindow::Made::Allocate(rows, bytes_per_row, 0);
   m->rows = m->valid = rows;
   std::fill_n(m->images.get(), size_t(rows) * bytes_per_row, fill);
@@ -33,7 +33,7 @@ TEST(BatchWindowTest, TheFirstToAskMakesItAndTheOthersAreServedIt) {
     EXPECT_FALSE(make);
   }
   EXPECT_TRUE(got.empty());
-  w.Put(k, Batch(4, 9));
+  w.Put(k, MadeBatch(4, 9));
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0]->images.get()[0], 9);
   // Asked after: served at once. Another key, or another content, is not.
@@ -65,16 +65,16 @@ TEST(BatchWindowTest, AMakerThatGivesUpSendsItsWaitersToMakeItThemselves) {
 }
 
 TEST(BatchWindowTest, TheWindowStaysWithinItsBytesDroppingTheLeastRecentlyUsed) {
-  const uint64_t one = Batch(10, 0)->bytes();
+  const uint64_t one = MadeBatch(10, 0)->bytes();
   BatchWindow w(3 * one);
   bool make = false;
   for (int64_t b = 0; b < 3; ++b) {
     w.Take({1, 0, 0, b}, nullptr, &make);
-    w.Put({1, 0, 0, b}, Batch(10, uint8_t(b)));
+    w.Put({1, 0, 0, b}, MadeBatch(10, uint8_t(b)));
   }
   EXPECT_NE(w.Take({1, 0, 0, 0}, nullptr, &make), nullptr) << "batch 0 is used again: the newest";
   w.Take({1, 0, 0, 3}, nullptr, &make);
-  w.Put({1, 0, 0, 3}, Batch(10, 3));
+  w.Put({1, 0, 0, 3}, MadeBatch(10, 3));
   EXPECT_LE(w.counters().bytes, 3 * one);
   EXPECT_EQ(w.counters().evicted, 1u);
   EXPECT_NE(w.Take({1, 0, 0, 0}, nullptr, &make), nullptr);
@@ -85,7 +85,7 @@ TEST(BatchWindowTest, TheWindowStaysWithinItsBytesDroppingTheLeastRecentlyUsed) 
   w.Take({2, 0, 0, 0}, nullptr, &make);
   int served = 0;
   w.Take({2, 0, 0, 0}, [&served](std::shared_ptr<const BatchWindow::Made> m) { served += m != nullptr; }, &make);
-  w.Put({2, 0, 0, 0}, Batch(100, 1));
+  w.Put({2, 0, 0, 0}, MadeBatch(100, 1));
   EXPECT_EQ(served, 1);
   EXPECT_EQ(w.Take({2, 0, 0, 0}, nullptr, &make), nullptr);
   EXPECT_LE(w.counters().bytes, 3 * one);
