@@ -8,6 +8,8 @@
 #
 # Environment: FERRY_BUILD_DIR (default build), FERRY_DATA_DIR (default data),
 #              FERRY_JOBS (default nproc),
+#              FERRY_BUILD_TESTS (default ON): OFF builds no test suites in build/
+#                (tests/run_all.sh: its C++ suites run in the sanitizer builds),
 #              FERRY_SETUP=main: only what the main job runs (bench/run_main.sh): the
 #                build's packages and the three programs it starts, so that its first
 #                batch does not wait for the tests' packages (torch, clang) and builds.
@@ -61,6 +63,7 @@ build() {
   # Unity build: each library, program and test suite compiles as a few units of up to
   # 8 files, about half the compile time of one unit a file (the tests: a third).
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON \
+    -DFERRY_BUILD_TESTS="${FERRY_BUILD_TESTS:-ON}" \
     -DPython3_EXECUTABLE=/usr/bin/python3 -DFERRY_SAMPLE_DATA="$PWD/${FERRY_DATA_DIR:-data}/sample" >/dev/null
   local targets=()
   main_only && targets=(--target ferry-local ferry-consume ferry-make-sample)
