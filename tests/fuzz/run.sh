@@ -85,7 +85,7 @@ runs=()
 read -r -a extra <<<"${FERRY_FUZZ_FLAGS:-}"
 
 # A unit is one fuzzer process: a target, or with FERRY_FUZZ_PROCS > 1 one shard of
-# the dispatcher's kept corpus (its ~3,000 programs replay at ~58 a second under ASan,
+# the dispatcher's kept corpus (its ~3,000 programs replay at ~55 a second under ASan,
 # about the time limit before any fuzzing starts: the stage's longest part).
 # Up to FERRY_FUZZ_PROCS units run at once, the longest first; each prints its lines
 # prefixed with its name.
@@ -134,7 +134,7 @@ run_unit() {  # TARGET SHARD SHARDS; writes $work/TARGET.SHARD.rc
   fi
   # The dispatcher's corpus holds ~55,000 features: libFuzzer's default (entropic)
   # schedule spent 64% of the replay updating their frequencies (perf), 17 programs a
-  # second under ASan against 58 without it. FERRY_FUZZ_FLAGS="-entropic=1" restores it.
+  # second under ASan against ~55 without it. FERRY_FUZZ_FLAGS="-entropic=1" restores it.
   local schedule=()
   [ "$target" = dispatcher_fuzzer ] && schedule=(-entropic=0)
   echo "fuzz: running $name for ${seconds}s"
