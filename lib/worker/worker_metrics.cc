@@ -94,9 +94,10 @@ std::string WorkerMetricsText(const WorkerCounters& c, const PipelineStats& ps, 
     t.Family("ferry_worker_job_busy_seconds_total", "counter",
              "Decode-thread time each job's batches took here (its share, against its weight: jobs share the "
              "threads in proportion to their weights).");
-    for (const auto& [name, f] : flows) t.Sample("ferry_worker_job_busy_seconds_total", {{"job", name}}, double(f.busy_ns) / 1e9);
+    for (const auto& [name, f] : flows)
+      t.Sample("ferry_worker_job_busy_seconds_total", {{"ferry_job", name}}, double(f.busy_ns) / 1e9);
     t.Family("ferry_worker_job_weight", "gauge", "Each job's weight (JobSpec::weight) among the jobs here.");
-    for (const auto& [name, f] : flows) t.Sample("ferry_worker_job_weight", {{"job", name}}, f.weight);
+    for (const auto& [name, f] : flows) t.Sample("ferry_worker_job_weight", {{"ferry_job", name}}, f.weight);
   }
   if (link != nullptr) {
     t.One("ferry_worker_registered", "gauge", "1 while registered with the dispatcher.", link->registered() ? 1 : 0);

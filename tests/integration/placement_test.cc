@@ -96,8 +96,8 @@ TEST_F(PlacementClusterTest, EachJobOnItsOwnWorkerAndMovedWhenItStops) {
   size_t worker_of_a = SIZE_MAX;
   for (size_t i = 0; i < cluster.num_workers(); ++i) {
     const std::string m = cluster.worker(i).MetricsText();
-    const bool has_a = m.find("ferry_worker_job_busy_seconds_total{job=\"a\"}") != std::string::npos;
-    const bool has_b = m.find("ferry_worker_job_busy_seconds_total{job=\"b\"}") != std::string::npos;
+    const bool has_a = m.find("ferry_worker_job_busy_seconds_total{ferry_job=\"a\"}") != std::string::npos;
+    const bool has_b = m.find("ferry_worker_job_busy_seconds_total{ferry_job=\"b\"}") != std::string::npos;
     EXPECT_NE(has_a, has_b) << "worker " << i << " made batches of " << (has_a ? "both jobs" : "neither job");
     if (has_a) worker_of_a = i;
   }
