@@ -49,6 +49,16 @@ inline CLI::Option* AddPluginFlag(CLI::App& app, std::vector<std::string>* paths
                         "in pipelines (repeatable; give the same to the dispatcher and every worker)");
 }
 
+// --data-root DIR|URL (repeatable), the folders and URL prefixes jobs may read
+// (lib/data/data_roots.h), on every daemon alike. Several may also come in one value
+// separated by commas, which is how FERRY_DATA_ROOT (and a config file's string)
+// lists them: not colons, which a URL root holds (s3://b/, https://host:8443/p/).
+inline CLI::Option* AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots, const std::string& help) {
+  return app
+      .add_option("--data-root", *roots, help + "; several may be given comma-separated (FERRY_DATA_ROOT)")
+      ->delimiter(',');
+}
+
 // Object storage (lib/store/object_store.h), the same on both daemons: the dispatcher
 // lists a job's dataset, the workers read its objects. Credentials come from the
 // environment only (AWS_ACCESS_KEY_ID, the shared credentials file, AWS_PROFILE): never

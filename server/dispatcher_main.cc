@@ -51,9 +51,10 @@ int main(int argc, char** argv) {
                  "worker serves every job")
       ->check(CLI::Range(0, 100000));
   app.add_flag("--exit-when-idle", o.core.exit_when_idle, "exit once every job has finished");
-  app.add_option("--data-root", o.data_roots,
-                 "a folder, bucket or URL prefix new jobs' datasets may be listed in (repeatable), as the workers' "
-                 "--data-root; without any folder, every path this process can read, and without a URL root no URL");
+  ferry::AddDataRootFlag(
+      app, &o.data_roots,
+      "a folder, bucket or URL prefix new jobs' datasets may be listed in (repeatable), as the workers' "
+      "--data-root; without any folder, every path this process can read, and without a URL root no URL");
   app.add_option("--handshake-timeout", o.handshake_timeout_s, "seconds a new connection has to authenticate")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-connections", o.max_connections, "open connections at most; more are closed at once")

@@ -63,6 +63,7 @@ class DispatcherService::Impl {
     FERRY_ASSIGN_OR_RETURN(tls_, net::TlsContextsFor(opts_.tls, /*need_server=*/true, /*need_client=*/false));
     FERRY_ASSIGN_OR_RETURN(roots_, DataRoots::Make(opts_.data_roots));
     if (!roots_.confined()) Log("no --data-root: new jobs may name any path this dispatcher can list (see SECURITY.md)");
+    else Log("new jobs may name only paths under: %s", roots_.Describe().c_str());
     FERRY_ASSIGN_OR_RETURN(core_, dispatch::Dispatcher::Open(opts_.core, NowMs()));
     FERRY_ASSIGN_OR_RETURN(address_, net::Listen(acceptor_, opts_.listen));
     return Status::OK();

@@ -51,7 +51,8 @@ def parse():
     ap.add_argument("--token-file", help="passed to the daemons (the trainer reads $FERRY_TOKEN or its own)")
     ap.add_argument("--worker-arg", action="append", default=[], help="more flags for ferry-worker")
     ap.add_argument("--data-root", action="append", default=None, metavar="DIR",
-                    help="a folder jobs may read (repeatable; $FERRY_DATA_ROOT, colon-separated; default: SageMaker's "
+                    help="a folder or URL prefix jobs may read (repeatable; $FERRY_DATA_ROOT, comma-separated as the "
+                         "daemons take it; default: SageMaker's "
                          "channels, /opt/ml/input/data, where it exists), for the dispatcher and the worker")
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- TRAINER COMMAND (training hosts)")
     a = ap.parse_args()
@@ -60,9 +61,12 @@ def parse():
     if a.data_root is None:
         env = os.environ.get("FERRY_DATA_ROOT")
         if env:
-            a.data_root = [d for d in env.split(":") if d]
+            a.data_root = [env]
         else:
             a.data_root = [SAGEMAKER_DATA] if os.path.isdir(SAGEMAKER_DATA) else []
+    # Several in one value are comma-separated, as the daemons take them (not colons: a
+    # URL root holds them).
+    a.data_root = [d.strip() for v in a.data_root for d in v.split(",") if d.strip()]
     return a
 
 
@@ -168,8 +172,15 @@ def main():
         daemon("ferry-dispatcher", ["--listen", "0.0.0.0:%d" % a.port, "--work-dir", a.work_dir, "--exit-when-idle"]
                + metrics(0) + roots)
     me_address = addresses.get(me, me)
+    # User code runs in the interpreter ferry-launch runs in (the training image's, where
+    # the trainer's packages are; with the wheel, the one it was installed into) unless
+    # --worker-arg=--python names another: the worker's own default is /usr/bin/python3.
+    python = []
+    if "--allow-user-code" in a.worker_arg and not any(w == "--python" or w.startswith("--python=")
+                                                       for w in a.worker_arg):
+        python = ["--python", sys.executable]
     daemon("ferry-worker", ["--listen", "0.0.0.0:%d" % a.worker_port, "--advertise", "%s:%d" % (me_address, a.worker_port),
-                            "--dispatcher", dispatcher, "--exit-when-idle"] + metrics(1) + roots + a.worker_arg)
+                            "--dispatcher", dispatcher, "--exit-when-idle"] + metrics(1) + roots + python + a.worker_arg)
 
     # The data group ends when its daemons do: once training has finished every job.
     # One that fails takes the other down (a worker without its dispatcher would retry

@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", o.token_file, "shared token file for every daemon");
   app.add_option("--worker-arg", o.worker_args, "an extra flag for every worker (repeatable)");
   std::vector<std::string> data_roots;
-  app.add_option("--data-root", data_roots,
-                 "a folder jobs may read (repeatable): passed to the dispatcher and every worker (see SECURITY.md)");
+  ferry::AddDataRootFlag(
+      app, &data_roots,
+      "a folder jobs may read (repeatable): passed to the dispatcher and every worker (see SECURITY.md)");
   std::vector<std::string> plugins;
   ferry::AddPluginFlag(app, &plugins);
   app.add_option("command", command, "a command to run against the cluster (after --)");

@@ -67,11 +67,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--user-code-user", o.python.user,
                  "run the Python processes as this user (and its group), not as the worker's");
-  app.add_option("--data-root", o.data_roots,
-                 "a folder, bucket or URL prefix jobs may read (repeatable: /data, s3://bucket/train/, "
-                 "https://host/shards/): every path a job names must resolve, after symlinks, inside a folder, every "
-                 "URL lie under a URL root; without any folder, every path this process can read is served, and "
-                 "without a URL root no URL is (see SECURITY.md)");
+  ferry::AddDataRootFlag(
+      app, &o.data_roots,
+      "a folder, bucket or URL prefix jobs may read (repeatable: /data, s3://bucket/train/, "
+      "https://host/shards/): every path a job names must resolve, after symlinks, inside a folder, every "
+      "URL lie under a URL root; without any folder, every path this process can read is served, and "
+      "without a URL root no URL is (see SECURITY.md)");
   app.add_option("--forget-jobs-after", o.forget_jobs_after_s,
                  "seconds after the dispatcher last named a job (finished, or idle here) that this worker forgets it")
       ->check(CLI::Range(0.01, 86400.0));

@@ -455,6 +455,7 @@ Result<std::unique_ptr<WorkerService>> WorkerService::Start(const WorkerOptions&
                                                          /*need_client=*/!options.dispatcher.empty()));
   FERRY_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(options.data_roots));
   if (!roots.confined()) Log("no --data-root: jobs may name any path this worker can read (see SECURITY.md)");
+  else Log("jobs may read only under: %s", roots.Describe().c_str());
   FERRY_RETURN_IF_ERROR(impl->Bind());
   impl->Make(std::move(roots));
   impl->Run();

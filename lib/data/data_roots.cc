@@ -71,6 +71,13 @@ Result<DataRoots> DataRoots::Make(const std::vector<std::string>& dirs) {
   return r;
 }
 
+std::string DataRoots::Describe() const {
+  std::string out;
+  for (const std::vector<std::string>* list : {&roots_, &url_roots_})
+    for (const std::string& root : *list) out += (out.empty() ? "" : ", ") + root;
+  return out;
+}
+
 bool DataRoots::Inside(const std::string& resolved) const {
   for (const std::string& root : roots_) {
     if (root == "/") return true;

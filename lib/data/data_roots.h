@@ -46,6 +46,8 @@ class DataRoots {
   bool confined() const { return !roots_.empty() || !url_roots_.empty(); }
   const std::vector<std::string>& roots() const { return roots_; }
   const std::vector<std::string>& url_roots() const { return url_roots_; }
+  // The roots for a daemon's start-up line: "/data, s3://bucket/train".
+  std::string Describe() const;
   // OK if `url` may be read (see above); PermissionDenied naming it and the rule if not.
   Status CheckUrl(std::string_view url, std::string_view what) const;
   // CheckUrl for a URL, Check for a path.

@@ -109,6 +109,60 @@ def test_flags_from_the_environment_and_a_config_file(ferry_local, tmp_path):
     assert bad.returncode == 2 and "often" in bad.stderr, bad.stderr
 
 
+def wait_for_line(path, needle, proc, timeout=20):
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(path) as f:
+            text = f.read()
+        if needle in text or proc.poll() is not None:
+            return text
+        time.sleep(0.05)
+    with open(path) as f:
+        return f.read()
+
+
+def test_data_roots_comma_separated_from_the_environment_the_flag_and_ferry_launch(ferry_local, tmp_path):
+    """Several --data-root in one value are comma-separated, in FERRY_DATA_ROOT as on the
+    command line, and a URL root's colons stay whole (they once split a ferry-launch
+    value, and the daemons took the variable as one folder)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    want = "%s, %s, s3://bucket/train, https://store.example:8443/shards" % (os.path.realpath(a),
+                                                                            os.path.realpath(b))
+    value = "%s,%s,s3://bucket/train/,https://store.example:8443/shards/" % (a, b)
+    worker = binary(ferry_local, "ferry-worker")
+    dispatcher = binary(ferry_local, "ferry-dispatcher")
+    runs = [("worker-env", [worker, "--listen", "127.0.0.1:0", "--threads", "1"], {"FERRY_DATA_ROOT": value},
+             "jobs may read only under: "),
+            ("worker-flag", [worker, "--listen", "127.0.0.1:0", "--threads", "1", "--data-root", value], {},
+             "jobs may read only under: "),
+            ("dispatcher-env", [dispatcher, "--listen", "127.0.0.1:0", "--work-dir", str(tmp_path / "j")],
+             {"FERRY_DATA_ROOT": value}, "new jobs may name only paths under: ")]
+    for name, argv, extra, said in runs:
+        p, line, err = start(argv, clean_env(**extra), tmp_path, name)
+        try:
+            assert line.startswith("listening on"), (name, line, open(err).read())
+            log = wait_for_line(err, said + want, p)
+            assert said + want in log, (name, log)
+        finally:
+            stop(p)
+    # One root of the list that is no folder: the daemon says which, and does not start.
+    bad = subprocess.run([worker, "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=30,
+                         env=clean_env(FERRY_DATA_ROOT="%s,%s" % (a, tmp_path / "missing")))
+    assert bad.returncode != 0 and str(tmp_path / "missing") in bad.stderr, bad.stderr
+    # ferry-launch reads the variable the same way (its parser, without launching).
+    launch = os.path.join(os.path.dirname(ferry_local), "ferry-launch")
+    probe = ("import runpy, sys; sys.argv = ['ferry-launch', '--data-root', 'c,d']; "
+             "m = runpy.run_path(%r); print(m['parse']().data_root); "
+             "sys.argv = ['ferry-launch']; print(m['parse']().data_root)" % launch)
+    out = subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=30,
+                         env=clean_env(FERRY_DATA_ROOT=value))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [str(["c", "d"]), str(value.split(","))], out.stdout
+
+
 def ferry_ctl(ferry_local):
     """ferry-ctl beside ferry-local (an installed wheel's ferry/bin), or in the build's client/."""
     beside = os.path.join(os.path.dirname(ferry_local), "ferry-ctl")

@@ -157,10 +157,13 @@ def test_ferry_launch_from_a_resource_config_on_each_host(can, ferry, ferry_loca
         for name in ("algo-1", "algo-2", "algo-3"):
             mapping += ["--host-address", "%s=%s" % (name, h.ip(name))]
         data = []
+        # The data roots as a SageMaker job's environment gives them: comma-separated, a
+        # URL root among them (its colon once split it in two), to both daemons.
+        env = dict(os.environ, FERRY_DATA_ROOT="%s,s3://bucket/train/" % small_tree)
         for name in ("algo-1", "algo-2"):
             data.append(h.popen(name, [launch, "--resource-config", resource_config(tmp_path, name), "--work-dir",
                                        str(tmp_path / ("work-" + name))] + mapping,
-                                stderr=open(str(tmp_path / ("%s.log" % name)), "w")))
+                                stderr=open(str(tmp_path / ("%s.log" % name)), "w"), env=env))
         out = tmp_path / "trainer.json"
         t = h.popen("algo-3", [launch, "--resource-config", resource_config(tmp_path, "algo-3")] + mapping +
                     ["--", "/usr/bin/python3", TRAINER, "--python-dir", pydir, "--data", small_tree, "--out", str(out)],
@@ -177,6 +180,10 @@ def test_ferry_launch_from_a_resource_config_on_each_host(can, ferry, ferry_loca
         log1 = open(str(tmp_path / "algo-1.log")).read()
         assert "ferry-dispatcher on" in log1 and "ferry-worker on" in log1, log1
         assert "ferry-dispatcher on" not in open(str(tmp_path / "algo-2.log")).read()
+        roots = "only paths under: %s, s3://bucket/train" % os.path.realpath(small_tree)
+        assert roots in log1, log1
+        assert "read only under: %s, s3://bucket/train" % os.path.realpath(small_tree) in \
+            open(str(tmp_path / "algo-2.log")).read()
         assert "dispatcher %s:7000" % h.ip("algo-1") in open(str(tmp_path / "algo-3.log")).read()
 
 
