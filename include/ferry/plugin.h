@@ -2,7 +2,7 @@
  * op list like the built-in ones.
  *
  *   ferry-worker --plugin /opt/ops/libmyops.so      (also ferry-dispatcher, ferry-local;
- *   FERRY_PLUGINS=/opt/ops/libmyops.so              or the environment, ':'-separated;
+ *   FERRY_PLUGIN=/opt/ops/libmyops.so               or the environment, ':'-separated;
  *   ferry.load_plugin("/opt/ops/libmyops.so")       the in-process loader and Python)
  *   {"ops": [{"op": "resize", "size": [224, 224]}, {"op": "my_noise", "amount": 0.1}]}
  *

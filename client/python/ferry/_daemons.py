@@ -1,7 +1,9 @@
 """The daemons an installed wheel carries in ferry/bin, behind its console scripts:
 ferry-worker, ferry-dispatcher, ferry-local, ferry-ctl and ferry-dispatcher-load (a
 dispatcher under simulated workers: README, "How big a dispatcher") run the programs of
-the same name, which the wheel holds with the shared libraries they need (client/wheel/build.sh).
+the same name, which the wheel holds with the shared libraries they need (client/wheel/build.sh);
+ferry-launch (SageMaker heterogeneous clusters) runs the script of that name there, in
+this interpreter, and it starts the daemons beside it.
 
 ferry-worker runs user code (--allow-user-code) in this interpreter unless --python
 names another: the one the wheel was installed into has ferry, cloudpickle and the
@@ -46,3 +48,10 @@ def ctl():
 
 def dispatcher_load():
     _exec("ferry-dispatcher-load")
+
+
+def launch():
+    p = path("ferry-launch")
+    if p is None:
+        _exec("ferry-launch")  # says it is not part of this installation
+    os.execv(sys.executable, [sys.executable, p] + sys.argv[1:])
