@@ -1,6 +1,6 @@
 # `cmake --install` puts Ferry's client in the prefix as a CMake package:
 #   include/ferry/*.h                         the public API
-#   lib/libferry_{spec,wire,net,client}.a     the client and what it links
+#   lib/libferry_{core,spec,wire,net,client}.a  the client and what it links
 #   lib/cmake/ferry/ferryConfig.cmake (+ version file, exported targets)
 # so that an unrelated project does
 #   find_package(ferry CONFIG REQUIRED)
