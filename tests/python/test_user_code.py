@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -307,6 +308,68 @@ def test_a_trainer_that_writes_into_its_batches_sees_every_new_batch(ferry):
         mapped = [line for line in f if "ferry-batch" in line]
     assert 0 < len(mapped) <= 8, mapped
     loader.close()
+
+
+class Ten(torch.utils.data.Dataset):
+    """10 samples: with batches of 4 on 2 ranks the epoch's 3 batches leave rank 0 a
+    batch of 2 and rank 1 a batch without a sample."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return np.full((2,), i, np.float32), i + 100, "s%d" % i
+
+
+def as_dict(samples):
+    """A collate_fn of the user's own: it sees the samples made, never padding."""
+    return {"x": torch.stack([torch.from_numpy(s[0]) for s in samples]),
+            "y": torch.tensor([s[1] for s in samples]), "name": [s[2] for s in samples]}
+
+
+@pytest.mark.parametrize("collate", [None, as_dict])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_ranks_padding_with_user_code_as_with_native_batches(ferry, collate, shuffle):
+    """A rank's last batches with user code, as the native path's: every rank steps as
+    often; padding rows are -1 in the label (never 0, a real class); a batch with no
+    sample is shaped after the one before it (not an empty list); ferry.DataLoader cuts
+    the padding rows, keeps a training loader's padding batch (labelled -1, with a
+    warning) and leaves it out of an evaluation's. Every sample once across the ranks."""
+    def rows(batch):
+        return (batch["x"], batch["y"], batch["name"]) if isinstance(batch, dict) else batch
+
+    for kind in ("Loader", "DataLoader"):
+        got, steps = [], []
+        for rank in (0, 1):
+            if kind == "Loader":
+                loader = ferry.Loader(dataset=Ten(), collate_fn=collate, batch_size=4, seed=5, epochs=1,
+                                      drop_last=False, shuffle=shuffle, rank=rank, world_size=2)
+            else:
+                loader = ferry.DataLoader(Ten(), collate_fn=collate, batch_size=4, seed=5, epochs=1,
+                                          drop_last=False, shuffle=shuffle, rank=rank, world_size=2)
+            n = 0
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for batch in loader:
+                    x, y, names = rows(batch)
+                    n += 1
+                    real = y >= 0
+                    assert torch.equal(x[real, 0], (y[real] - 100).to(torch.float32)), (kind, rank, x, y)
+                    assert torch.all(x[~real] == 0), (kind, rank, x, y)
+                    assert [nm for nm in names if nm] == ["s%d" % (v - 100) for v in y[real].tolist()]
+                    if kind == "DataLoader" and bool(real.any()):
+                        assert bool(real.all()), "padding rows left in a DataLoader batch: %s" % y
+                    got += y[real].tolist()
+            steps.append(n)
+            padded = [w for w in caught if "holds no sample" in str(w.message)]
+            assert len(padded) == (1 if kind == "DataLoader" and shuffle and rank == 1 else 0), \
+                [str(w.message) for w in caught]
+            loader.close()
+        assert sorted(got) == list(range(100, 110)), (kind, got)
+        if kind == "DataLoader" and not shuffle:
+            assert steps == [2, 1], steps  # an evaluation: rank 1's padding batch is left out
+        else:
+            assert steps == [2, 2], steps
 
 
 def test_exceptions_are_reported_and_the_rest_arrives(ferry, photos):

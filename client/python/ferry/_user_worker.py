@@ -164,8 +164,9 @@ class _Stacked:
 
 
 def _default_collate(samples, pad, arena):
-    """torch's default_collate of `samples` (torch 1.13's rules), encoded; `pad` rows of
-    zeros follow each stacked tensor (a padded last batch of ranks)."""
+    """torch's default_collate of `samples` (torch 1.13's rules), encoded; `pad` rows
+    follow each stacked tensor (a padded last batch of ranks): -1 in signed integers (a
+    label, as the native path pads them), zeros elsewhere."""
     np = _np()
     elem = samples[0]
     if _is_tensor(elem) or _is_array(elem) or (np is not None and isinstance(elem, np.generic)):
@@ -180,8 +181,8 @@ def _default_collate(samples, pad, arena):
         return {"k": "tensor", "dtype": arrs[0].dtype.str, "shape": shape, "off": off}
     if isinstance(elem, bool):
         return _leaf_array("tensor", np.array(list(samples) + [False] * pad, dtype=np.bool_), arena)
-    if isinstance(elem, int):
-        return _leaf_array("tensor", np.array(list(samples) + [0] * pad, dtype=np.int64), arena)
+    if isinstance(elem, int):  # padding rows' integers are -1, as the native path's labels
+        return _leaf_array("tensor", np.array(list(samples) + [-1] * pad, dtype=np.int64), arena)
     if isinstance(elem, float):
         return _leaf_array("tensor", np.array(list(samples) + [0.0] * pad, dtype=np.float64), arena)
     if isinstance(elem, (str, bytes)):
@@ -212,7 +213,7 @@ def _fill(arena, buf):
             if n:
                 np.stack(arrs, out=out[:n])
             if shape[0] > n:
-                out[n:] = 0
+                out[n:] = -1 if np.issubdtype(dtype, np.signedinteger) else 0
         else:
             out = np.ndarray(what.shape, dtype=what.dtype, buffer=buf, offset=off)
             out[...] = what
@@ -286,7 +287,60 @@ def _decode(s, data, np):
         return tuple(_decode(v, data, np) for v in s["v"])
     if k == "dict":
         return {key: _decode(v, data, np) for key, v in zip(s["keys"], s["v"])}
+    if k == "padding":
+        return Padding(int(s["rows"]))
     raise ValueError("unknown leaf kind %r in a user-code batch" % (k,))
+
+
+class Padding:
+    """A batch without a sample (a rank's padding batch): `rows` rows, for the trainer
+    to shape after an earlier batch of the job (pad_like)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+
+def _is_row_strings(x, batch_rows):
+    return isinstance(x, list) and len(x) in batch_rows and bool(x) and all(isinstance(e, (str, bytes)) for e in x)
+
+
+def pad_like(x, rows, batch_rows):
+    """A batch of `rows` padding rows shaped after an earlier batch `x` of the same job:
+    each tensor or array whose first dimension is that batch's (one of `batch_rows`) with
+    `rows` rows of -1 in signed integers (labels, as the native path pads them) and
+    zeros elsewhere; a list of strings a row, empty strings; anything else as it was."""
+    np = _np()
+    if _is_tensor(x) and x.dim() > 0 and x.shape[0] in batch_rows:
+        import torch
+        signed = x.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
+        return torch.full((rows,) + tuple(x.shape[1:]), -1 if signed else 0, dtype=x.dtype)
+    if _is_array(x) and x.ndim > 0 and x.shape[0] in batch_rows:
+        return np.full((rows,) + x.shape[1:], -1 if np.issubdtype(x.dtype, np.signedinteger) else 0, dtype=x.dtype)
+    if isinstance(x, dict):
+        return type(x)((k, pad_like(v, rows, batch_rows)) for k, v in x.items())
+    if _is_row_strings(x, batch_rows):
+        return [type(x[0])()] * rows
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*[pad_like(v, rows, batch_rows) for v in x])
+    if isinstance(x, (list, tuple)):
+        return type(x)(pad_like(v, rows, batch_rows) for v in x)
+    return x
+
+
+def trim_rows(x, valid, rows):
+    """The batch `x` of `rows` rows (its padding rows last) with its first `valid` only:
+    every tensor, array or list of strings `rows` long is cut; the rest is left."""
+    if (_is_tensor(x) or _is_array(x)) and len(x.shape) > 0 and x.shape[0] == rows:
+        return x[:valid]
+    if isinstance(x, dict):
+        return type(x)((k, trim_rows(v, valid, rows)) for k, v in x.items())
+    if _is_row_strings(x, (rows,)):
+        return x[:valid]
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*[trim_rows(v, valid, rows) for v in x])
+    if isinstance(x, (list, tuple)):
+        return type(x)(trim_rows(v, valid, rows) for v in x)
+    return x
 
 
 # -- making batches ---------------------------------------------------------------------
@@ -368,12 +422,14 @@ def collate(job, made, pad):
     """(structure, arena) of a batch of made samples."""
     collate_fn = job[2]
     arena = _Arena()
+    if not made:
+        # No sample (a rank's padding batch, or every sample skipped): nothing here to
+        # shape it after; the trainer shapes it after its previous batch (pad_like).
+        return {"k": "padding", "rows": int(pad)}, arena
     if collate_fn is not None:
         structure = _encode(collate_fn(made), arena)
-    elif made:
-        structure = _default_collate(made, pad, arena)
     else:
-        structure = {"k": "list", "v": []}
+        structure = _default_collate(made, pad, arena)
     return structure, arena
 
 

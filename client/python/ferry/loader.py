@@ -514,7 +514,21 @@ class Loader(torch.utils.data.IterableDataset):
             text = b["structure"]
             if getattr(self, "_structure_text", None) != text:
                 self._structure_text, self._decoder = text, _user_worker.decoder(text)
-            return self._decoder(b["user_data"])
+            out = self._decoder(b["user_data"])
+            if not isinstance(out, _user_worker.Padding):
+                # Its batch dimension: the rows (padded by the default collate) or the
+                # samples made (a collate_fn of the user's gets those only).
+                self._user_prev = (out, (int(b["indices"].shape[0]), int(b["valid"])))
+                return out
+            # A batch without a sample (a rank's padding batch): shaped after the one
+            # before it, its rows -1 in integers (labels) and zeros elsewhere.
+            prev = getattr(self, "_user_prev", None)
+            if prev is None:
+                raise FerryError("rank %d's batch %d of epoch %d holds no sample and no batch came before it to "
+                                 "shape its padding after (fewer batches in the epoch than ranks): use "
+                                 "drop_last=True, a smaller batch_size or fewer ranks"
+                                 % (self.rank, self._batches_done, int(b["epoch"])))
+            return _user_worker.pad_like(prev[0], out.rows or int(b["indices"].shape[0]), prev[1])
         labels = torch.from_numpy(b["labels"])
         targets = b.get("targets")
         cuda = self.device is not None and self.device.type == "cuda"
