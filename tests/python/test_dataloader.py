@@ -67,6 +67,36 @@ def test_a_distributed_sampler_gives_rank_world_seed_and_shuffle(ferry, small_tr
     assert seen[0][0] != seen[0][1], "set_epoch gives another order"
 
 
+def test_without_a_distributed_sampler_every_process_reads_the_whole_dataset(ferry, small_tree, monkeypatch):
+    """As torch's DataLoader: inside a DDP job (RANK/WORLD_SIZE, as torchrun sets them)
+    only a DistributedSampler, or rank=/world_size=, shards; a loader without one (an
+    evaluation on rank 0 alone) reads every sample, with seed=None and no collective."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ds = ImageFolder(small_tree, transform=SMALL)
+    for sampler in (None, SequentialSampler(ds), RandomSampler(ds)):
+        loader = ferry.DataLoader(ds, batch_size=8, sampler=sampler, threads=1, epochs=1)
+        assert (loader.rank, loader.world_size) == (0, 1) and len(loader) == 15
+        indices = sorted(i for _, ids in labels_and_indices(loader) for i in ids)
+        assert indices == list(range(120)), sampler
+    sharded = ferry.DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds, num_replicas=2, rank=1, seed=3),
+                               threads=1)
+    assert (sharded.rank, sharded.world_size) == (1, 2) and len(sharded) == 8
+    explicit = ferry.DataLoader(ds, batch_size=8, rank=1, world_size=2, seed=3, threads=1)
+    assert (explicit.rank, explicit.world_size) == (1, 2)
+
+
+def test_a_dataset_whose_root_does_not_list_reads_its_samples_natively(ferry, small_tree, tmp_path, monkeypatch):
+    """An ImageFolder-like dataset whose root Ferry cannot list (gone, moved, a file):
+    its samples are read from a list of them, natively, not the dataset whole in Python."""
+    monkeypatch.setenv("FERRY_LIST_DIR", str(tmp_path))
+    ds = ImageFolder(small_tree, transform=SMALL)
+    ds.root = str(tmp_path / "no-such-root")
+    loader = ferry.DataLoader(ds, batch_size=8, threads=1, epochs=1)
+    assert loader.placement_note is None and loader.data.endswith(".tsv"), loader.placement_note
+    assert sorted(i for _, ids in labels_and_indices(loader) for i in ids) == list(range(120))
+
+
 def test_set_epoch_skips_ahead_at_a_boundary_and_refuses_to_go_back(ferry, small_tree):
     ds = ImageFolder(small_tree, transform=SMALL)
     sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=3)
@@ -80,6 +110,27 @@ def test_set_epoch_skips_ahead_at_a_boundary_and_refuses_to_go_back(ferry, small
     sampler.set_epoch(1)
     with pytest.raises(ValueError, match="set_epoch"):
         iter(a)
+
+
+def test_a_script_that_caps_its_epochs_steps_moves_on_with_set_epoch(ferry, small_tree):
+    """`for i, b in enumerate(loader): if i == steps: break`, then sampler.set_epoch(e + 1),
+    as a script with a fixed number of steps an epoch does: the next pass is the next
+    epoch, whole, as torch's DataLoader gives it (the rest of the epoch left unread)."""
+    ds = ImageFolder(small_tree, transform=SMALL)
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=4)
+    capped = ferry.DataLoader(ds, batch_size=8, sampler=sampler, threads=1)
+    full = ferry.DataLoader(ds, batch_size=8, shuffle=True, seed=4, threads=1, epochs=3)
+    want = [labels_and_indices(full) for _ in range(3)]
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        got = []
+        for i, (_, y) in enumerate(capped):
+            if i == 4:
+                break
+            got.append((y.tolist(), capped.last_batch_info()["indices"].tolist()))
+        assert got == want[epoch][:4], epoch
+    sampler.set_epoch(3)
+    assert len(list(capped)) == 15 and capped.epoch == 4
 
 
 def test_samplers_and_refusals(ferry, small_tree):
@@ -204,8 +255,10 @@ def test_a_transform_class_of_your_own_runs_the_dataset_in_python(ferry, small_t
             return img.crop((0, 0, 32, 32))
 
     loader = ferry.DataLoader(ImageFolder(small_tree, transform=T.Compose([MyCrop(), T.ToTensor()])), batch_size=8,
-                              shuffle=False)
+                              shuffle=False, num_workers=2)
     assert "runs whole in Python" in loader.placement_note and "MyCrop" in loader.placement_note
+    # num_workers are Python processes here, as torch's are (capped by this rank's CPUs).
+    assert loader.python_processes == min(2, ferry.available_cpus())
     x, y = next(iter(loader))
     assert x.shape == (8, 3, 32, 32) and y.tolist() == [0] * 8
 

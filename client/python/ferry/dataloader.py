@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from . import _ferry
+from . import _ferry, _user_worker
 from .datasets import dataset_listing, detection_listing, segmentation_listing
 from .distributed import broadcast_seed, default_threads, resolve_rank
 from .loader import Loader
@@ -49,10 +49,17 @@ class DataLoader(Loader):
     sampler: DistributedSampler (its rank, num_replicas, seed and shuffle are taken;
       set_epoch() on it, or on this loader, picks the epoch), RandomSampler or
       SequentialSampler, or None (then shuffle=). drop_last=False gives the ranks' last
-      batches fewer rows (see trim_padding) instead of repeating samples.
+      batches fewer rows (see trim_padding) instead of repeating samples. As with
+      torch's DataLoader, only a DistributedSampler (or rank=/world_size=) shards the
+      epoch between ranks: with another sampler, or none, every process reads the whole
+      dataset whatever its torch.distributed group (an evaluation on rank 0 alone),
+      and the loader calls no collective.
     num_workers: decode threads, capped by this rank's share of the host's CPUs
       (affinity and cgroup limit, split across LOCAL_WORLD_SIZE ranks); 0 = the share.
-    seed: None = torch.initial_seed() (rank 0's, broadcast over torch.distributed).
+      Where the dataset or a step of its transform runs in Python, as many Python
+      processes (python_processes=, unless given).
+    seed: None = torch.initial_seed() (of a sharded loader: rank 0's, broadcast over
+      torch.distributed).
     epochs: None (no limit): each pass is one epoch, as a DataLoader's.
     persistent_workers, prefetch_factor (batches prefetched): accepted.
     pin_memory=True on a CUDA host: the batches come out on the GPU already, received
@@ -199,11 +206,27 @@ class DataLoader(Loader):
         elif not self._detection:
             self._collate, self.collate_note = None, None
         self.dataset = dataset
-        rank, world_size = resolve_rank(rank, world_size) if not kwargs.get("consumer_id") else (rank, world_size)
+        # Sharded only by a DistributedSampler or rank=/world_size=, as torch's DataLoader
+        # is: without, this process reads the whole dataset even inside a process group
+        # (torch.distributed's rank and world size are ferry.Loader's default, not this).
+        sharded = rank is not None or world_size is not None
+        if kwargs.get("consumer_id"):
+            pass  # a consumer of a shared job: ferry.Loader checks
+        elif sharded:
+            rank, world_size = resolve_rank(rank, world_size)
+        else:
+            rank, world_size = 0, 1
         if seed is None:
-            seed = broadcast_seed(torch.initial_seed() & ((1 << 63) - 1), world_size or 1)
+            seed = torch.initial_seed() & ((1 << 63) - 1)
+            if sharded:
+                seed = broadcast_seed(seed, world_size or 1)
         if threads is None:
             threads = default_threads(num_workers)
+        if (self._python or python_steps is not None) and "python_processes" not in kwargs:
+            # torch's num_workers are processes running the dataset's Python: here too,
+            # when it runs in this process's loader (a remote worker has its own
+            # --python-processes).
+            kwargs["python_processes"] = threads
         if prefetch_factor is not None:
             kwargs.setdefault("prefetch", max(1, int(prefetch_factor)))
         if not kwargs.get("dispatcher") and not kwargs.get("workers") and os.environ.get("FERRY_DISPATCHER"):
@@ -217,6 +240,11 @@ class DataLoader(Loader):
                                bool(drop_last), int(seed)])
             kwargs["dispatcher"] = os.environ["FERRY_DISPATCHER"]
             kwargs["job_name"] = "%s.%s" % (os.environ["FERRY_JOB_NAME"], hashlib.sha1(what.encode()).hexdigest()[:10])
+            if not sharded and not kwargs.get("consumer_id"):
+                # Every process of a group reads the whole dataset: a job each.
+                group_rank, group_world = resolve_rank(None, None)
+                if group_world > 1:
+                    kwargs["job_name"] += ".p%d" % group_rank
         self.persistent_workers = bool(persistent_workers)  # Ferry's pipeline lives across epochs anyway
         # The sampler's epoch as last seen: a set_epoch() on it since then moves this
         # loader. (A script that never calls it still gets a new order every epoch,
@@ -243,22 +271,27 @@ class DataLoader(Loader):
         self._warned_empty = False
 
     def set_epoch(self, epoch):
-        """The epoch the next pass yields: at an epoch boundary, a later epoch skips
-        ahead (as DistributedSampler.set_epoch picks the shuffle of an epoch). Going
-        back, or moving mid-epoch, raises."""
+        """The epoch the next pass yields: a later epoch skips ahead (as
+        DistributedSampler.set_epoch picks the shuffle of an epoch); from the middle of
+        an epoch (a script that breaks out of its epochs after so many steps) the rest of
+        that epoch is left unread, as torch's DataLoader leaves it. Going back raises.
+        A pass left mid-epoch with no set_epoch() after it is continued by the next
+        pass (where torch's would start the epoch over)."""
         epoch = int(epoch)
         if epoch == self._epoch:
             return
-        if epoch < self._epoch or self._batches_done or self._taken:
-            raise ValueError("set_epoch(%d), but the loader is at epoch %d%s: it goes forward from an epoch's "
-                             "boundary only (load_state_dict() puts it back)"
-                             % (epoch, self._epoch, " mid-epoch" if self._batches_done else ""))
+        if epoch < self._epoch:
+            raise ValueError("set_epoch(%d), but the loader is at epoch %d: it goes forward only "
+                             "(load_state_dict() puts it back)" % (epoch, self._epoch))
         if self.epochs is not None and epoch >= self.epochs:
             raise ValueError("set_epoch(%d) is past epochs=%d" % (epoch, self.epochs))
         self.close()
         self._stash = None
         self._resume_state = ""
         self._epoch = epoch
+        self._batches_done = 0
+        self._taken = []  # an elastic resume's rest of an epoch, left too
+        self._len = None
         if self.mode == "dispatcher":
             # The job's epochs start here: a job of its own (every rank names the same).
             self._job_first_epoch = epoch
@@ -286,23 +319,37 @@ class DataLoader(Loader):
                     images, labels = images[:valid], labels[:valid]
                 elif not self.shuffle:
                     continue
-                elif not self._warned_empty:
-                    self._warned_empty = True
-                    warnings.warn("rank %d's last batch of epoch %d holds no sample (the epoch does not fill every "
-                                  "rank's last batch): it comes as %d padding rows labelled -1, so that every rank "
-                                  "steps as often; use ignore_index=-1 in the loss, or drop_last=True"
-                                  % (self.rank, self._epoch, images.shape[0]), stacklevel=2)
+                else:
+                    self._warn_padding_batch(images.shape[0])
             if self._collate is not None:
                 yield self._collate(images, labels, valid)
             else:
                 yield images, labels
 
+    def _warn_padding_batch(self, rows):
+        if not self._warned_empty:
+            self._warned_empty = True
+            warnings.warn("rank %d's last batch of epoch %d holds no sample (the epoch does not fill every "
+                          "rank's last batch): it comes as %d padding rows labelled -1, so that every rank "
+                          "steps as often; use ignore_index=-1 in the loss, or drop_last=True"
+                          % (self.rank, self._epoch, rows), stacklevel=3)
+
     def _python_batches(self, batches):
-        """Batches made in the workers' Python: as their collate made them (real rows
-        only); a batch with no row (a rank's padding) is left out."""
+        """Batches made in the workers' Python, as their collate made them, as the
+        native ones are: with trim_padding, a rank's last batch holds its real rows only
+        (the default collate's padding rows cut), and a batch with none (a rank's
+        padding batch) is left out of an in-order loader's epoch (an evaluation) and
+        kept by a shuffling one (training: every rank steps as often), as padding rows
+        labelled -1."""
         for b in batches:
-            if int(self._last["valid"]) == 0:
-                continue
+            valid, rows = int(self._last["valid"]), int(self._last["indices"].shape[0])
+            if self.trim_padding and valid < rows:
+                if valid > 0:
+                    b = _user_worker.trim_rows(b, valid, rows)
+                elif not self.shuffle:
+                    continue
+                else:
+                    self._warn_padding_batch(rows)
             yield b
 
     def _detection_batches(self, batches):

@@ -43,8 +43,8 @@ def dataset_listing(dataset):
                     os.path.abspath(p) == os.path.abspath(q) and int(l) == int(m)
                     for p, l, (q, m) in zip(paths, labels, samples)):
                 return os.fspath(root), getattr(inner, "transform", None)
-        except RuntimeError:
-            pass
+        except (RuntimeError, ValueError):  # the binding raises ValueError for NotFound, InvalidArgument
+            pass  # a root Ferry does not list as the dataset does: the samples' own list
     return write_list(samples), getattr(inner, "transform", None)
 
 
