@@ -179,6 +179,10 @@ def test_a_loader_is_an_iterable_dataset_of_batches(ferry, small_tree):
     got, want = batches(wrapped), batches(make())
     assert len(got) == len(want) == 7
     assert all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1]) for p, q in zip(got, want))
+    # In torch's worker processes every forked copy would yield every batch: refused,
+    # saying what to write instead.
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        batches(torch.utils.data.DataLoader(make(), batch_size=None, num_workers=2))
 
 
 class LocalCluster:

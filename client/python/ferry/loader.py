@@ -26,7 +26,9 @@ class Loader(torch.utils.data.IterableDataset):
     """An iterable of (images, labels) batches; each pass over it is one epoch.
 
     It is also a torch IterableDataset of whole batches, so that frameworks that want a
-    DataLoader get one: torch.utils.data.DataLoader(loader, batch_size=None).
+    DataLoader get one: torch.utils.data.DataLoader(loader, batch_size=None) (with
+    num_workers=0: Ferry's threads and workers do the work, and a forked copy in each of
+    torch's workers would yield every batch once per worker, so that is refused).
 
     Local mode (the default): `threads` decode threads in this process.
     Remote modes: `dispatcher="host:port", job_name=...` (a dispatcher job), or
@@ -497,6 +499,10 @@ class Loader(torch.utils.data.IterableDataset):
     # -- iteration ---------------------------------------------------------------------
 
     def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            raise FerryError("a ferry.Loader iterated in a worker process of torch's DataLoader: each worker would "
+                             "yield every batch; wrap it with DataLoader(loader, batch_size=None, num_workers=0) "
+                             "(Ferry decodes on its own threads and workers)")
         if self.epochs is not None and self._epoch >= self.epochs:
             return iter(())
         return self._epoch_batches()
