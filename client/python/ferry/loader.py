@@ -675,7 +675,10 @@ class Loader(torch.utils.data.IterableDataset):
                      "taken": [list(t) for t in self._taken], "batches_per_split": self.batches_per_split,
                      "num_samples": self._samples_listed() if self.mode != "workers" else -1}
         if self.mode == "dispatcher":
-            sd["iterator_state"] = self._open().state(self._unyield())
+            # A closed loader kept its state when it closed (or was given one): no
+            # reconnecting to the job to say where it stands.
+            sd["iterator_state"] = (self._it.state(self._unyield()) if self._it is not None
+                                    else self._resume_state)
         return sd
 
     def load_state_dict(self, sd):
