@@ -137,6 +137,13 @@ def test_errors_carry_the_status_message(ferry, tmp_path):
     assert "missing" in str(e.value)
     with pytest.raises(ValueError):
         ferry.Loader(data=str(tmp_path), pipeline={"ops": [{"op": "spin"}]}, batch_size=4)._open()
+    # A seed out of uint64's range is a ValueError at once, not a cast error at the first batch.
+    for seed in (-1, 1 << 64):
+        with pytest.raises(ValueError, match="seed must be in"):
+            ferry.Loader(data=str(tmp_path), batch_size=4, seed=seed)
+    # workers= as one string: its addresses, not its characters.
+    assert ferry.Loader(data=str(tmp_path), batch_size=4, workers="10.0.0.5:7100").workers == ["10.0.0.5:7100"]
+    assert ferry.Loader(data=str(tmp_path), batch_size=4, workers="a:1, b:2").workers == ["a:1", "b:2"]
 
 
 def test_pin_memory_without_cuda_degrades(ferry, small_tree):

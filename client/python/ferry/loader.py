@@ -203,12 +203,16 @@ class Loader(torch.utils.data.IterableDataset):
         self.pipeline = _pipeline_string(pipeline)
         self.batch_size = int(batch_size)
         self.seed = int(seed)
+        if not 0 <= self.seed < 1 << 64:
+            raise ValueError("seed must be in [0, 2**64), not %d" % self.seed)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.epochs = epochs
         self.threads = int(threads)
         self.dispatcher = dispatcher or ""
         self.job_name = job_name or ""
+        if isinstance(workers, str):  # one "host:port", or several comma-separated
+            workers = [w.strip() for w in workers.split(",") if w.strip()]
         self.workers = list(workers or [])
         self.prefetch = int(prefetch)
         self.deterministic = bool(deterministic)
