@@ -225,6 +225,58 @@ def test_seed_none_follows_torch_and_epochs_have_no_limit(ferry, small_tree):
     assert orders[0] != orders[1] != orders[2]
 
 
+class Mixup:
+    """timm.data.mixup.Mixup's interface (timm is not installed here): what Ferry reads
+    of it, and the flag timm's train.py turns off at --mixup-off-epoch."""
+    __module__ = "timm.data.mixup"
+
+    def __init__(self, num_classes):
+        self.mixup_alpha, self.cutmix_alpha, self.mix_prob, self.switch_prob = 0.8, 1.0, 1.0, 0.5
+        self.label_smoothing, self.num_classes, self.mode = 0.1, num_classes, "batch"
+        self.cutmix_minmax, self.correct_lam, self.mixup_enabled = None, True, True
+
+    def __call__(self, x, target):
+        raise AssertionError("Ferry runs the mixing natively")
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_mixup_turned_off_between_epochs_is_followed(ferry, small_tree, daemons, remote):
+    """timm's train.py sets mixup_fn.mixup_enabled = False at --mixup-off-epoch: from the
+    next epoch the batches are unmixed (the images as without mixing, the targets one-hot
+    with label smoothing, as timm's Mixup then gives), where the op was fixed before."""
+    ds = ImageFolder(small_tree, transform=SMALL)
+    mixup = Mixup(num_classes=3)
+
+    def collate(batch):
+        return mixup(*torch.utils.data.default_collate(batch))
+
+    # Remote, the float32 and the mixing are made on the trainer (the workers send
+    # uint8): the job stays the same, the trainer's batch op changes.
+    where = {"workers": daemons.workers} if remote else {}
+    loader = ferry.DataLoader(ds, batch_size=8, shuffle=True, seed=6, collate_fn=collate, threads=1, **where)
+    plain = ferry.DataLoader(ds, batch_size=8, shuffle=True, seed=6, threads=1, **where)
+    hi, lo = 1 - 0.1 + 0.1 / 3, 0.1 / 3
+
+    def unmixed(t):
+        return bool(torch.all(torch.isclose(t.max(dim=1).values, torch.tensor(hi))) and
+                    torch.all(torch.isclose(t.sort(dim=1).values[:, :2], torch.tensor(lo))))
+
+    first = [t for _, t in loader]
+    assert len(first) == 15 and not all(unmixed(t) for t in first), "mixed while enabled"
+    list(plain)  # epoch 0
+    mixup.mixup_enabled = False
+
+    def keyed(dl):  # by each batch's samples: remote batches come in arrival order
+        return {tuple(dl.last_batch_info()["indices"].tolist()): (x, y) for x, y in dl}
+
+    second, want = keyed(loader), keyed(plain)
+    assert len(second) == 15 and second.keys() == want.keys() and loader.epoch == plain.epoch == 2
+    for key, (x, t) in second.items():
+        px, py = want[key]
+        assert unmixed(t) and torch.equal(t.argmax(dim=1), py)
+        assert torch.equal(x, px)
+
+
 def test_a_collate_fn_it_does_not_know_runs_on_the_trainer(ferry, small_tree):
     """Any collate_fn but MixUp/CutMix is applied on the trainer to each batch's samples
     (image tensor, int label), said once at start, its time measured; never refused."""

@@ -201,8 +201,11 @@ class DataLoader(Loader):
                                    % (type(dataset).__name__, whole))
         if self.placement_note is not None:
             _log.warning("%s", self.placement_note)
+        self._mix_source, self._mix_op = None, None  # a native MixUp/CutMix: its object, its op
         if not self._detection and not self._python and python_steps is None:
-            pipeline, self._collate, self.collate_note = _with_collate(pipeline, collate_fn)
+            pipeline, self._collate, self.collate_note, self._mix_op = _with_collate(pipeline, collate_fn)
+            if self._mix_op is not None:
+                self._mix_source = collate_fn
         elif not self._detection:
             self._collate, self.collate_note = None, None
         self.dataset = dataset
@@ -302,6 +305,13 @@ class DataLoader(Loader):
         if epoch is not None and epoch != self._sampler_epoch:
             self._sampler_epoch = epoch
             self.set_epoch(epoch)
+        if self._mix_source is not None and not self._batches_done and not self._taken:
+            # The mixing object as it is now (timm's train.py turns mixup_enabled off
+            # at --mixup-off-epoch): its op from this epoch on.
+            op, _ = mix_op(self._mix_source)
+            if op is not None and op != self._mix_op:
+                self._replace_batch_op(op)
+                self._mix_op = op
         batches = super().__iter__()
         if self._user_code is not None:
             return self._python_batches(batches)
@@ -404,25 +414,26 @@ def _pipeline_text(pipeline):
 
 
 def _with_collate(pipeline, collate_fn):
-    """(pipeline, trainer collate or None, note): a MixUp/CutMix collate_fn joins the
-    pipeline as its batch op; any other collate_fn runs on the trainer (the fallback),
-    said once. default_collate is what Ferry's batches are already."""
+    """(pipeline, trainer collate or None, note, batch op or None): a MixUp/CutMix
+    collate_fn joins the pipeline as its batch op; any other collate_fn runs on the
+    trainer (the fallback), said once. default_collate is what Ferry's batches are
+    already."""
     import torch.utils.data as tud
     if collate_fn is None or collate_fn is getattr(tud, "default_collate", None) or \
             collate_fn is getattr(getattr(tud, "_utils", None), "collate", None) and \
             collate_fn is tud._utils.collate.default_collate:
-        return pipeline, None, None
+        return pipeline, None, None, None
     op, why = mix_op(collate_fn)
     spec = json.loads(_ferry.pipeline_json(_pipeline_text(pipeline)))
     if op is not None and spec["output"]["dtype"] == "float32":
         spec["ops"].append(op)
-        return spec, None, "collate_fn %s runs natively as Ferry's mixup_cutmix op" % _fn_name(collate_fn)
+        return spec, None, "collate_fn %s runs natively as Ferry's mixup_cutmix op" % _fn_name(collate_fn), op
     if op is not None:
         why = "MixUp/CutMix needs a float32 output (ToTensor or ConvertImageDtype), and this transform ends uint8"
     note = ("collate_fn %s runs on the trainer, on each batch's samples (%s); its time is in stats()['collate_s']"
             % (_fn_name(collate_fn), why or "Ferry does not recognise it"))
     warnings.warn(note, stacklevel=3)
-    return pipeline, TrainerCollate(collate_fn), note
+    return pipeline, TrainerCollate(collate_fn), note, None
 
 
 def _fn_name(f):

@@ -242,6 +242,9 @@ class Loader(torch.utils.data.IterableDataset):
             raise ValueError("device must be cpu or cuda, not %s" % self.device)
         if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device=%s, but CUDA is not available" % self.device)
+        self._copy_stream = None  # Ferry's CUDA stream for batches (see _upload), made on first use
+        self._inflight = []       # (host tensors, event) of copies that may still be running
+        self._trainer_normalize = trainer_normalize
         self._setup_wire(trainer_normalize)
         if self.consumer_id:
             if self.mode != "dispatcher":
@@ -305,8 +308,6 @@ class Loader(torch.utils.data.IterableDataset):
         self._wire_pipeline = self.pipeline
         self._post = None
         self._finish = None
-        self._copy_stream = None  # Ferry's CUDA stream for batches (see _upload), made on first use
-        self._inflight = []       # (host tensors, event) of copies that may still be running
         normalizing = spec["output"] == {"dtype": "float32", "layout": "NCHW"}
         cuda = self.device is not None and self.device.type == "cuda"
         if trainer_normalize is None:
@@ -324,6 +325,22 @@ class Loader(torch.utils.data.IterableDataset):
             self._post = compiled
         else:
             self._finish = compiled
+
+    def _replace_batch_op(self, op):
+        """At an epoch boundary: the pipeline's batch op (its last, mixup_cutmix) is `op`
+        from the next batch on (a script that turns its MixUp off after so many epochs).
+        Where the workers of a remote job make the float32 and mix, the job would change:
+        refused."""
+        spec = json.loads(self.pipeline)
+        if not spec.get("ops") or spec["ops"][-1].get("op") != "mixup_cutmix":
+            raise FerryError("internal: no batch op to replace")
+        if self.mode != "local" and self._wire_pipeline == self.pipeline:
+            raise FerryError("the collate_fn's mixing changed, but this job's workers mix its batches "
+                             "(trainer_normalize=False): make a new loader (and job) for it")
+        spec["ops"][-1] = op
+        self.close()
+        self.pipeline = json.dumps(spec)
+        self._setup_wire(self._trainer_normalize)
 
     def _upload(self, images, labels, finish=None):
         """The batch's host tensors (views of its receive buffer, pinned when the client
@@ -495,8 +512,13 @@ class Loader(torch.utils.data.IterableDataset):
         self._stop_local_worker()
 
     def __del__(self):
+        # Not close(): the state it keeps for a later pass would ask a dispatcher job's
+        # client where it stands (a shared job's may wait on the network), for nobody.
         try:
-            self.close()
+            if self._it is not None:
+                self._it.close()
+                self._it = None
+            self._stop_local_worker()
         except Exception:
             pass
 

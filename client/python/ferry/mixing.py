@@ -9,7 +9,8 @@ default_collate and holds one in its closure or globals, as the reference script
   - torchvision.transforms.v2's MixUp and CutMix, and a RandomChoice of them;
   - the torchvision reference scripts' RandomMixup and RandomCutmix (with their p), and a
     RandomChoice of them;
-  - timm's Mixup (mode "batch", no cutmix_minmax).
+  - timm's Mixup (mode "batch", no cutmix_minmax); its mixup_enabled (False: no
+    mixing, the targets still smoothed) is read again at each epoch's start.
 """
 import time
 
@@ -42,7 +43,10 @@ def _from_object(m):
         if not getattr(m, "correct_lam", True):
             return None, "timm's Mixup with correct_lam=False"
         return {"op": "mixup_cutmix", "mixup_alpha": float(m.mixup_alpha), "cutmix_alpha": float(m.cutmix_alpha),
-                "prob": float(m.mix_prob), "switch_prob": float(m.switch_prob),
+                # mixup_enabled=False (timm's train.py at --mixup-off-epoch): no mixing,
+                # the targets still smoothed, as timm's Mixup then gives them.
+                "prob": float(m.mix_prob) if getattr(m, "mixup_enabled", True) else 0.0,
+                "switch_prob": float(m.switch_prob),
                 "label_smoothing": float(m.label_smoothing), "num_classes": int(m.num_classes), "partner": "flip",
                 "cutmix_box": "timm"}, None
     one = _one(m)
