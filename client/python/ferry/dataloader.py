@@ -12,6 +12,7 @@ from . import _ferry, _user_worker
 from .datasets import dataset_listing, detection_listing, segmentation_listing
 from .distributed import broadcast_seed, default_threads, resolve_rank
 from .loader import Loader
+from ._options import _pipeline_string
 from .mixing import TrainerCollate, mix_op
 from .transforms import split_native, translate, translate_detection, translate_segmentation
 
@@ -239,7 +240,7 @@ class DataLoader(Loader):
             # One job per loader of the script (a training and an eval loader, say): the
             # name the operator gave, and a digest of what this loader reads, the same on
             # every rank.
-            what = json.dumps([data, _ferry.pipeline_json(_pipeline_text(pipeline)), bool(shuffle), int(batch_size),
+            what = json.dumps([data, _ferry.pipeline_json(_pipeline_string(pipeline)), bool(shuffle), int(batch_size),
                                bool(drop_last), int(seed)])
             kwargs["dispatcher"] = os.environ["FERRY_DISPATCHER"]
             kwargs["job_name"] = "%s.%s" % (os.environ["FERRY_JOB_NAME"], hashlib.sha1(what.encode()).hexdigest()[:10])
@@ -409,10 +410,6 @@ class DataLoader(Loader):
         return s
 
 
-def _pipeline_text(pipeline):
-    return json.dumps(pipeline) if isinstance(pipeline, dict) else str(pipeline)
-
-
 def _with_collate(pipeline, collate_fn):
     """(pipeline, trainer collate or None, note, batch op or None): a MixUp/CutMix
     collate_fn joins the pipeline as its batch op; any other collate_fn runs on the
@@ -424,7 +421,7 @@ def _with_collate(pipeline, collate_fn):
             collate_fn is tud._utils.collate.default_collate:
         return pipeline, None, None, None
     op, why = mix_op(collate_fn)
-    spec = json.loads(_ferry.pipeline_json(_pipeline_text(pipeline)))
+    spec = json.loads(_ferry.pipeline_json(_pipeline_string(pipeline)))
     if op is not None and spec["output"]["dtype"] == "float32":
         spec["ops"].append(op)
         return spec, None, "collate_fn %s runs natively as Ferry's mixup_cutmix op" % _fn_name(collate_fn), op
